@@ -1,0 +1,92 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Common are the settings every binary shares.
+type Common struct {
+	Namespace     string
+	RedisAddrs    []string
+	RedisPassword string
+	Shards        int
+	HTTPAddr      string
+	LogLevel      string
+	LogFormat     string
+	Retention     time.Duration
+	ShutdownGrace time.Duration
+}
+
+// BindCommon registers the shared settings; httpDefault differs per binary.
+func (c *Common) BindCommon(b *Binder, httpDefault string) {
+	b.String(&c.Namespace, "namespace", "DQ_NAMESPACE", "dq", "namespace: key prefix in Redis and etcd")
+	b.List(&c.RedisAddrs, "redis-addrs", "DQ_REDIS_ADDRS", "127.0.0.1:6379", "Redis address; more than one means Redis Cluster")
+	b.Secret(&c.RedisPassword, "redis-password", "DQ_REDIS_PASSWORD", "", "Redis password")
+	b.Int(&c.Shards, "shards", "DQ_SHARDS", 16, "number of shards (fixed per namespace)")
+	b.String(&c.HTTPAddr, "http-addr", "DQ_HTTP_ADDR", httpDefault, "HTTP listen address")
+	b.String(&c.LogLevel, "log-level", "DQ_LOG_LEVEL", "info", "log level: debug, info, warn, error")
+	b.String(&c.LogFormat, "log-format", "DQ_LOG_FORMAT", "json", "log format: json or text")
+	b.Duration(&c.Retention, "retention", "DQ_RETENTION", 24*time.Hour, "how long finished tasks stay readable")
+	b.Duration(&c.ShutdownGrace, "shutdown-timeout", "DQ_SHUTDOWN_TIMEOUT", 15*time.Second, "how long a graceful shutdown may take")
+}
+
+// Validate checks the shared settings.
+func (c *Common) Validate() error {
+	if c.Namespace == "" || strings.ContainsAny(c.Namespace, "{}: \t\n/") || len(c.Namespace) > 64 {
+		return fmt.Errorf("namespace %q: 1..64 characters without braces, colons, slashes or spaces", c.Namespace)
+	}
+	if len(c.RedisAddrs) == 0 {
+		return fmt.Errorf("redis-addrs: at least one address")
+	}
+	if c.Shards < 1 || c.Shards > 4096 {
+		return fmt.Errorf("shards %d: between 1 and 4096", c.Shards)
+	}
+	if c.Retention < time.Second {
+		return fmt.Errorf("retention %s: at least 1s", c.Retention)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return fmt.Errorf("log-format %q: json or text", c.LogFormat)
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log-level %q: debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// Logger builds the process logger (JSON on stderr by default).
+func (c *Common) Logger(binary string) *slog.Logger {
+	l, _ := parseLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: l}
+	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+	if c.LogFormat == "text" {
+		h = slog.NewTextHandler(os.Stderr, opts)
+	}
+	return slog.New(h).With("binary", binary)
+}
+
+// RedisClient is a standalone client for one address, a cluster client for several.
+func (c *Common) RedisClient() redis.UniversalClient {
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:         c.RedisAddrs,
+		Password:      c.RedisPassword,
+		IsClusterMode: len(c.RedisAddrs) > 1,
+		DialTimeout:   2 * time.Second,
+		ReadTimeout:   3 * time.Second,
+		WriteTimeout:  3 * time.Second,
+		MaxRetries:    2,
+	})
+}

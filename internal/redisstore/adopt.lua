@@ -1,0 +1,23 @@
+-- adopt: a new shard leader raises the fence to its token and puts every
+-- task still leased by an earlier leader back into the due set, so they fire
+-- again at once instead of waiting for their lease to run out. Bounded:
+-- the caller loops while remaining > 0.
+-- KEYS[1] inflight, KEYS[2] due, KEYS[3] fence
+-- ARGV[1] token, ARGV[2] key prefix, ARGV[3] max
+-- Returns {-1, stored_token} when fenced, else {moved, remaining}.
+local stale = fence(KEYS[3], tonumber(ARGV[1]))
+if stale then return {-1, stale} end
+local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  local bkey = bucket(ARGV[2], id)
+  local v = redis.call('HGET', bkey, id)
+  if v then
+    local st, gen, att, due, body = parse(v)
+    if st == 'f' then
+      redis.call('HSET', bkey, id, record(waiting(att), gen, att, due, body))
+      redis.call('ZADD', KEYS[2], due, id)
+    end
+  end
+end
+return {#ids, redis.call('ZCARD', KEYS[1])}

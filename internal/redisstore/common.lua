@@ -1,0 +1,64 @@
+-- common.lua is prepended to every script of this package.
+--
+-- A task record is one field of a bucket hash (prefix .. "t:" .. bucket):
+--   field = task id
+--   value = <state>:<gen>:<attempt>:<due_ms>:<body>
+-- state is one character: s scheduled, r retrying, f firing, F fired,
+-- S succeeded, d dead, c cancelled. body is the task's immutable encoding
+-- (package task), compared byte for byte to recognise identical re-submits.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function parse(v)
+  local i1 = string.find(v, ':', 3, true)
+  local i2 = string.find(v, ':', i1 + 1, true)
+  local i3 = string.find(v, ':', i2 + 1, true)
+  return string.sub(v, 1, 1), tonumber(string.sub(v, 3, i1 - 1)),
+    tonumber(string.sub(v, i1 + 1, i2 - 1)), tonumber(string.sub(v, i2 + 1, i3 - 1)),
+    string.sub(v, i3 + 1)
+end
+
+local function record(state, gen, attempt, due, body)
+  return state .. ':' .. string.format('%d', gen) .. ':' .. string.format('%d', attempt) .. ':' ..
+    string.format('%d', due) .. ':' .. body
+end
+
+-- the same function as bucketOf in keys.go
+local function bucket(prefix, id)
+  local h = 0
+  for i = 1, #id do
+    h = (h * 31 + string.byte(id, i)) % 2147483647
+  end
+  return prefix .. 't:' .. (h % 4096)
+end
+
+-- waiting is the state of a task back in the due set.
+local function waiting(attempt)
+  if attempt > 1 then return 'r' end
+  return 's'
+end
+
+-- wake tells pollers that shard's earliest due time moved earlier.
+local function wake(due_key, channel, shard, due, old_head)
+  if old_head == nil or due < old_head then
+    redis.call('PUBLISH', channel, shard .. ':' .. string.format('%d', due))
+  end
+end
+
+local function head(due_key)
+  local h = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+  if h[2] then return tonumber(h[2]) end
+  return nil
+end
+
+-- fence checks a leader's token against the shard's highest one, raising it.
+-- It returns the stored token when the caller is stale, nil when it may go on.
+local function fence(fence_key, token)
+  local f = tonumber(redis.call('GET', fence_key) or '0')
+  if token < f then return f end
+  if token > f then redis.call('SET', fence_key, string.format('%d', token)) end
+  return nil
+end

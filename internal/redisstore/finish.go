@@ -1,0 +1,174 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/task"
+)
+
+// The worker's transitions: a fired task's outcome, and the dead set.
+
+//go:embed finish.lua
+var finishLua string
+
+//go:embed redrive.lua
+var redriveLua string
+
+//go:embed purgedead.lua
+var purgeDeadLua string
+
+var (
+	finishScript    = script(finishLua)
+	redriveScript   = script(redriveLua)
+	purgeDeadScript = script(purgeDeadLua)
+)
+
+// Kind is what a worker reports for one fired task.
+type Kind string
+
+// The outcomes a worker reports.
+const (
+	Succeeded Kind = "S" // handler finished
+	Retry     Kind = "r" // failed: run again at Due with attempt+1
+	Defer     Kind = "w" // held back (rate limit): run again at Due, same attempt
+	Dead      Kind = "d" // failed for good
+)
+
+// Finish is one worker outcome.
+type Finish struct {
+	ID       string
+	Gen      uint64
+	Kind     Kind
+	Due      time.Time     // for Retry and Defer (absolute)
+	Delay    time.Duration // for Retry and Defer when Relative
+	Relative bool          // Due is Redis' clock + Delay
+	Error    string        // last error, kept with Retry and Dead
+}
+
+// Finish records a worker's outcome for a fired task. It returns the new
+// state; ErrNotFound; ErrStale when the task was fired again since (the
+// record has another generation); or a *StateError when the task already
+// finished (a duplicate delivery).
+func (s *Store) Finish(ctx context.Context, f Finish) (task.State, error) {
+	sh := s.Shard(f.ID)
+	v, err := s.run(ctx, finishScript,
+		[]string{s.k.inflight(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.bucket(sh, f.ID), s.k.errs(sh)},
+		f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048),
+		s.retention.Milliseconds(), s.k.wake, sh)
+	if err != nil {
+		return "", fmt.Errorf("finish %s: %w", f.ID, err)
+	}
+	r, err := parseReply(v, 0)
+	if err != nil {
+		return "", err
+	}
+	switch r.code {
+	case 1:
+		return r.state, nil
+	case 0:
+		return "", ErrNotFound
+	case 5:
+		return r.state, fmt.Errorf("finish %s gen %d: %w", f.ID, f.Gen, ErrStale)
+	default:
+		return r.state, conflict(f.ID, r)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Redrive schedules a dead task again now with a fresh set of attempts.
+func (s *Store) Redrive(ctx context.Context, id string) (time.Time, error) {
+	sh := s.Shard(id)
+	v, err := s.run(ctx, redriveScript, []string{s.k.dead(sh), s.k.due(sh), s.k.bucket(sh, id), s.k.errs(sh)},
+		id, s.k.wake, sh)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redrive %s: %w", id, err)
+	}
+	return codeResult(id, v)
+}
+
+// DeleteDead removes a dead task for good.
+func (s *Store) DeleteDead(ctx context.Context, id string) error {
+	sh := s.Shard(id)
+	v, err := s.run(ctx, purgeDeadScript, []string{s.k.dead(sh), s.k.bucket(sh, id), s.k.errs(sh)}, id)
+	if err != nil {
+		return fmt.Errorf("delete dead %s: %w", id, err)
+	}
+	_, err = codeResult(id, v)
+	return err
+}
+
+func codeResult(id string, v any) (time.Time, error) {
+	r, err := parseReply(v, 0)
+	if err != nil {
+		return time.Time{}, err
+	}
+	switch r.code {
+	case 1:
+		return r.due, nil
+	case 0:
+		return time.Time{}, ErrNotFound
+	default:
+		return time.Time{}, conflict(id, r)
+	}
+}
+
+// ListDead returns up to limit dead tasks, most recent first, with the time
+// they died and their last error.
+func (s *Store) ListDead(ctx context.Context, limit int) ([]DeadTask, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	n := s.k.shards
+	heads := make([]*redis.ZSliceCmd, n)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range n {
+			heads[i] = p.ZRevRangeWithScores(ctx, s.k.dead(i), 0, int64(limit-1))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list dead: %w", err)
+	}
+	var all []DeadTask
+	for i, h := range heads {
+		for _, z := range h.Val() {
+			id, _ := z.Member.(string)
+			all = append(all, DeadTask{DiedAt: task.FromMillis(int64(z.Score)), Task: &task.Task{ID: id, Shard: i}})
+		}
+	}
+	// most recent first across shards
+	slices.SortStableFunc(all, func(a, b DeadTask) int { return b.DiedAt.Compare(a.DiedAt) })
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	for i := range all {
+		t, err := s.Get(ctx, all[i].Task.ID)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		all[i].Task = t
+	}
+	return all, nil
+}
+
+// DeadTask is one entry of the dead set.
+type DeadTask struct {
+	Task   *task.Task
+	DiedAt time.Time
+}

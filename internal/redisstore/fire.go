@@ -1,0 +1,173 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/delayq/delayq/internal/task"
+)
+
+// The shard leader's transitions. Every one is fenced: it carries the
+// leader's token (its etcd election revision), raises the shard's stored
+// token to it, and is refused with ErrFenced when a higher token is stored.
+
+//go:embed take.lua
+var takeLua string
+
+//go:embed ack.lua
+var ackLua string
+
+//go:embed release.lua
+var releaseLua string
+
+//go:embed adopt.lua
+var adoptLua string
+
+var (
+	takeScript    = script(takeLua)
+	ackScript     = script(ackLua)
+	releaseScript = script(releaseLua)
+	adoptScript   = script(adoptLua)
+)
+
+// purgePerTake bounds how many expired finished records one take removes.
+const purgePerTake = 100
+
+// Taken is what one Take claimed.
+type Taken struct {
+	Now       time.Time    // Redis' clock when the script ran
+	NextDue   time.Time    // earliest due time still waiting (zero: none)
+	NextLease time.Time    // earliest lease deadline in flight (zero: none)
+	Tasks     []*task.Task // state firing, Gen already incremented
+}
+
+// Fired names one fired copy of a task.
+type Fired struct {
+	ID  string
+	Gen uint64
+}
+
+func fencedErr(v any) error {
+	if a, ok := v.([]any); ok && len(a) == 2 {
+		if c, _ := a[0].(int64); c == -1 {
+			stored, _ := a[1].(int64)
+			return fmt.Errorf("%w (stored token %d)", ErrFenced, stored)
+		}
+	}
+	return nil
+}
+
+// Take claims up to max due tasks of a shard (and tasks whose lease ran
+// out) with a lease, and says when the next task is due.
+func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease time.Duration) (Taken, error) {
+	v, err := s.run(ctx, takeScript,
+		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard)},
+		token, max, lease.Milliseconds(), s.k.prefix[shard], purgePerTake)
+	if err != nil {
+		return Taken{}, fmt.Errorf("take shard %d: %w", shard, err)
+	}
+	if err := fencedErr(v); err != nil {
+		return Taken{}, err
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) < 3 || (len(a)-3)%2 != 0 {
+		return Taken{}, fmt.Errorf("take shard %d: unexpected reply %v", shard, v)
+	}
+	now, _ := a[0].(int64)
+	next, _ := a[1].(int64)
+	lease2, _ := a[2].(int64)
+	out := Taken{Now: task.FromMillis(now)}
+	if next >= 0 {
+		out.NextDue = task.FromMillis(next)
+	}
+	if lease2 >= 0 {
+		out.NextLease = task.FromMillis(lease2)
+	}
+	out.Tasks = make([]*task.Task, 0, (len(a)-3)/2)
+	for i := 3; i < len(a); i += 2 {
+		id, _ := a[i].(string)
+		rec, _ := a[i+1].(string)
+		t, err := decodeRecord(id, rec, shard)
+		if err != nil {
+			// A record this build cannot read must not block the shard;
+			// the caller dead-letters it.
+			t = &task.Task{ID: id, Shard: shard, State: task.StateFiring, LastError: err.Error()}
+		}
+		out.Tasks = append(out.Tasks, t)
+	}
+	return out, nil
+}
+
+func firedArgs(token int64, prefix string, fired []Fired) []any {
+	args := make([]any, 0, 2+2*len(fired))
+	args = append(args, token, prefix)
+	for _, f := range fired {
+		args = append(args, f.ID, f.Gen)
+	}
+	return args
+}
+
+func count(v any) int {
+	if a, ok := v.([]any); ok && len(a) >= 1 {
+		n, _ := a[0].(int64)
+		return int(n)
+	}
+	return 0
+}
+
+// Ack marks tasks that Kafka confirmed as fired and drops their lease.
+func (s *Store) Ack(ctx context.Context, shard int, token int64, fired []Fired) (int, error) {
+	v, err := s.run(ctx, ackScript, []string{s.k.inflight(shard), s.k.fence(shard)},
+		firedArgs(token, s.k.prefix[shard], fired)...)
+	if err != nil {
+		return 0, fmt.Errorf("ack shard %d: %w", shard, err)
+	}
+	if err := fencedErr(v); err != nil {
+		return 0, err
+	}
+	return count(v), nil
+}
+
+// Release puts tasks that Kafka did not confirm back into the due set at
+// their due time.
+func (s *Store) Release(ctx context.Context, shard int, token int64, fired []Fired) (int, error) {
+	v, err := s.run(ctx, releaseScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard)},
+		firedArgs(token, s.k.prefix[shard], fired)...)
+	if err != nil {
+		return 0, fmt.Errorf("release shard %d: %w", shard, err)
+	}
+	if err := fencedErr(v); err != nil {
+		return 0, err
+	}
+	return count(v), nil
+}
+
+// Adopt is a new leader's first act: store its token as the shard's fence
+// (refused when a higher one is stored) and put every task an earlier
+// leader had claimed but not acked back into the due set. It returns how
+// many tasks it moved back.
+func (s *Store) Adopt(ctx context.Context, shard int, token int64) (int, error) {
+	moved := 0
+	for {
+		v, err := s.run(ctx, adoptScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard)},
+			token, s.k.prefix[shard], maxPerCall)
+		if err != nil {
+			return moved, fmt.Errorf("adopt shard %d: %w", shard, err)
+		}
+		if err := fencedErr(v); err != nil {
+			return moved, err
+		}
+		a, _ := v.([]any)
+		if len(a) != 2 {
+			return moved, fmt.Errorf("adopt shard %d: unexpected reply %v", shard, v)
+		}
+		n, _ := a[0].(int64)
+		left, _ := a[1].(int64)
+		moved += int(n)
+		if left == 0 || n == 0 {
+			return moved, nil
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package redisstore
+
+import (
+	"hash/fnv"
+	"strconv"
+)
+
+// BucketsPerShard is how many small hashes hold one shard's task records.
+// Small hashes stay in Redis' compact listpack encoding (given
+// hash-max-listpack-value >= 512), which is what keeps a pending task under
+// 300 bytes; see docs/design.md "Memory".
+const BucketsPerShard = 4096
+
+// keys names every Redis key and channel of one namespace. All keys of a
+// shard share the hash tag {<ns>:<shard>}; namespace-wide keys use {<ns>}.
+type keys struct {
+	ns      string
+	shards  int
+	prefix  []string // per shard: "dq:{<ns>:<i>}:"
+	meta    string
+	wake    string
+	limits  string
+}
+
+func newKeys(ns string, shards int) keys {
+	k := keys{ns: ns, shards: shards, prefix: make([]string, shards)}
+	for i := range shards {
+		k.prefix[i] = "dq:{" + ns + ":" + strconv.Itoa(i) + "}:"
+	}
+	k.meta = "dq:{" + ns + "}:meta"
+	k.wake = "dq:{" + ns + "}:wake"
+	k.limits = "dq:{" + ns + "}:limits"
+	return k
+}
+
+func (k keys) due(shard int) string      { return k.prefix[shard] + "due" }
+func (k keys) inflight(shard int) string { return k.prefix[shard] + "inflight" }
+func (k keys) done(shard int) string     { return k.prefix[shard] + "done" }
+func (k keys) dead(shard int) string     { return k.prefix[shard] + "dead" }
+func (k keys) fence(shard int) string    { return k.prefix[shard] + "fence" }
+func (k keys) errs(shard int) string     { return k.prefix[shard] + "err" }
+
+// bucket is the hash that holds the record of id. The Lua scripts compute
+// the same function (see bucketLua) when they only know the id.
+func (k keys) bucket(shard int, id string) string {
+	return k.prefix[shard] + "t:" + strconv.Itoa(bucketOf(id))
+}
+
+// ShardOf is the shard of a task id: FNV-1a 32 of the id modulo n. It must
+// never change: every process of a namespace has to agree on it.
+func ShardOf(id string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
+}
+
+// bucketOf is a polynomial hash small enough to stay exact in Lua's doubles.
+func bucketOf(id string) int {
+	var h uint64
+	for i := 0; i < len(id); i++ {
+		h = (h*31 + uint64(id[i])) % 2147483647
+	}
+	return int(h % BucketsPerShard)
+}

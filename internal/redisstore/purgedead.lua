@@ -1,0 +1,12 @@
+-- purgedead: delete a dead task for good.
+-- KEYS[1] dead, KEYS[2] bucket hash, KEYS[3] err hash
+-- ARGV[1] id
+-- Returns {code, state, due}: 1 deleted, 0 not found, 4 not dead.
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if not v then return {0, '', 0} end
+local st, gen, att, due, body = parse(v)
+if st ~= 'd' then return {4, st, due} end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return {1, 'd', due}

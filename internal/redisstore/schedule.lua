@@ -1,0 +1,52 @@
+-- schedule: create or upsert tasks of one shard.
+-- KEYS[1]  due zset;  KEYS[1+i] bucket hash of task i
+-- ARGV[1]  wake channel; ARGV[2] shard
+-- ARGV[3i], ARGV[3i+1], ARGV[3i+2] (i = 1..n): id, due, body
+--   due is absolute unix ms, or "+<ms>" relative to Redis TIME.
+-- Returns per task {code, state, due}: code 1 created, 2 unchanged,
+-- 3 updated (upsert of a waiting task), 4 conflict (task exists in another
+-- state with different content).
+local due_key = KEYS[1]
+local old_head = head(due_key)
+local now = nil
+local min_new = nil
+local out = {}
+local n = (#ARGV - 2) / 3
+for i = 1, n do
+  local id, spec, body = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
+  local bkey = KEYS[1 + i]
+  local relative = string.sub(spec, 1, 1) == '+'
+  local due
+  if relative then
+    now = now or now_ms()
+    due = now + tonumber(string.sub(spec, 2))
+  else
+    due = tonumber(spec)
+  end
+  local v = redis.call('HGET', bkey, id)
+  local code, state = 1, 's'
+  if not v then
+    redis.call('HSET', bkey, id, record('s', 0, 1, due, body))
+    redis.call('ZADD', due_key, due, id)
+  else
+    local st, gen, att, odue, obody = parse(v)
+    state = st
+    if obody == body and (relative or odue == due) then
+      code, due = 2, odue
+    elseif st == 's' or st == 'r' then
+      code = 3
+      redis.call('HSET', bkey, id, record(st, gen, att, due, body))
+      redis.call('ZADD', due_key, due, id)
+    else
+      code, due = 4, odue
+    end
+  end
+  if code == 1 or code == 3 then
+    if min_new == nil or due < min_new then min_new = due end
+  end
+  out[#out + 1] = code
+  out[#out + 1] = state
+  out[#out + 1] = due
+end
+if min_new ~= nil then wake(due_key, ARGV[1], ARGV[2], min_new, old_head) end
+return out

@@ -1,0 +1,187 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/task"
+)
+
+// Sentinel errors of the store. Callers test them with errors.Is.
+var (
+	ErrNotFound      = errors.New("task not found")
+	ErrConflict      = errors.New("task is not in a state that allows this")
+	ErrFenced        = errors.New("fenced: a newer shard leader exists")
+	ErrStale         = errors.New("stale generation: the task was fired again or changed")
+	ErrShardMismatch = errors.New("shard count differs from the namespace's")
+)
+
+// StateError is returned (wrapping ErrConflict) when a task exists but is in
+// a state that forbids the operation.
+type StateError struct {
+	ID    string
+	State task.State
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("task %s is %s", e.ID, e.State)
+}
+func (e *StateError) Unwrap() error { return ErrConflict }
+
+// Options configure a Store.
+type Options struct {
+	Namespace string        // default "dq"
+	Shards    int           // default 16; must match what the namespace stored
+	Retention time.Duration // how long finished records stay readable; default 24h
+}
+
+// Store is delayq's Redis task store. It is safe for concurrent use.
+type Store struct {
+	rdb       redis.UniversalClient
+	k         keys
+	retention time.Duration
+}
+
+//go:embed common.lua
+var commonLua string
+
+func script(src string) *redis.Script { return redis.NewScript(commonLua + "\n" + src) }
+
+// New opens the store of a namespace. The first process of a namespace
+// records its shard count in Redis; a later one configured with another
+// count gets ErrShardMismatch, because a different count would route ids to
+// other shards.
+func New(ctx context.Context, rdb redis.UniversalClient, o Options) (*Store, error) {
+	if o.Namespace == "" {
+		o.Namespace = "dq"
+	}
+	if o.Shards == 0 {
+		o.Shards = 16
+	}
+	if o.Retention == 0 {
+		o.Retention = 24 * time.Hour
+	}
+	if o.Shards < 1 || o.Shards > 4096 {
+		return nil, fmt.Errorf("shards %d: must be between 1 and 4096", o.Shards)
+	}
+	s := &Store{rdb: rdb, k: newKeys(o.Namespace, o.Shards), retention: o.Retention}
+	if err := s.checkMeta(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) checkMeta(ctx context.Context) error {
+	want := strconv.Itoa(s.k.shards)
+	if err := s.rdb.HSetNX(ctx, s.k.meta, "shards", want).Err(); err != nil {
+		return fmt.Errorf("store shard count: %w", err)
+	}
+	s.rdb.HSetNX(ctx, s.k.meta, "buckets", strconv.Itoa(BucketsPerShard))
+	m, err := s.rdb.HGetAll(ctx, s.k.meta).Result()
+	if err != nil {
+		return fmt.Errorf("read namespace meta: %w", err)
+	}
+	if m["shards"] != want {
+		return fmt.Errorf("%w: namespace %q has %s shards, this process is configured with %s",
+			ErrShardMismatch, s.k.ns, m["shards"], want)
+	}
+	if m["buckets"] != strconv.Itoa(BucketsPerShard) {
+		return fmt.Errorf("%w: namespace %q has %s buckets per shard, this build uses %d",
+			ErrShardMismatch, s.k.ns, m["buckets"], BucketsPerShard)
+	}
+	return nil
+}
+
+// Namespace is the store's namespace.
+func (s *Store) Namespace() string { return s.k.ns }
+
+// Shards is the number of shards.
+func (s *Store) Shards() int { return s.k.shards }
+
+// Shard is the shard of a task id.
+func (s *Store) Shard(id string) int { return ShardOf(id, s.k.shards) }
+
+// WakeChannel is the pub/sub channel on which scripts announce that a
+// shard's earliest due time moved earlier ("<shard>:<due ms>").
+func (s *Store) WakeChannel() string { return s.k.wake }
+
+// Client is the underlying Redis client.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+var stateNames = map[string]task.State{
+	"s": task.StateScheduled, "r": task.StateRetrying, "f": task.StateFiring, "F": task.StateFired,
+	"S": task.StateSucceeded, "d": task.StateDead, "c": task.StateCancelled,
+}
+
+// decodeRecord turns a stored record into a task.
+func decodeRecord(id, rec string, shard int) (*task.Task, error) {
+	var parts [4]string
+	rest := rec
+	for i := range parts {
+		j := indexByte(rest, ':')
+		if j < 0 {
+			return nil, fmt.Errorf("record of %s: %w", id, task.ErrCorrupt)
+		}
+		parts[i], rest = rest[:j], rest[j+1:]
+	}
+	st, ok := stateNames[parts[0]]
+	gen, err1 := strconv.ParseUint(parts[1], 10, 64)
+	att, err2 := strconv.Atoi(parts[2])
+	due, err3 := strconv.ParseInt(parts[3], 10, 64)
+	if !ok || err1 != nil || err2 != nil || err3 != nil {
+		return nil, fmt.Errorf("record of %s: %w: bad header %q", id, task.ErrCorrupt, rec[:min(len(rec), 40)])
+	}
+	t := &task.Task{ID: id, State: st, Gen: gen, Attempt: att, DueAt: task.FromMillis(due), Shard: shard}
+	if err := task.DecodeBody([]byte(rest), t); err != nil {
+		return nil, fmt.Errorf("record of %s: %w", id, err)
+	}
+	return t, nil
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// reply is the {code, state, due} answer most scripts give.
+type reply struct {
+	code  int64
+	state task.State
+	due   time.Time
+}
+
+func parseReply(v any, at int) (reply, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) < at+3 {
+		return reply{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	code, _ := a[at].(int64)
+	st, _ := a[at+1].(string)
+	due, _ := a[at+2].(int64)
+	return reply{code: code, state: stateNames[st], due: task.FromMillis(due)}, nil
+}
+
+// dueArg is the due argument scripts take: absolute ms, or "+ms" relative to Redis TIME.
+func dueArg(at time.Time, delay time.Duration, relative bool) string {
+	if relative {
+		return "+" + strconv.FormatInt(max(delay.Milliseconds(), 0), 10)
+	}
+	return strconv.FormatInt(task.Millis(at), 10)
+}
+
+func conflict(id string, r reply) error {
+	return &StateError{ID: id, State: r.state}
+}

@@ -1,0 +1,535 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+// The suite runs every script against a standalone redis-server and against
+// a 3-master Redis Cluster; each test isolates itself by namespace.
+func TestStoreStandalone(t *testing.T) {
+	r := testenv.StartRedis(t)
+	suite(t, r.Client(t))
+}
+
+func TestStoreCluster(t *testing.T) {
+	c := testenv.StartRedisCluster(t)
+	suite(t, c.Client(t))
+}
+
+var nsSeq atomic.Int64
+
+func newStore(t *testing.T, rdb redis.UniversalClient, o Options) *Store {
+	t.Helper()
+	o.Namespace = fmt.Sprintf("t%d-%s", nsSeq.Add(1), strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()))
+	s, err := New(t.Context(), rdb, o)
+	if err != nil {
+		t.Fatalf("new store: %v", err)
+	}
+	return s
+}
+
+func mk(id string, due time.Time) *task.Task {
+	return &task.Task{ID: id, Type: "order.cancel", Payload: []byte(`{"n":1}`), PayloadJSON: true, DueAt: due}
+}
+
+func redisNow(t *testing.T, s *Store) time.Time {
+	t.Helper()
+	tm, err := s.rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+func schedule1(t *testing.T, s *Store, tk *task.Task) Result {
+	t.Helper()
+	res, err := s.Schedule(t.Context(), []Submit{{Task: tk}})
+	if err != nil {
+		t.Fatalf("schedule: %v", err)
+	}
+	return res[0]
+}
+
+func mustTake(t *testing.T, s *Store, shard int, token int64) Taken {
+	t.Helper()
+	tk, err := s.Take(t.Context(), shard, token, 100, time.Minute)
+	if err != nil {
+		t.Fatalf("take: %v", err)
+	}
+	return tk
+}
+
+func suite(t *testing.T, rdb redis.UniversalClient) {
+	t.Run("ScheduleIdempotentAndUpsert", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		due := time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC()
+		if r := schedule1(t, s, mk("a", due)); r.Outcome != Created || r.State != task.StateScheduled || !r.DueAt.Equal(due) {
+			t.Fatalf("first: %+v", r)
+		}
+		if r := schedule1(t, s, mk("a", due)); r.Outcome != Unchanged {
+			t.Fatalf("identical re-submit: %+v", r)
+		}
+		later := due.Add(time.Minute)
+		if r := schedule1(t, s, mk("a", later)); r.Outcome != Updated || !r.DueAt.Equal(later) {
+			t.Fatalf("new due: %+v", r)
+		}
+		other := mk("a", later)
+		other.Payload = []byte(`{"n":2}`)
+		if r := schedule1(t, s, other); r.Outcome != Updated {
+			t.Fatalf("new payload: %+v", r)
+		}
+		got, err := s.Get(t.Context(), "a")
+		if err != nil || string(got.Payload) != `{"n":2}` || !got.DueAt.Equal(later) || got.Attempt != 1 {
+			t.Fatalf("get after upsert: %+v %v", got, err)
+		}
+		st, _ := s.Stats(t.Context())
+		var total int64
+		for _, x := range st {
+			total += x.Scheduled
+		}
+		if total != 1 {
+			t.Fatalf("one id must be one task, stats say %d", total)
+		}
+	})
+
+	t.Run("RelativeDueUsesRedisClock", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		before := redisNow(t, s)
+		// a process clock far off must not matter: DueAt is ignored when Relative
+		tk := mk("rel", time.Unix(0, 0))
+		res, err := s.Schedule(t.Context(), []Submit{{Task: tk, Delay: 90 * time.Second, Relative: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := redisNow(t, s)
+		lo, hi := before.Add(90*time.Second).Truncate(time.Millisecond), after.Add(90*time.Second)
+		if d := res[0].DueAt; d.Before(lo) || d.After(hi) {
+			t.Fatalf("due %v not within Redis TIME+90s [%v, %v]", d, lo, hi)
+		}
+		// an identical relative re-submit keeps the first due time (idempotent retry)
+		res2, _ := s.Schedule(t.Context(), []Submit{{Task: mk("rel", time.Time{}), Delay: 90 * time.Second, Relative: true}})
+		if res2[0].Outcome != Unchanged || !res2[0].DueAt.Equal(res[0].DueAt) {
+			t.Fatalf("relative re-submit: %+v", res2[0])
+		}
+	})
+
+	t.Run("BatchMixedOutcomes", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		due := time.Now().Add(-time.Second) // already due
+		schedule1(t, s, mk("fired", due))
+		takeAll(t, s, 1)
+		var subs []Submit
+		for i := range 450 { // more than one script call per shard
+			subs = append(subs, Submit{Task: mk(fmt.Sprintf("b%d", i), time.Now().Add(time.Hour))})
+		}
+		changed := mk("fired", due)
+		changed.Payload = []byte(`"other"`)
+		subs = append(subs, Submit{Task: changed}, Submit{Task: mk("b0", time.Now().Add(time.Hour))})
+		res, err := s.Schedule(t.Context(), subs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 450 {
+			if res[i].Outcome != Created || res[i].ID != fmt.Sprintf("b%d", i) || res[i].Shard != s.Shard(res[i].ID) {
+				t.Fatalf("result %d: %+v", i, res[i])
+			}
+		}
+		if r := res[450]; r.Outcome != Rejected || !errors.Is(r.Err, ErrConflict) || r.State != task.StateFiring {
+			t.Fatalf("changed content of a firing task: %+v", r)
+		}
+		if r := res[451]; r.Outcome != Updated {
+			t.Fatalf("same id twice in one batch, second with another due: %+v", r)
+		}
+	})
+
+	t.Run("RescheduleAndCancelInEveryState", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		future := time.Now().Add(time.Hour)
+		past := time.Now().Add(-time.Second)
+		states := map[task.State]string{}
+		// scheduled
+		schedule1(t, s, mk("sched", future))
+		states[task.StateScheduled] = "sched"
+		// firing, fired, succeeded, retrying, dead
+		for _, id := range []string{"firing", "fired", "succ", "retry", "dead"} {
+			schedule1(t, s, mk(id, past))
+		}
+		taken := takeAll(t, s, 1)
+		gen := map[string]uint64{}
+		for _, tk := range taken {
+			gen[tk.ID] = tk.Gen
+		}
+		if _, err := s.Ack(t.Context(), s.Shard("fired"), 1, []Fired{{"fired", gen["fired"]}}); err != nil {
+			t.Fatal(err)
+		}
+		ackOn(t, s, "succ", gen)
+		ackOn(t, s, "retry", gen)
+		ackOn(t, s, "dead", gen)
+		mustFinish(t, s, Finish{ID: "succ", Gen: gen["succ"], Kind: Succeeded})
+		mustFinish(t, s, Finish{ID: "retry", Gen: gen["retry"], Kind: Retry, Due: future, Error: "boom"})
+		mustFinish(t, s, Finish{ID: "dead", Gen: gen["dead"], Kind: Dead, Error: "gone"})
+		schedule1(t, s, mk("canc", future))
+		if err := s.Cancel(t.Context(), "canc"); err != nil {
+			t.Fatal(err)
+		}
+		states[task.StateFiring] = "firing"
+		states[task.StateFired] = "fired"
+		states[task.StateSucceeded] = "succ"
+		states[task.StateRetrying] = "retry"
+		states[task.StateDead] = "dead"
+		states[task.StateCancelled] = "canc"
+		for want, id := range states {
+			got, err := s.Get(t.Context(), id)
+			if err != nil || got.State != want {
+				t.Fatalf("%s: state %v err %v, want %s", id, got, err, want)
+			}
+		}
+		if got, _ := s.Get(t.Context(), "retry"); got.Attempt != 2 || got.LastError != "boom" {
+			t.Fatalf("retrying task: attempt %d last error %q", got.Attempt, got.LastError)
+		}
+		for st, id := range states {
+			waiting := st == task.StateScheduled || st == task.StateRetrying
+			newDue := future.Add(time.Minute).Truncate(time.Millisecond)
+			d, err := s.Reschedule(t.Context(), id, newDue, 0, false)
+			if waiting && (err != nil || !d.Equal(newDue.UTC())) {
+				t.Fatalf("reschedule %s: %v %v", st, d, err)
+			}
+			var se *StateError
+			if !waiting && (!errors.As(err, &se) || se.State != st) {
+				t.Fatalf("reschedule %s: want conflict naming the state, got %v", st, err)
+			}
+			before, _ := s.Get(t.Context(), id)
+			err = s.Cancel(t.Context(), id)
+			if waiting && err != nil {
+				t.Fatalf("cancel %s: %v", st, err)
+			}
+			if !waiting {
+				if !errors.Is(err, ErrConflict) {
+					t.Fatalf("cancel %s: want conflict, got %v", st, err)
+				}
+				after, _ := s.Get(t.Context(), id)
+				if after.State != before.State || after.Gen != before.Gen || !after.DueAt.Equal(before.DueAt) {
+					t.Fatalf("refused cancel changed %s: %+v -> %+v", id, before, after)
+				}
+			}
+		}
+		if _, err := s.Reschedule(t.Context(), "nope", future, 0, false); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("reschedule unknown: %v", err)
+		}
+		if err := s.Cancel(t.Context(), "nope"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("cancel unknown: %v", err)
+		}
+		if _, err := s.Get(t.Context(), "nope"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("get unknown: %v", err)
+		}
+	})
+
+	t.Run("NeverTakenEarly", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		now := redisNow(t, s)
+		due := now.Add(300 * time.Millisecond).Truncate(time.Millisecond)
+		r := schedule1(t, s, mk("soon", due))
+		tk := mustTake(t, s, r.Shard, 1)
+		if len(tk.Tasks) != 0 {
+			t.Fatalf("taken %v early (now %v)", tk.Tasks[0].DueAt, tk.Now)
+		}
+		if !tk.NextDue.Equal(due) {
+			t.Fatalf("next due %v, want %v", tk.NextDue, due)
+		}
+		var got []*task.Task
+		testenv.WaitFor(t, 5*time.Second, "task taken once due", func() bool {
+			tk = mustTake(t, s, r.Shard, 1)
+			got = tk.Tasks
+			if len(got) == 0 && !tk.Now.Before(due) {
+				t.Fatalf("due at %v but not taken at Redis time %v", due, tk.Now)
+			}
+			return len(got) == 1
+		})
+		if tk.Now.Before(got[0].DueAt) {
+			t.Fatalf("taken at %v before due %v", tk.Now, got[0].DueAt)
+		}
+		if g := got[0]; g.State != task.StateFiring || g.Gen != 1 || g.Attempt != 1 || string(g.Payload) != `{"n":1}` {
+			t.Fatalf("taken task: %+v", g)
+		}
+	})
+
+	t.Run("Fencing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		r := schedule1(t, s, mk("x", time.Now().Add(-time.Millisecond)))
+		sh := r.Shard
+		taken := mustTake(t, s, sh, 10)
+		if len(taken.Tasks) != 1 {
+			t.Fatalf("taken %d", len(taken.Tasks))
+		}
+		// a newer leader adopts the shard
+		moved, err := s.Adopt(t.Context(), sh, 11)
+		if err != nil || moved != 1 {
+			t.Fatalf("adopt: moved %d, %v", moved, err)
+		}
+		// the deposed leader can neither take, ack, release nor adopt
+		if _, err := s.Take(t.Context(), sh, 10, 10, time.Minute); !errors.Is(err, ErrFenced) {
+			t.Fatalf("stale take: %v", err)
+		}
+		f := []Fired{{"x", taken.Tasks[0].Gen}}
+		if _, err := s.Ack(t.Context(), sh, 10, f); !errors.Is(err, ErrFenced) {
+			t.Fatalf("stale ack: %v", err)
+		}
+		if _, err := s.Release(t.Context(), sh, 10, f); !errors.Is(err, ErrFenced) {
+			t.Fatalf("stale release: %v", err)
+		}
+		if _, err := s.Adopt(t.Context(), sh, 9); !errors.Is(err, ErrFenced) {
+			t.Fatalf("stale adopt: %v", err)
+		}
+		// the new leader fires the task again, with a new generation
+		again := mustTake(t, s, sh, 11)
+		if len(again.Tasks) != 1 || again.Tasks[0].Gen != 2 {
+			t.Fatalf("new leader took %+v", again.Tasks)
+		}
+		// the old copy's generation is stale for the worker
+		if _, err := s.Finish(t.Context(), Finish{ID: "x", Gen: 1, Kind: Succeeded}); !errors.Is(err, ErrStale) {
+			t.Fatalf("finish of stale copy: %v", err)
+		}
+		st, _ := s.Stats(t.Context())
+		if st[sh].Token != 11 {
+			t.Fatalf("stored token %d", st[sh].Token)
+		}
+	})
+
+	t.Run("LeaseExpiryAndRelease", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		r := schedule1(t, s, mk("l", time.Now().Add(-time.Millisecond)))
+		first, err := s.Take(t.Context(), r.Shard, 1, 10, 50*time.Millisecond)
+		if err != nil || len(first.Tasks) != 1 || first.NextLease.IsZero() {
+			t.Fatalf("take: %+v %v", first, err)
+		}
+		var second Taken
+		testenv.WaitFor(t, 5*time.Second, "expired lease re-claimed", func() bool {
+			second = mustTake(t, s, r.Shard, 1)
+			return len(second.Tasks) == 1
+		})
+		if second.Tasks[0].Gen != first.Tasks[0].Gen+1 {
+			t.Fatalf("gen %d after %d", second.Tasks[0].Gen, first.Tasks[0].Gen)
+		}
+		n, err := s.Release(t.Context(), r.Shard, 1, []Fired{{"l", second.Tasks[0].Gen}})
+		if err != nil || n != 1 {
+			t.Fatalf("release: %d %v", n, err)
+		}
+		if got, _ := s.Get(t.Context(), "l"); got.State != task.StateScheduled {
+			t.Fatalf("released task is %s", got.State)
+		}
+		third := mustTake(t, s, r.Shard, 1)
+		if len(third.Tasks) != 1 {
+			t.Fatal("released task not taken again")
+		}
+		if n, err := s.Ack(t.Context(), r.Shard, 1, []Fired{{"l", third.Tasks[0].Gen}}); err != nil || n != 1 {
+			t.Fatalf("ack: %d %v", n, err)
+		}
+		if st, _ := s.Stats(t.Context()); st[r.Shard].Firing != 0 {
+			t.Fatalf("acked task still in flight")
+		}
+	})
+
+	t.Run("FinishOutcomesAndDeadSet", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		for _, id := range []string{"ok", "r", "d", "w"} {
+			schedule1(t, s, mk(id, time.Now().Add(-time.Millisecond)))
+		}
+		gen := map[string]uint64{}
+		for _, tk := range takeAll(t, s, 1) {
+			gen[tk.ID] = tk.Gen
+		}
+		mustFinish(t, s, Finish{ID: "ok", Gen: gen["ok"], Kind: Succeeded})
+		var se *StateError
+		if _, err := s.Finish(t.Context(), Finish{ID: "ok", Gen: gen["ok"], Kind: Succeeded}); !errors.As(err, &se) || se.State != task.StateSucceeded {
+			t.Fatalf("duplicate finish: %v", err)
+		}
+		st := mustFinish(t, s, Finish{ID: "r", Gen: gen["r"], Kind: Retry, Delay: time.Hour, Relative: true, Error: "500"})
+		if st != task.StateRetrying {
+			t.Fatalf("retry state %s", st)
+		}
+		st = mustFinish(t, s, Finish{ID: "w", Gen: gen["w"], Kind: Defer, Delay: time.Hour, Relative: true})
+		if got, _ := s.Get(t.Context(), "w"); st != task.StateScheduled || got.Attempt != 1 {
+			t.Fatalf("deferred: %s attempt %d", st, got.Attempt)
+		}
+		mustFinish(t, s, Finish{ID: "d", Gen: gen["d"], Kind: Dead, Error: "400 bad request"})
+		dead, err := s.ListDead(t.Context(), 10)
+		if err != nil || len(dead) != 1 || dead[0].Task.ID != "d" || dead[0].Task.LastError != "400 bad request" {
+			t.Fatalf("dead list: %+v %v", dead, err)
+		}
+		if _, err := s.Redrive(t.Context(), "ok"); !errors.Is(err, ErrConflict) {
+			t.Fatalf("redrive of a succeeded task: %v", err)
+		}
+		if _, err := s.Redrive(t.Context(), "d"); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := s.Get(t.Context(), "d")
+		if got.State != task.StateScheduled || got.Attempt != 1 {
+			t.Fatalf("redriven: %+v", got)
+		}
+		again := takeAll(t, s, 1)
+		if len(again) != 1 || again[0].ID != "d" {
+			t.Fatalf("redriven task not fired again: %v", again)
+		}
+		mustFinish(t, s, Finish{ID: "d", Gen: again[0].Gen, Kind: Dead, Error: "still bad"})
+		if err := s.DeleteDead(t.Context(), "d"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(t.Context(), "d"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("deleted dead task: %v", err)
+		}
+		if dead, _ := s.ListDead(t.Context(), 10); len(dead) != 0 {
+			t.Fatalf("dead list after delete: %v", dead)
+		}
+	})
+
+	t.Run("Retention", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{Retention: 50 * time.Millisecond})
+		r := schedule1(t, s, mk("gone", time.Now().Add(-time.Millisecond)))
+		tk := mustTake(t, s, r.Shard, 1)
+		mustFinish(t, s, Finish{ID: "gone", Gen: tk.Tasks[0].Gen, Kind: Succeeded})
+		if got, err := s.Get(t.Context(), "gone"); err != nil || got.State != task.StateSucceeded {
+			t.Fatalf("finished task not readable: %v", err)
+		}
+		testenv.WaitFor(t, 5*time.Second, "finished record purged after retention", func() bool {
+			mustTake(t, s, r.Shard, 1)
+			_, err := s.Get(t.Context(), "gone")
+			return errors.Is(err, ErrNotFound)
+		})
+	})
+
+	t.Run("WakeOnNewHead", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{Shards: 1})
+		sub := rdb.Subscribe(t.Context(), s.WakeChannel())
+		defer sub.Close()
+		if _, err := sub.Receive(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		ch := sub.Channel()
+		later := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+		schedule1(t, s, mk("later", later))
+		expectWake(t, ch, fmt.Sprintf("0:%d", later.UnixMilli()))
+		schedule1(t, s, mk("even-later", later.Add(time.Hour))) // not a new head: no wake
+		sooner := later.Add(-time.Minute)
+		schedule1(t, s, mk("sooner", sooner))
+		expectWake(t, ch, fmt.Sprintf("0:%d", sooner.UnixMilli()))
+	})
+
+	t.Run("ShardCountMismatchRefused", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{Shards: 8})
+		_, err := New(t.Context(), rdb, Options{Namespace: s.Namespace(), Shards: 16})
+		if !errors.Is(err, ErrShardMismatch) || !strings.Contains(err.Error(), "has 8 shards") {
+			t.Fatalf("want a clear shard mismatch, got %v", err)
+		}
+		if _, err := New(t.Context(), rdb, Options{Namespace: s.Namespace(), Shards: 8}); err != nil {
+			t.Fatalf("same count refused: %v", err)
+		}
+	})
+
+	t.Run("ScriptCacheFlushed", func(t *testing.T) {
+		s := newStore(t, rdb, Options{})
+		flush(t, rdb)
+		if r := schedule1(t, s, mk("nc", time.Now().Add(time.Hour))); r.Outcome != Created {
+			t.Fatalf("after SCRIPT FLUSH: %+v", r)
+		}
+		flush(t, rdb)
+		if err := s.Cancel(t.Context(), "nc"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func flush(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	var err error
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		err = c.ForEachShard(t.Context(), func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
+	} else {
+		err = rdb.ScriptFlush(t.Context()).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func expectWake(t *testing.T, ch <-chan *redis.Message, want string) {
+	t.Helper()
+	select {
+	case m := <-ch:
+		if m.Payload != want {
+			t.Fatalf("wake %q, want %q", m.Payload, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no wake-up %q", want)
+	}
+}
+
+func takeAll(t *testing.T, s *Store, token int64) []*task.Task {
+	t.Helper()
+	var all []*task.Task
+	for sh := range s.Shards() {
+		all = append(all, mustTake(t, s, sh, token).Tasks...)
+	}
+	return all
+}
+
+func ackOn(t *testing.T, s *Store, id string, gen map[string]uint64) {
+	t.Helper()
+	if n, err := s.Ack(t.Context(), s.Shard(id), 1, []Fired{{id, gen[id]}}); err != nil || n != 1 {
+		t.Fatalf("ack %s: %d %v", id, n, err)
+	}
+}
+
+func mustFinish(t *testing.T, s *Store, f Finish) task.State {
+	t.Helper()
+	st, err := s.Finish(t.Context(), f)
+	if err != nil {
+		t.Fatalf("finish %s %s: %v", f.ID, f.Kind, err)
+	}
+	return st
+}
+
+func TestShardRoutingIsStable(t *testing.T) {
+	// Golden values: these must never change, every process of a namespace
+	// (and every version of delayq) has to route an id to the same shard.
+	// ("a": FNV-1a 32 is 0xe40c292c, so shard 12 of 16; bucket 'a' = 97.)
+	cases := []struct {
+		id     string
+		n      int
+		shard  int
+		bucket int
+	}{
+		{"a", 16, 12, 97},
+		{"order-123", 16, 10, 1350},
+		{"0192d3f4-0001-7abc-8def-000000000001", 16, 10, 219},
+	}
+	for _, c := range cases {
+		if got := ShardOf(c.id, c.n); got != c.shard {
+			t.Errorf("ShardOf(%q, %d) = %d, want %d", c.id, c.n, got, c.shard)
+		}
+		if got := bucketOf(c.id); got != c.bucket {
+			t.Errorf("bucketOf(%q) = %d, want %d", c.id, got, c.bucket)
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// State is where a task is in its life. The names are part of the API contract.
+type State string
+
+// The states, exactly as the API names them.
+const (
+	StateJournaled State = "journaled" // only in a daemon's local journal so far
+	StateScheduled State = "scheduled" // waiting in its shard's due set
+	StateFiring    State = "firing"    // claimed by a shard leader, lease running
+	StateFired     State = "fired"     // confirmed in Kafka
+	StateSucceeded State = "succeeded" // a worker's handler finished
+	StateRetrying  State = "retrying"  // back in the due set with attempt+1
+	StateDead      State = "dead"      // out of attempts or failed permanently
+	StateCancelled State = "cancelled" // cancelled before it fired
+)
+
+// Terminal reports whether no further transition but redrive can happen.
+func (s State) Terminal() bool {
+	return s == StateSucceeded || s == StateDead || s == StateCancelled
+}
+
+// Limits and defaults shared by every entry point.
+const (
+	MaxIDLen           = 200
+	MaxTypeLen         = 200
+	MaxTopicLen        = 249 // Kafka's own limit
+	MaxHeaders         = 64
+	DefaultMaxAttempts = 10
+	MaxMaxAttempts     = 1000
+	MaxTimeout         = 24 * time.Hour
+	DefaultTopic       = "dq.tasks"
+)
+
+// Task is one delayed task. The first group of fields is set by the producer
+// and never changes once scheduled (except DueAt); the second group is kept
+// by the store.
+type Task struct {
+	ID          string
+	Type        string
+	Payload     []byte
+	PayloadJSON bool // Payload is a JSON value (sent with content type application/json)
+	DueAt       time.Time
+	Topic       string // empty: the default topic
+	Key         string // empty: the id
+	Headers     map[string]string
+	MaxAttempts int           // 0: DefaultMaxAttempts
+	Timeout     time.Duration // 0: the worker's default
+	Priority    int
+
+	State     State
+	Attempt   int    // 1-based number of the current (or next) execution
+	Gen       uint64 // fire generation: increases every time the task is taken for firing
+	Shard     int
+	LastError string
+}
+
+// ContentType is the MIME type of the payload.
+func (t *Task) ContentType() string {
+	if t.PayloadJSON {
+		return "application/json"
+	}
+	return "application/octet-stream"
+}
+
+// KafkaKey is the record key: the task's key, or its id.
+func (t *Task) KafkaKey() string {
+	if t.Key != "" {
+		return t.Key
+	}
+	return t.ID
+}
+
+// Attempts is the effective maximum number of attempts.
+func (t *Task) Attempts() int {
+	if t.MaxAttempts <= 0 {
+		return DefaultMaxAttempts
+	}
+	return t.MaxAttempts
+}
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("invalid task")
+
+// FieldError says which field is wrong and why.
+type FieldError struct {
+	Field, Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ValidateID checks a task id: 1..MaxIDLen bytes of printable UTF-8 with no
+// white space or control characters.
+func ValidateID(id string) error {
+	if id == "" {
+		return invalid("id", "must not be empty")
+	}
+	if len(id) > MaxIDLen {
+		return invalid("id", "longer than %d bytes", MaxIDLen)
+	}
+	if !utf8.ValidString(id) {
+		return invalid("id", "not valid UTF-8")
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return invalid("id", "contains a control or white-space character (%U)", r)
+		}
+	}
+	return nil
+}
+
+// Validate checks every producer-set field.
+func (t *Task) Validate() error {
+	if err := ValidateID(t.ID); err != nil {
+		return err
+	}
+	if t.Type == "" {
+		return invalid("type", "is required")
+	}
+	if len(t.Type) > MaxTypeLen || !printable(t.Type) {
+		return invalid("type", "must be 1..%d printable characters without white space", MaxTypeLen)
+	}
+	if len(t.Topic) > MaxTopicLen || !validTopic(t.Topic) {
+		return invalid("topic", "must be up to %d characters of [a-zA-Z0-9._-]", MaxTopicLen)
+	}
+	if len(t.Key) > MaxIDLen {
+		return invalid("key", "longer than %d bytes", MaxIDLen)
+	}
+	if len(t.Headers) > MaxHeaders {
+		return invalid("headers", "more than %d headers", MaxHeaders)
+	}
+	for k, v := range t.Headers {
+		if k == "" || len(k) > 256 || strings.HasPrefix(strings.ToLower(k), "dq-") || !printable(k) {
+			return invalid("headers", "bad header name %q (1..256 printable characters, not starting with dq-)", k)
+		}
+		if len(v) > 4096 {
+			return invalid("headers", "value of %q longer than 4096 bytes", k)
+		}
+	}
+	if t.MaxAttempts < 0 || t.MaxAttempts > MaxMaxAttempts {
+		return invalid("max_attempts", "must be between 1 and %d", MaxMaxAttempts)
+	}
+	if t.Timeout < 0 || t.Timeout > MaxTimeout {
+		return invalid("timeout", "must be between 0 and %s", MaxTimeout)
+	}
+	if t.Priority < -1000 || t.Priority > 1000 {
+		return invalid("priority", "must be between -1000 and 1000")
+	}
+	if t.DueAt.IsZero() {
+		return invalid("due_at", "is required")
+	}
+	if y := t.DueAt.Year(); y < 1970 || y > 9999 {
+		return invalid("due_at", "out of range")
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func validTopic(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return s != "." && s != ".."
+}
+
+// Millis is t as Unix milliseconds, the unit every stored time uses.
+func Millis(t time.Time) int64 { return t.UnixMilli() }
+
+// FromMillis is the inverse of Millis, in UTC.
+func FromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
