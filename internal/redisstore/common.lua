@@ -2,10 +2,12 @@
 --
 -- A task record is one field of a bucket hash (prefix .. "t:" .. bucket):
 --   field = task id
---   value = <state>:<gen>:<attempt>:<due_ms>:<body>
--- state is one character: s scheduled, r retrying, f firing, F fired,
--- S succeeded, d dead, c cancelled. body is the task's immutable encoding
--- (package task), compared byte for byte to recognise identical re-submits.
+--   value = <state: 1 byte> <gen: uint32> <attempt: uint16> <due ms: uint48> <body>
+-- (integers big-endian; see decodeRecord in store.go). state is one
+-- character: s scheduled, r retrying, f firing, F fired, S succeeded, d dead,
+-- c cancelled. body is the task's immutable encoding (package task), compared
+-- byte for byte to recognise identical re-submits. The header is binary to
+-- keep a pending task under 300 bytes of Redis memory.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -13,17 +15,12 @@ local function now_ms()
 end
 
 local function parse(v)
-  local i1 = string.find(v, ':', 3, true)
-  local i2 = string.find(v, ':', i1 + 1, true)
-  local i3 = string.find(v, ':', i2 + 1, true)
-  return string.sub(v, 1, 1), tonumber(string.sub(v, 3, i1 - 1)),
-    tonumber(string.sub(v, i1 + 1, i2 - 1)), tonumber(string.sub(v, i2 + 1, i3 - 1)),
-    string.sub(v, i3 + 1)
+  local gen, att, due, pos = struct.unpack('>I4I2I6', v, 2)
+  return string.sub(v, 1, 1), gen, att, due, string.sub(v, pos)
 end
 
 local function record(state, gen, attempt, due, body)
-  return state .. ':' .. string.format('%d', gen) .. ':' .. string.format('%d', attempt) .. ':' ..
-    string.format('%d', due) .. ':' .. body
+  return state .. struct.pack('>I4I2I6', gen, attempt, due) .. body
 end
 
 -- the same function as bucketOf in keys.go

@@ -14,12 +14,12 @@ const BucketsPerShard = 4096
 // keys names every Redis key and channel of one namespace. All keys of a
 // shard share the hash tag {<ns>:<shard>}; namespace-wide keys use {<ns>}.
 type keys struct {
-	ns      string
-	shards  int
-	prefix  []string // per shard: "dq:{<ns>:<i>}:"
-	meta    string
-	wake    string
-	limits  string
+	ns     string
+	shards int
+	prefix []string // per shard: "dq:{<ns>:<i>}:"
+	meta   string
+	wake   string
+	limits string
 }
 
 func newKeys(ns string, shards int) keys {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -122,38 +123,27 @@ var stateNames = map[string]task.State{
 	"S": task.StateSucceeded, "d": task.StateDead, "c": task.StateCancelled,
 }
 
+// recordHeader is the size of a record's binary header (see common.lua).
+const recordHeader = 1 + 4 + 2 + 6
+
 // decodeRecord turns a stored record into a task.
 func decodeRecord(id, rec string, shard int) (*task.Task, error) {
-	var parts [4]string
-	rest := rec
-	for i := range parts {
-		j := indexByte(rest, ':')
-		if j < 0 {
-			return nil, fmt.Errorf("record of %s: %w", id, task.ErrCorrupt)
-		}
-		parts[i], rest = rest[:j], rest[j+1:]
+	if len(rec) < recordHeader {
+		return nil, fmt.Errorf("record of %s: %w: %d bytes", id, task.ErrCorrupt, len(rec))
 	}
-	st, ok := stateNames[parts[0]]
-	gen, err1 := strconv.ParseUint(parts[1], 10, 64)
-	att, err2 := strconv.Atoi(parts[2])
-	due, err3 := strconv.ParseInt(parts[3], 10, 64)
-	if !ok || err1 != nil || err2 != nil || err3 != nil {
-		return nil, fmt.Errorf("record of %s: %w: bad header %q", id, task.ErrCorrupt, rec[:min(len(rec), 40)])
+	st, ok := stateNames[rec[:1]]
+	if !ok {
+		return nil, fmt.Errorf("record of %s: %w: state %q", id, task.ErrCorrupt, rec[:1])
 	}
-	t := &task.Task{ID: id, State: st, Gen: gen, Attempt: att, DueAt: task.FromMillis(due), Shard: shard}
-	if err := task.DecodeBody([]byte(rest), t); err != nil {
+	b := []byte(rec)
+	gen := binary.BigEndian.Uint32(b[1:5])
+	att := binary.BigEndian.Uint16(b[5:7])
+	due := int64(binary.BigEndian.Uint16(b[7:9]))<<32 | int64(binary.BigEndian.Uint32(b[9:13]))
+	t := &task.Task{ID: id, State: st, Gen: uint64(gen), Attempt: int(att), DueAt: task.FromMillis(due), Shard: shard}
+	if err := task.DecodeBody(b[recordHeader:], t); err != nil {
 		return nil, fmt.Errorf("record of %s: %w", id, err)
 	}
 	return t, nil
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // reply is the {code, state, due} answer most scripts give.

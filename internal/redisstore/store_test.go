@@ -138,7 +138,7 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		}
 		changed := mk("fired", due)
 		changed.Payload = []byte(`"other"`)
-		subs = append(subs, Submit{Task: changed}, Submit{Task: mk("b0", time.Now().Add(time.Hour))})
+		subs = append(subs, Submit{Task: changed}, Submit{Task: mk("b0", time.Now().Add(2*time.Hour))})
 		res, err := s.Schedule(t.Context(), subs)
 		if err != nil {
 			t.Fatal(err)
@@ -531,5 +531,23 @@ func TestShardRoutingIsStable(t *testing.T) {
 		if got := bucketOf(c.id); got != c.bucket {
 			t.Errorf("bucketOf(%q) = %d, want %d", c.id, got, c.bucket)
 		}
+	}
+}
+
+func TestMemoryAdvice(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.Client(t)
+	s, err := New(t.Context(), rdb, Options{Namespace: "advice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := s.MemoryAdvice(t.Context()); a != "" {
+		t.Fatalf("recommended settings (testenv) flagged: %s", a)
+	}
+	if err := rdb.ConfigSet(t.Context(), "hash-max-listpack-value", "64").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if a := s.MemoryAdvice(t.Context()); !strings.Contains(a, "hash-max-listpack-value") {
+		t.Fatalf("default settings not flagged: %q", a)
 	}
 }

@@ -9,49 +9,78 @@ import (
 )
 
 // The body is the immutable part of a task as the store keeps it: a version
-// byte, then uvarint-length-prefixed strings and uvarint numbers. It is
-// compact on purpose (memory per pending task is a published figure) and
-// deterministic (equal tasks encode to equal bytes, which is how the store
-// recognises an identical re-submit).
+// byte, a byte of flags saying which optional fields follow, then the type and
+// payload and the optional fields as uvarint-length-prefixed strings and
+// uvarints. It is compact on purpose (memory per pending task is a published
+// figure: a task with only a type and a payload costs 3 bytes beyond them)
+// and deterministic (equal tasks encode to equal bytes, which is how the
+// store recognises an identical re-submit).
 const bodyVersion = 1
 
-const flagJSON = 1
+const (
+	flagJSON = 1 << iota
+	flagTopic
+	flagKey
+	flagHeaders
+	flagAttempts
+	flagTimeout
+	flagPriority
+	flagAll = 1<<iota - 1
+)
 
 // ErrCorrupt is returned for a body that cannot be decoded.
 var ErrCorrupt = errors.New("corrupt task body")
 
 // EncodeBody encodes the producer-set fields except ID and DueAt.
 func EncodeBody(t *Task) []byte {
-	n := 16 + len(t.Type) + len(t.Payload) + len(t.Topic) + len(t.Key)
+	n := 8 + len(t.Type) + len(t.Payload) + len(t.Topic) + len(t.Key)
 	for k, v := range t.Headers {
 		n += len(k) + len(v) + 4
 	}
+	var flags byte
+	set := func(f byte, on bool) {
+		if on {
+			flags |= f
+		}
+	}
+	set(flagJSON, t.PayloadJSON)
+	set(flagTopic, t.Topic != "")
+	set(flagKey, t.Key != "")
+	set(flagHeaders, len(t.Headers) > 0)
+	set(flagAttempts, t.MaxAttempts > 0)
+	set(flagTimeout, t.Timeout.Milliseconds() > 0)
+	set(flagPriority, t.Priority != 0)
 	b := make([]byte, 0, n)
-	b = append(b, bodyVersion)
+	b = append(b, bodyVersion, flags)
 	b = appendString(b, t.Type)
 	b = appendBytes(b, t.Payload)
-	var flags uint64
-	if t.PayloadJSON {
-		flags |= flagJSON
+	if flags&flagTopic != 0 {
+		b = appendString(b, t.Topic)
 	}
-	b = binary.AppendUvarint(b, flags)
-	b = appendString(b, t.Topic)
-	b = appendString(b, t.Key)
-	b = binary.AppendUvarint(b, uint64(len(t.Headers)))
-	if len(t.Headers) > 0 {
+	if flags&flagKey != 0 {
+		b = appendString(b, t.Key)
+	}
+	if flags&flagHeaders != 0 {
 		keys := make([]string, 0, len(t.Headers))
 		for k := range t.Headers {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
+		b = binary.AppendUvarint(b, uint64(len(keys)))
 		for _, k := range keys {
 			b = appendString(b, k)
 			b = appendString(b, t.Headers[k])
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(max(t.MaxAttempts, 0)))
-	b = binary.AppendUvarint(b, uint64(max(t.Timeout.Milliseconds(), 0)))
-	b = binary.AppendVarint(b, int64(t.Priority))
+	if flags&flagAttempts != 0 {
+		b = binary.AppendUvarint(b, uint64(t.MaxAttempts))
+	}
+	if flags&flagTimeout != 0 {
+		b = binary.AppendUvarint(b, uint64(t.Timeout.Milliseconds()))
+	}
+	if flags&flagPriority != 0 {
+		b = binary.AppendVarint(b, int64(t.Priority))
+	}
 	return b
 }
 
@@ -64,39 +93,64 @@ func DecodeBody(b []byte, t *Task) error {
 		}
 		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
 	}
+	flags := d.byte()
+	if flags&^flagAll != 0 {
+		return fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, flags)
+	}
 	t.Type = d.string()
 	t.Payload = d.bytes()
-	flags := d.uvarint()
 	t.PayloadJSON = flags&flagJSON != 0
-	t.Topic = d.string()
-	t.Key = d.string()
-	nh := d.uvarint()
-	if nh > MaxHeaders {
-		return fmt.Errorf("%w: %d headers", ErrCorrupt, nh)
+	t.Topic, t.Key, t.Headers = "", "", nil
+	t.MaxAttempts, t.Timeout, t.Priority = 0, 0, 0
+	if flags&flagTopic != 0 {
+		t.Topic = d.nonEmpty()
 	}
-	t.Headers = nil
-	if nh > 0 {
+	if flags&flagKey != 0 {
+		t.Key = d.nonEmpty()
+	}
+	if flags&flagHeaders != 0 {
+		nh := d.uvarint()
+		if nh == 0 || nh > MaxHeaders {
+			return fmt.Errorf("%w: %d headers", ErrCorrupt, nh)
+		}
 		t.Headers = make(map[string]string, nh)
-		for range nh {
+		prev := ""
+		for i := range nh {
 			k := d.string()
+			if d.err == nil && i > 0 && k <= prev {
+				return fmt.Errorf("%w: headers not in canonical order", ErrCorrupt)
+			}
+			prev = k
 			t.Headers[k] = d.string()
 		}
 	}
-	ma := d.uvarint()
-	to := d.uvarint()
-	pr := d.varint()
+	if flags&flagAttempts != 0 {
+		ma := d.uvarint()
+		if ma == 0 || ma > MaxMaxAttempts {
+			return fmt.Errorf("%w: max attempts %d", ErrCorrupt, ma)
+		}
+		t.MaxAttempts = int(ma)
+	}
+	if flags&flagTimeout != 0 {
+		to := d.uvarint()
+		if to == 0 || to > uint64(MaxTimeout.Milliseconds()) {
+			return fmt.Errorf("%w: timeout %d", ErrCorrupt, to)
+		}
+		t.Timeout = time.Duration(to) * time.Millisecond
+	}
+	if flags&flagPriority != 0 {
+		pr := d.varint()
+		if pr == 0 || pr < -1000 || pr > 1000 {
+			return fmt.Errorf("%w: priority %d", ErrCorrupt, pr)
+		}
+		t.Priority = int(pr)
+	}
 	if d.err != nil {
 		return d.err
 	}
 	if len(d.b) != 0 {
 		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
 	}
-	if ma > MaxMaxAttempts || to > uint64(MaxTimeout.Milliseconds()) || pr < -1000 || pr > 1000 {
-		return fmt.Errorf("%w: field out of range", ErrCorrupt)
-	}
-	t.MaxAttempts = int(ma)
-	t.Timeout = time.Duration(to) * time.Millisecond
-	t.Priority = int(pr)
 	return nil
 }
 
@@ -167,3 +221,12 @@ func (d *decoder) bytes() []byte {
 }
 
 func (d *decoder) string() string { return string(d.bytes()) }
+
+// nonEmpty reads an optional string whose flag says it is present.
+func (d *decoder) nonEmpty() string {
+	s := d.string()
+	if s == "" && d.err == nil {
+		d.err = fmt.Errorf("%w: empty optional field", ErrCorrupt)
+	}
+	return s
+}

@@ -1,0 +1,66 @@
+package redisstore
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+// BenchmarkMemoryPerTask schedules 1,000,000 pending tasks (36-character
+// UUID-like ids, 64-byte payload, type "order.cancel", 16 shards) on a fresh
+// redis-server and reports INFO memory used_memory growth per task.
+//
+//	go test ./internal/redisstore -run '^$' -bench BenchmarkMemoryPerTask -benchtime 1x
+func BenchmarkMemoryPerTask(b *testing.B) {
+	const n = 1_000_000
+	for range b.N {
+		r := testenv.StartRedis(b)
+		rdb := r.Client(b)
+		s, err := New(b.Context(), rdb, Options{Namespace: "mem"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := usedMemory(b, rdb)
+		payload := bytes.Repeat([]byte("p"), 64)
+		due := time.Now().Add(24 * time.Hour)
+		subs := make([]Submit, 0, 1000)
+		for i := 0; i < n; i += 1000 {
+			subs = subs[:0]
+			for j := i; j < i+1000; j++ {
+				id := fmt.Sprintf("0192d3f4-%04x-7abc-8def-%012d", j%65536, j)
+				subs = append(subs, Submit{Task: &task.Task{ID: id, Type: "order.cancel", Payload: payload, DueAt: due.Add(time.Duration(j) * time.Millisecond)}})
+			}
+			if _, err := s.Schedule(b.Context(), subs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		after := usedMemory(b, rdb)
+		per := float64(after-before) / n
+		b.ReportMetric(per, "bytes/task")
+		b.Logf("method: %d tasks, 36-byte ids, 64-byte payload, 16 shards; INFO memory used_memory delta / tasks = %.1f bytes/task", n, per)
+	}
+}
+
+func usedMemory(tb testing.TB, rdb *redis.Client) int64 {
+	tb.Helper()
+	info, err := rdb.Info(tb.Context(), "memory").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	tb.Fatal("no used_memory in INFO")
+	return 0
+}
