@@ -1,0 +1,28 @@
+// Package ratelimit provides delayq's per-task-type rate limits: rules
+// stored in etcd and watched live by every worker, enforced atomically in
+// Redis so that all work processes share them, and an HTTP API to manage
+// them.
+//
+// Three kinds of limit, any subset per type (Rule):
+//
+//   - window quota: at most Limit tasks per fixed window, windows aligned on
+//     Redis' clock; a batch straddling the quota is partly admitted;
+//   - token bucket: Rate per second refilled continuously at millisecond
+//     granularity, up to Burst; below Reserve tokens only tasks with
+//     priority >= MinPriority may take one;
+//   - concurrency: at most Limit tasks running at once; a slot expires after
+//     SlotTTL, so a crashed worker's slots come back.
+//
+// The pieces and their seams:
+//
+//   - Rules (etcdrules.go): Put/Delete/Get/List in etcd under
+//     /<ns>/limits/<type>, and Run(ctx), a watcher keeping an in-memory
+//     snapshot that Rule(type) reads without blocking.
+//   - Limiter (limiter.go): Admit(ctx, []Item) decides a fetched batch in
+//     one Redis round trip (a type without a rule costs none); deferred
+//     items carry NotBefore, the moment they can pass; Done frees a slot.
+//     AdmitWindow, TakeTokens, Acquire/Release/RefreshSlot and Usage are
+//     the single-limit building blocks. Each atomic check is one Lua script
+//     (*.lua, next to its caller); "now" is Redis TIME inside the script.
+//   - NewAPI (api.go): GET /v1/limits, GET/PUT/DELETE /v1/limits/{type}.
+package ratelimit

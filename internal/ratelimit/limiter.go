@@ -1,0 +1,616 @@
+package ratelimit
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// Reasons a task is deferred (Decision.Reason, the deferred metric's label).
+const (
+	ReasonWindowQuota = "window_quota"
+	ReasonTokenBucket = "token_bucket"
+	ReasonConcurrency = "concurrency"
+)
+
+// maxScriptItems bounds the slots one admit script adds (one ZADD); a
+// larger group is split into several scripts sent in the same pipeline.
+const maxScriptItems = 500
+
+// DefaultConcurrencyRetry is how long a task held back by a full
+// concurrency limit waits before it is tried again.
+const DefaultConcurrencyRetry = 250 * time.Millisecond
+
+//go:embed common.lua
+var commonLua string
+
+//go:embed admit.lua
+var admitLua string
+
+//go:embed window.lua
+var windowLua string
+
+//go:embed tokens.lua
+var tokensLua string
+
+//go:embed acquire.lua
+var acquireLua string
+
+//go:embed refresh.lua
+var refreshLua string
+
+//go:embed usage.lua
+var usageLua string
+
+func script(src string) *redis.Script { return redis.NewScript(commonLua + "\n" + src) }
+
+var (
+	admitScript   = script(admitLua)
+	windowScript  = script(windowLua)
+	tokensScript  = script(tokensLua)
+	acquireScript = script(acquireLua)
+	refreshScript = script(refreshLua)
+	usageScript   = script(usageLua)
+)
+
+// Options configure a Limiter.
+type Options struct {
+	// Namespace of the Redis keys; default "dq".
+	Namespace string
+	// Registerer receives the delayq_limit_* metrics; nil keeps them
+	// unregistered.
+	Registerer prometheus.Registerer
+	// ConcurrencyRetry is how long a task held back by a full concurrency
+	// limit waits (±20% jitter); default DefaultConcurrencyRetry.
+	ConcurrencyRetry time.Duration
+}
+
+// Limiter enforces the rate limits of task types in Redis, atomically and
+// shared by every process of a namespace. It is safe for concurrent use.
+type Limiter struct {
+	rdb   redis.UniversalClient
+	rules RuleSource
+	ns    string
+	retry time.Duration
+	m     *metrics
+
+	id    string        // random per Limiter: slot ids are id-seq
+	seq   atomic.Uint64 // slot id counter
+	shift atomic.Int64  // ms added to Redis TIME; set by tests only
+}
+
+// NewLimiter returns a limiter on rdb whose rules come from rules (nil: no
+// type is limited; the low-level methods and Usage still work).
+func NewLimiter(rdb redis.UniversalClient, rules RuleSource, o Options) (*Limiter, error) {
+	if o.Namespace == "" {
+		o.Namespace = "dq"
+	}
+	if o.ConcurrencyRetry <= 0 {
+		o.ConcurrencyRetry = DefaultConcurrencyRetry
+	}
+	if r, ok := rules.(*Rules); ok && r == nil {
+		rules = nil // a nil *Rules means no rules, not a nil-pointer panic later
+	}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("rate-limit metrics: %w", err)
+	}
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	return &Limiter{
+		rdb: rdb, rules: rules, ns: o.Namespace, retry: o.ConcurrencyRetry, m: m,
+		id: hex.EncodeToString(id[:]),
+	}, nil
+}
+
+// Item is one fetched task as the limiter sees it.
+type Item struct {
+	ID       string
+	Type     string
+	Priority int
+}
+
+// Decision says whether an item runs now. A deferred item (Run false) must
+// go back to Redis due at NotBefore — not as a failure, not as an attempt.
+// An item that runs must be passed to Done when its handler finished.
+type Decision struct {
+	Run       bool
+	NotBefore time.Time // deferred: the moment it can pass (by Redis' clock)
+	Reason    string    // deferred: ReasonWindowQuota, ReasonTokenBucket or ReasonConcurrency
+
+	slot   string // concurrency slot held while it runs
+	window int64  // quota window (start ms) an admitted item counted in
+}
+
+// Slot is the concurrency slot the item holds while it runs ("" if none).
+func (d Decision) Slot() string { return d.slot }
+
+// state is what a script reports about a type after deciding.
+type state struct {
+	now         int64
+	windowStart int64
+	windowCount int64
+	tokens      float64
+	running     int64
+	earliest    int64 // earliest slot expiry when the concurrency limit is full, else -1
+}
+
+// group is the items of one limited type in a batch, highest priority
+// first.
+type group struct {
+	typ   string
+	rule  Rule
+	keys  []string
+	idx   []int // item indexes in decision order
+	high  int   // how many of idx are at or above the bucket's min priority (all without a bucket)
+	calls []*call
+}
+
+// call is one script run, kept so that it can be re-sent after NOSCRIPT.
+type call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+	first  int    // admit: position in idx of the call's first item
+	n      int    // admit: how many items it decides
+	prefix string // admit: slot id prefix (with a concurrency limit)
+}
+
+// Admit decides a fetched batch. Items are grouped by type; a type without
+// a rule runs without any Redis call. For a limited type the items are
+// taken highest priority first (fetch order among equals) and each must
+// pass the window quota, then the token bucket, then the concurrency
+// limit; only items that pass all three consume quota, a token and a slot.
+// All limited types of a batch are decided in one Redis round trip (one
+// script per type, pipelined).
+//
+// Decisions are in the order of items. On error no decision is returned
+// (slots taken meanwhile are given back); quota or tokens may have been
+// consumed, which can only make the limit stricter. The caller retries the
+// batch later.
+func (l *Limiter) Admit(ctx context.Context, items []Item) ([]Decision, error) {
+	out := make([]Decision, len(items))
+	for i := range out {
+		out[i].Run = true
+	}
+	if l.rules == nil || len(items) == 0 {
+		return out, nil
+	}
+	groups := l.group(items)
+	if len(groups) == 0 {
+		return out, nil
+	}
+	shift := l.shift.Load()
+	var calls []*call
+	for _, g := range groups {
+		for first := 0; first < len(g.idx); first += maxScriptItems {
+			c := l.admitCall(g, first, min(first+maxScriptItems, len(g.idx)), shift)
+			g.calls = append(g.calls, c)
+			calls = append(calls, c)
+		}
+	}
+	l.exec(ctx, calls)
+	var firstErr error
+	for _, g := range groups {
+		if err := l.decide(g, items, out); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		l.giveBack(ctx, groups, out)
+		return nil, firstErr
+	}
+	return out, nil
+}
+
+// group collects the items of limited types. Runs of one type (the common
+// batch) cost one rule lookup.
+func (l *Limiter) group(items []Item) []*group {
+	var (
+		groups []*group
+		byType map[string]*group // nil value: the type has no rule
+		last   string
+		lastG  *group
+		seen   bool
+	)
+	for i := range items {
+		typ := items[i].Type
+		if !seen || typ != last {
+			g, ok := byType[typ]
+			if !ok {
+				if rule, has := l.rules.Rule(typ); has {
+					g = &group{typ: typ, rule: rule, keys: typeKeys(l.ns, typ)}
+					groups = append(groups, g)
+				} else if _, gauged := l.m.types.Load(typ); gauged {
+					l.m.forget(typ)
+				}
+				if byType == nil {
+					byType = make(map[string]*group, 4)
+				}
+				byType[typ] = g
+			}
+			last, lastG, seen = typ, g, true
+		}
+		if lastG != nil {
+			lastG.idx = append(lastG.idx, i)
+		}
+	}
+	for _, g := range groups {
+		slices.SortStableFunc(g.idx, func(a, b int) int { return cmp.Compare(items[b].Priority, items[a].Priority) })
+		g.high = len(g.idx)
+		if b := g.rule.TokenBucket; b != nil {
+			g.high = sort.Search(len(g.idx), func(k int) bool { return items[g.idx[k]].Priority < b.MinPriority })
+		}
+	}
+	return groups
+}
+
+// admitCall builds the admit script for the items at positions
+// [from, to) of g.idx.
+func (l *Limiter) admitCall(g *group, from, to int, shift int64) *call {
+	c := &call{script: admitScript, keys: g.keys, first: from, n: to - from}
+	args := make([]any, 0, 11)
+	args = append(args, shift)
+	if q := g.rule.WindowQuota; q != nil {
+		args = append(args, q.Limit, q.Window.D().Milliseconds())
+	} else {
+		args = append(args, 0, 0)
+	}
+	if b := g.rule.TokenBucket; b != nil {
+		args = append(args, strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst, b.Reserve)
+	} else {
+		args = append(args, 0, 0, 0)
+	}
+	if cc := g.rule.Concurrency; cc != nil {
+		args = append(args, cc.Limit, cc.SlotTTL.D().Milliseconds())
+		c.prefix = l.id + "-" + strconv.FormatUint(l.seq.Add(1), 36) + ":"
+	} else {
+		args = append(args, 0, 0)
+	}
+	high := min(max(g.high-from, 0), c.n)
+	c.args = append(args, c.n, high, c.prefix)
+	return c
+}
+
+// exec sends calls in one round trip: a single call with EVALSHA (EVAL on
+// NOSCRIPT), several in a pipeline, re-sending those that met NOSCRIPT
+// (after a Redis restart) one by one, which loads the script.
+func (l *Limiter) exec(ctx context.Context, calls []*call) {
+	if len(calls) == 1 {
+		c := calls[0]
+		c.cmd = c.script.Run(ctx, l.rdb, c.keys, c.args...)
+		return
+	}
+	pipe := l.rdb.Pipeline()
+	for _, c := range calls {
+		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			c.cmd = c.script.Run(ctx, l.rdb, c.keys, c.args...)
+		}
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// decide turns g's script results into decisions.
+func (l *Limiter) decide(g *group, items []Item, out []Decision) error {
+	var (
+		admitted  int
+		deferred  [3]int
+		tokenWait int // token-deferred items so far: each waits for one more token
+		st        state
+	)
+	for _, c := range g.calls {
+		vals, err := c.cmd.Slice()
+		if err != nil {
+			return fmt.Errorf("admit %s: %w", g.typ, err)
+		}
+		var take int
+		var why [2]int64 // what holds back the next high and the next low item
+		st, take, why, err = parseAdmit(vals)
+		if err != nil {
+			return fmt.Errorf("admit %s: %w", g.typ, err)
+		}
+		if take < 0 || take > c.n {
+			return fmt.Errorf("admit %s: script admitted %d of %d", g.typ, take, c.n)
+		}
+		for k := range c.n {
+			pos := c.first + k
+			i := g.idx[pos]
+			d := &out[i]
+			if k < take {
+				admitted++
+				if c.prefix != "" {
+					d.slot = c.prefix + strconv.Itoa(k+1)
+				}
+				d.window = st.windowStart
+				continue
+			}
+			reason := why[0]
+			if pos >= g.high {
+				reason = why[1]
+			}
+			d.Run = false
+			switch reason {
+			case 1:
+				d.Reason = ReasonWindowQuota
+				d.NotBefore = time.UnixMilli(st.windowStart + g.rule.WindowQuota.Window.D().Milliseconds())
+			case 2:
+				d.Reason = ReasonTokenBucket
+				d.NotBefore = time.UnixMilli(st.now + tokenWaitMs(g.rule.TokenBucket, items[i].Priority, st.tokens, tokenWait))
+				tokenWait++
+			case 3:
+				d.Reason = ReasonConcurrency
+				d.NotBefore = time.UnixMilli(l.concurrencyRetry(st))
+			default:
+				return fmt.Errorf("admit %s: item %d held back for reason %d", g.typ, pos, reason)
+			}
+			deferred[reason-1]++
+		}
+	}
+	l.m.observe(g.typ, g.rule, admitted, deferred, st)
+	return nil
+}
+
+// tokenWaitMs is how long until the bucket holds the token of the ahead+1-th
+// waiting item: one token per item ahead of it, plus the reserve for an item
+// below the bucket's min priority.
+func tokenWaitMs(b *TokenBucket, priority int, tokens float64, ahead int) int64 {
+	need := float64(ahead) + 1 - tokens
+	if priority < b.MinPriority {
+		need += float64(b.Reserve)
+	}
+	ms := int64(math.Ceil(need * 1000 / b.Rate))
+	return max(ms, 1)
+}
+
+// concurrencyRetry is when a task held back by a full concurrency limit
+// tries again: after the retry delay with jitter, or when the earliest slot
+// expires if that is sooner.
+func (l *Limiter) concurrencyRetry(st state) int64 {
+	wait := float64(l.retry.Milliseconds()) * (0.8 + 0.4*mrand.Float64())
+	at := st.now + max(int64(wait), 1)
+	if st.earliest > st.now && st.earliest < at {
+		at = st.earliest
+	}
+	return at
+}
+
+// giveBack releases the slots of admitted items after a failed Admit.
+func (l *Limiter) giveBack(ctx context.Context, groups []*group, out []Decision) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	for _, g := range groups {
+		var slots []any
+		for _, i := range g.idx {
+			if s := out[i].slot; s != "" {
+				slots = append(slots, s)
+			}
+		}
+		if len(slots) > 0 {
+			_ = l.rdb.ZRem(ctx, g.keys[keyRunning], slots...).Err() // best effort: they expire anyway
+		}
+	}
+}
+
+func parseAdmit(v []any) (st state, take int, why [2]int64, err error) {
+	if len(v) != 9 {
+		return st, 0, why, fmt.Errorf("admit script returned %d values, want 9", len(v))
+	}
+	ints := []*int64{&st.now, &st.windowStart, &st.windowCount, nil, &st.running, &st.earliest, nil, &why[0], &why[1]}
+	for k, p := range ints {
+		if p == nil {
+			continue
+		}
+		if *p, err = asInt(v[k]); err != nil {
+			return st, 0, why, err
+		}
+	}
+	if st.tokens, err = asFloat(v[3]); err != nil {
+		return st, 0, why, err
+	}
+	t, err := asInt(v[6])
+	return st, int(t), why, err
+}
+
+func asInt(v any) (int64, error) {
+	if n, ok := v.(int64); ok {
+		return n, nil
+	}
+	return 0, fmt.Errorf("script returned %T (%v), want an integer", v, v)
+}
+
+func asFloat(v any) (float64, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("script returned %T (%v), want a number string", v, v)
+	}
+	return strconv.ParseFloat(s, 64)
+}
+
+// Done frees the concurrency slot an admitted item held. Call it when the
+// item's handler finished (whatever the outcome); it is a no-op for an item
+// without a slot.
+func (l *Limiter) Done(ctx context.Context, it Item, d Decision) error {
+	if d.slot == "" {
+		return nil
+	}
+	return l.Release(ctx, it.Type, d.slot)
+}
+
+// Refresh pushes the expiry of the slot an admitted item holds to now plus
+// the type's current slot TTL, for handlers that run longer than the TTL.
+// It reports false when the slot was lost (expired: another task may have
+// taken it).
+func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error) {
+	if d.slot == "" || l.rules == nil {
+		return true, nil
+	}
+	rule, ok := l.rules.Rule(it.Type)
+	if !ok || rule.Concurrency == nil {
+		return true, nil // no limit any more: nothing to hold
+	}
+	return l.RefreshSlot(ctx, it.Type, d.slot, *rule.Concurrency)
+}
+
+// AdmitWindow adds n tasks of typ to the current window of quota q and
+// admits min(n, what is left); only the admitted part is counted. The rest
+// may pass from nextWindow, the start of the next window (by Redis' clock).
+func (l *Limiter) AdmitWindow(ctx context.Context, typ string, n int64, q WindowQuota) (admitted int64, nextWindow time.Time, err error) {
+	win := q.Window.D().Milliseconds()
+	if win <= 0 || q.Limit <= 0 {
+		return 0, time.Time{}, fmt.Errorf("%w: window quota needs a positive limit and window", ErrInvalidRule)
+	}
+	keys := typeKeys(l.ns, typ)
+	v, err := windowScript.Run(ctx, l.rdb, keys[keyWindow:keyWindow+1], l.shift.Load(), q.Limit, win, max(n, 0)).Int64Slice()
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("admit window %s: %w", typ, err)
+	}
+	return v[0], time.UnixMilli(v[1] + win), nil
+}
+
+// TakeTokens takes up to n tokens of typ's bucket b for tasks of the given
+// priority. Below b.MinPriority, a task may only take a token that leaves
+// at least b.Reserve. retryAt is when the bucket will hold the next token
+// this request could take (now when all n were granted).
+func (l *Limiter) TakeTokens(ctx context.Context, typ string, n int64, priority int, b TokenBucket) (granted int64, retryAt time.Time, err error) {
+	if !(b.Rate > 0) || b.Burst < 1 {
+		return 0, time.Time{}, fmt.Errorf("%w: token bucket needs a positive rate and burst", ErrInvalidRule)
+	}
+	keys := typeKeys(l.ns, typ)
+	v, err := tokensScript.Run(ctx, l.rdb, keys[keyBucket:keyBucket+1], l.shift.Load(),
+		strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst, b.Reserve, b.MinPriority, max(n, 0), priority).Slice()
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("take tokens %s: %w", typ, err)
+	}
+	if len(v) != 3 {
+		return 0, time.Time{}, fmt.Errorf("take tokens %s: script returned %d values", typ, len(v))
+	}
+	granted, err1 := asInt(v[0])
+	tokens, err2 := asFloat(v[1])
+	now, err3 := asInt(v[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return 0, time.Time{}, fmt.Errorf("take tokens %s: %w", typ, err)
+	}
+	if granted >= n {
+		return granted, time.UnixMilli(now), nil
+	}
+	return granted, time.UnixMilli(now + tokenWaitMs(&b, priority, tokens, 0)), nil
+}
+
+// Acquire takes a concurrency slot of typ named slotID (unique per running
+// task), expiring after c.SlotTTL unless refreshed. Acquiring a slot
+// already held refreshes it. When all c.Limit slots are held, ok is false
+// and retryAt is when to try again.
+func (l *Limiter) Acquire(ctx context.Context, typ, slotID string, c Concurrency) (ok bool, retryAt time.Time, err error) {
+	ttl := c.SlotTTL.D().Milliseconds()
+	if ttl <= 0 || c.Limit <= 0 {
+		return false, time.Time{}, fmt.Errorf("%w: concurrency needs a positive limit and slot_ttl", ErrInvalidRule)
+	}
+	keys := typeKeys(l.ns, typ)
+	v, err := acquireScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], l.shift.Load(), c.Limit, ttl, slotID).Int64Slice()
+	if err != nil {
+		return false, time.Time{}, fmt.Errorf("acquire %s: %w", typ, err)
+	}
+	if v[0] == 1 {
+		return true, time.UnixMilli(v[1]), nil
+	}
+	return false, time.UnixMilli(l.concurrencyRetry(state{now: v[1], earliest: v[3]})), nil
+}
+
+// Release frees the concurrency slot slotID of typ (no-op if not held).
+func (l *Limiter) Release(ctx context.Context, typ, slotID string) error {
+	keys := typeKeys(l.ns, typ)
+	if err := l.rdb.ZRem(ctx, keys[keyRunning], slotID).Err(); err != nil {
+		return fmt.Errorf("release %s: %w", typ, err)
+	}
+	return nil
+}
+
+// RefreshSlot pushes slotID's expiry to now + c.SlotTTL. It reports false
+// when the slot was not held (expired or released).
+func (l *Limiter) RefreshSlot(ctx context.Context, typ, slotID string, c Concurrency) (bool, error) {
+	keys := typeKeys(l.ns, typ)
+	v, err := refreshScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], l.shift.Load(), c.SlotTTL.D().Milliseconds(), slotID).Int64()
+	if err != nil {
+		return false, fmt.Errorf("refresh slot %s: %w", typ, err)
+	}
+	return v == 1, nil
+}
+
+// Usage is a type's current consumption, for the API.
+type Usage struct {
+	WindowCount int64   `json:"window_count"` // admitted in the current quota window
+	Tokens      float64 `json:"tokens"`       // tokens in the bucket now
+	Running     int64   `json:"running"`      // concurrency slots held (unexpired)
+}
+
+// Usage reads typ's current usage under rule. It changes nothing.
+func (l *Limiter) Usage(ctx context.Context, typ string, rule Rule) (Usage, error) {
+	m, err := l.UsageOf(ctx, map[string]Rule{typ: rule})
+	if err != nil {
+		return Usage{}, err
+	}
+	return m[typ], nil
+}
+
+// UsageOf reads the usage of several types in one round trip.
+func (l *Limiter) UsageOf(ctx context.Context, rules map[string]Rule) (map[string]Usage, error) {
+	shift := l.shift.Load()
+	types := make([]string, 0, len(rules))
+	calls := make([]*call, 0, len(rules))
+	for typ, rule := range rules {
+		var win int64
+		if q := rule.WindowQuota; q != nil {
+			win = q.Window.D().Milliseconds()
+		}
+		rate, burst := "0", int64(0)
+		if b := rule.TokenBucket; b != nil {
+			rate, burst = strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst
+		}
+		types = append(types, typ)
+		calls = append(calls, &call{script: usageScript, keys: typeKeys(l.ns, typ), args: []any{shift, win, rate, burst}})
+	}
+	out := make(map[string]Usage, len(rules))
+	if len(calls) == 0 {
+		return out, nil
+	}
+	l.exec(ctx, calls)
+	for k, c := range calls {
+		v, err := c.cmd.Slice()
+		if err != nil {
+			return nil, fmt.Errorf("usage %s: %w", types[k], err)
+		}
+		if len(v) != 4 {
+			return nil, fmt.Errorf("usage %s: script returned %d values", types[k], len(v))
+		}
+		count, err1 := asInt(v[0])
+		tokens, err2 := asFloat(v[1])
+		running, err3 := asInt(v[2])
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, fmt.Errorf("usage %s: %w", types[k], err)
+		}
+		out[types[k]] = Usage{WindowCount: count, Tokens: tokens, Running: running}
+	}
+	return out, nil
+}

@@ -1,0 +1,587 @@
+package ratelimit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+func TestAdmitWindowPartial(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	l := newLimiter(t, rdb, testNS(t), nil, Options{})
+	q := WindowQuota{Limit: 10, Window: dur(time.Hour)}
+	alignShift(t, rdb, time.Hour, l)
+	w := time.Hour.Milliseconds()
+	start := (redisMillis(t, rdb) + l.shift.Load()) / w * w // the window start the shift aligned to
+
+	steps := []struct{ n, want int64 }{{7, 7}, {7, 3}, {1, 0}, {0, 0}}
+	for _, s := range steps {
+		got, next, err := l.AdmitWindow(ctx, "mail", s.n, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != s.want {
+			t.Fatalf("AdmitWindow(%d) admitted %d, want %d", s.n, got, s.want)
+		}
+		if next.UnixMilli() != start+time.Hour.Milliseconds() {
+			t.Fatalf("next window %d, want %d", next.UnixMilli(), start+time.Hour.Milliseconds())
+		}
+	}
+	u, err := l.Usage(ctx, "mail", Rule{WindowQuota: &q})
+	if err != nil || u.WindowCount != 10 {
+		t.Fatalf("usage %+v %v, want window_count 10 (only the admitted part counts)", u, err)
+	}
+	// the next window starts from zero
+	l.shift.Add(time.Hour.Milliseconds())
+	if got, _, err := l.AdmitWindow(ctx, "mail", 4, q); err != nil || got != 4 {
+		t.Fatalf("next window admitted %d %v, want 4", got, err)
+	}
+	ttl := rdb.PTTL(ctx, typeKeys(l.ns, "mail")[keyWindow]).Val()
+	if ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("window key TTL %v: must expire with its window", ttl)
+	}
+}
+
+// A batch straddling the quota runs exactly the allowed part (its highest
+// priorities); an unlimited neighbour in the same batch is unaffected; the
+// round trips are counted.
+func TestAdmitPartialBatch(t *testing.T) {
+	hook := new(countHook)
+	rdb := testenv.StartRedis(t).Client(t)
+	rdb.AddHook(hook)
+	ctx := t.Context()
+	rules := StaticRules{
+		"limited": {WindowQuota: &WindowQuota{Limit: 10, Window: dur(time.Hour)}},
+		"other":   {WindowQuota: &WindowQuota{Limit: 3, Window: dur(time.Hour)}},
+	}
+	l := newLimiter(t, rdb, testNS(t), rules, Options{})
+	alignShift(t, rdb, time.Hour, l)
+	w := time.Hour.Milliseconds()
+	windowEnd := (redisMillis(t, rdb)+l.shift.Load())/w*w + w
+
+	var batch []Item
+	for i := range 15 {
+		batch = append(batch, Item{ID: "l" + string(rune('a'+i)), Type: "limited", Priority: i % 5})
+		batch = append(batch, Item{ID: "free" + string(rune('a'+i)), Type: "unlimited"})
+	}
+	// Count the steady state: the first run of a script after a (re)start
+	// costs EVALSHA, NOSCRIPT, EVAL, and a new connection sends HELLO.
+	if err := admitScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error { p.Ping(ctx); return p.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	before := hook.roundTrips()
+	ds, err := l.Admit(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt := hook.roundTrips() - before; rt != 1 {
+		t.Fatalf("one limited type cost %d round trips, want 1", rt)
+	}
+	var ran, deferred []int
+	for i, d := range ds {
+		it := batch[i]
+		if it.Type == "unlimited" {
+			if !d.Run {
+				t.Fatalf("unlimited %s deferred: %+v", it.ID, d)
+			}
+			continue
+		}
+		if d.Run {
+			ran = append(ran, it.Priority)
+			continue
+		}
+		deferred = append(deferred, it.Priority)
+		if d.Reason != ReasonWindowQuota || d.NotBefore.UnixMilli() != windowEnd {
+			t.Fatalf("deferred %s: %+v, want window_quota until %d", it.ID, d, windowEnd)
+		}
+	}
+	if len(ran) != 10 || len(deferred) != 5 {
+		t.Fatalf("ran %d deferred %d, want 10 and 5", len(ran), len(deferred))
+	}
+	if slices.Max(deferred) > slices.Min(ran) {
+		t.Fatalf("a lower priority ran while a higher one was deferred: ran %v deferred %v", ran, deferred)
+	}
+
+	// all over: everything deferred; unlimited types cost no round trip
+	ds, err = l.Admit(ctx, items("limited", 4, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.Run {
+			t.Fatal("admitted over the quota")
+		}
+	}
+	before = hook.roundTrips()
+	ds, err = l.Admit(ctx, append(items("unlimited", 50, 0), items("also-free", 50, 9)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if !d.Run {
+			t.Fatal("unlimited type deferred")
+		}
+	}
+	if rt := hook.roundTrips() - before; rt != 0 {
+		t.Fatalf("a batch of unlimited types made %d Redis calls, want 0", rt)
+	}
+
+	// two limited types in one batch: still one round trip (pipelined)
+	before = hook.roundTrips()
+	ds, err = l.Admit(ctx, append(items("other", 5, 0), items("limited", 2, 0)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt := hook.roundTrips() - before; rt != 1 {
+		t.Fatalf("two limited types cost %d round trips, want 1", rt)
+	}
+	if n := countRun(ds); n != 3 {
+		t.Fatalf("admitted %d, want 3 (other's quota; limited's is used up)", n)
+	}
+}
+
+func countRun(ds []Decision) int {
+	n := 0
+	for _, d := range ds {
+		if d.Run {
+			n++
+		}
+	}
+	return n
+}
+
+func TestTokenBucketReserveUnit(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	b := TokenBucket{Rate: 1, Burst: 20, Reserve: 10, MinPriority: 5}
+	l := newLimiter(t, rdb, testNS(t), StaticRules{"api": {TokenBucket: &b}}, Options{})
+
+	// low priority may take only what leaves the reserve
+	got, _, err := l.TakeTokens(ctx, "api", 15, 0, b)
+	if err != nil || got != 10 {
+		t.Fatalf("low priority took %d %v, want 10 (burst 20 - reserve 10)", got, err)
+	}
+	now := redisMillis(t, rdb)
+	got, retry, err := l.TakeTokens(ctx, "api", 1, 0, b)
+	if err != nil || got != 0 {
+		t.Fatalf("low priority inside the reserve took %d %v", got, err)
+	}
+	// it needs 11 tokens; there are ~10 and one comes per second
+	if w := retry.UnixMilli() - now; w < 500 || w > 1100 {
+		t.Fatalf("low priority retry in %d ms, want about 1000", w)
+	}
+	// high priority takes the reserve
+	got, _, err = l.TakeTokens(ctx, "api", 7, 5, b)
+	if err != nil || got != 7 {
+		t.Fatalf("high priority took %d %v, want 7", got, err)
+	}
+
+	// the same through Admit: high ones run, low ones are deferred
+	batch := append(items("api", 3, 0), items("api", 3, 9)...)
+	ds, err := l.Admit(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range ds {
+		high := batch[i].Priority >= 5
+		if d.Run != high {
+			t.Fatalf("item %d priority %d: run=%v", i, batch[i].Priority, d.Run)
+		}
+		if !high && (d.Reason != ReasonTokenBucket || !d.NotBefore.After(time.UnixMilli(now))) {
+			t.Fatalf("low item deferred %+v", d)
+		}
+	}
+	u, err := l.Usage(ctx, "api", Rule{TokenBucket: &b})
+	if err != nil || u.Tokens < 0 || u.Tokens >= 1 {
+		t.Fatalf("usage %+v %v: tokens should be in [0,1)", u, err)
+	}
+
+	// the bucket never holds more than burst
+	l.shift.Add(time.Hour.Milliseconds())
+	if u, _ := l.Usage(ctx, "api", Rule{TokenBucket: &b}); u.Tokens != 20 {
+		t.Fatalf("after an hour the bucket holds %v, want burst 20", u.Tokens)
+	}
+	if got, _, _ := l.TakeTokens(ctx, "api", 100, 9, b); got != 20 {
+		t.Fatalf("took %d after an hour, want burst 20", got)
+	}
+}
+
+// Deferred token-bucket items come back spread at the refill rate rather
+// than all at once.
+func TestTokenBucketNotBeforeSpread(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	b := TokenBucket{Rate: 100, Burst: 5}
+	l := newLimiter(t, rdb, testNS(t), StaticRules{"x": {TokenBucket: &b}}, Options{})
+	ds, err := l.Admit(t.Context(), items("x", 25, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nbs []int64
+	for _, d := range ds {
+		if !d.Run {
+			nbs = append(nbs, d.NotBefore.UnixMilli())
+		}
+	}
+	if len(nbs) != 20 {
+		t.Fatalf("deferred %d, want 20 (burst 5)", len(nbs))
+	}
+	// 20 items at 100/s: the last one ~200 ms after the first
+	if span := nbs[len(nbs)-1] - nbs[0]; span < 180 || span > 200 {
+		t.Fatalf("deferred items span %d ms, want ~190 ms (one token each at 100/s)", span)
+	}
+	if !slices.IsSorted(nbs) {
+		t.Fatalf("not spread in order: %v", nbs)
+	}
+}
+
+func TestAcquireRelease(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	c := Concurrency{Limit: 2, SlotTTL: dur(time.Minute)}
+	l := newLimiter(t, rdb, testNS(t), nil, Options{ConcurrencyRetry: 50 * time.Millisecond})
+	for _, s := range []string{"a", "b", "a"} { // re-acquiring a held slot refreshes it
+		if ok, _, err := l.Acquire(ctx, "conv", s, c); err != nil || !ok {
+			t.Fatalf("acquire %s: %v %v", s, ok, err)
+		}
+	}
+	now := redisMillis(t, rdb)
+	ok, retry, err := l.Acquire(ctx, "conv", "c", c)
+	if err != nil || ok {
+		t.Fatalf("third slot of 2: %v %v", ok, err)
+	}
+	if w := retry.UnixMilli() - now; w < 30 || w > 200 {
+		t.Fatalf("retry in %d ms, want about the 50 ms retry", w)
+	}
+	if held, err := l.RefreshSlot(ctx, "conv", "a", c); err != nil || !held {
+		t.Fatalf("refresh held slot: %v %v", held, err)
+	}
+	if held, err := l.RefreshSlot(ctx, "conv", "zz", c); err != nil || held {
+		t.Fatalf("refresh unknown slot: %v %v", held, err)
+	}
+	if err := l.Release(ctx, "conv", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := l.Acquire(ctx, "conv", "c", c); err != nil || !ok {
+		t.Fatalf("after release: %v %v", ok, err)
+	}
+	if u, err := l.Usage(ctx, "conv", Rule{Concurrency: &c}); err != nil || u.Running != 2 {
+		t.Fatalf("usage %+v %v, want running 2", u, err)
+	}
+}
+
+// A holder that never releases (a crashed worker) loses its slots after
+// the TTL; until then nobody else gets one.
+func TestCrashedHolderSlotsExpire(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ns := testNS(t)
+	c := Concurrency{Limit: 5, SlotTTL: dur(time.Second)}
+	rules := StaticRules{"slow": {Concurrency: &c}}
+	crashed := newLimiter(t, srv.Client(t), ns, rules, Options{})
+	other := newLimiter(t, srv.Client(t), ns, rules, Options{ConcurrencyRetry: 20 * time.Millisecond})
+	ctx := t.Context()
+
+	ds, err := crashed.Admit(ctx, items("slow", 5, 0))
+	if err != nil || countRun(ds) != 5 {
+		t.Fatalf("crashed worker admitted %d %v", countRun(ds), err)
+	}
+	took := time.Now()
+	ds, err = other.Admit(ctx, items("slow", 3, 0))
+	if err != nil || countRun(ds) != 0 || ds[0].Reason != ReasonConcurrency {
+		t.Fatalf("got a slot while 5 of 5 are held: %+v %v", ds, err)
+	}
+	// the crashed worker never calls Done: poll until its slots expire
+	var freed time.Duration
+	testenv.WaitFor(t, 3*time.Second, "crashed worker's slots to expire", func() bool {
+		ds, err := other.Admit(ctx, items("slow", 1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds[0].Run {
+			freed = time.Since(took)
+			return true
+		}
+		return false
+	})
+	t.Logf("slots of the crashed holder freed after %v (slot_ttl 1s)", freed.Round(time.Millisecond))
+	if freed < 900*time.Millisecond {
+		t.Fatalf("slots freed after %v, before the 1s TTL", freed)
+	}
+	if err := other.Done(ctx, Item{Type: "slow"}, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	reg := prometheus.NewRegistry()
+	rules := StaticRules{"m": {
+		WindowQuota: &WindowQuota{Limit: 5, Window: dur(time.Hour)},
+		TokenBucket: &TokenBucket{Rate: 1, Burst: 100},
+		Concurrency: &Concurrency{Limit: 100, SlotTTL: dur(time.Minute)},
+	}}
+	l := newLimiter(t, rdb, testNS(t), rules, Options{Registerer: reg})
+	alignShift(t, rdb, time.Hour, l)
+	if _, err := l.Admit(t.Context(), append(items("m", 8, 0), items("free", 3, 0)...)); err != nil {
+		t.Fatal(err)
+	}
+	// a second limiter on the same registry shares the collectors
+	if _, err := NewLimiter(rdb, rules, Options{Registerer: reg}); err != nil {
+		t.Fatalf("second limiter on one registry: %v", err)
+	}
+	check := func(name string, got, want float64) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	series := gather(t, reg)
+	check("admitted", series[`delayq_limit_admitted_total{type="m"}`], 5)
+	check("deferred window", series[`delayq_limit_deferred_total{reason="window_quota",type="m"}`], 3)
+	check("deferred token", series[`delayq_limit_deferred_total{reason="token_bucket",type="m"}`], 0)
+	check("window_count", series[`delayq_limit_window_count{type="m"}`], 5)
+	check("running", series[`delayq_limit_running{type="m"}`], 5)
+	if tok := series[`delayq_limit_tokens{type="m"}`]; tok < 95 || tok > 96 {
+		t.Errorf("tokens = %v, want 95..96", tok)
+	}
+	// admitted 1 + deferred 3 reasons + 3 gauges; unlimited types get none
+	if len(series) != 7 {
+		t.Errorf("series %v, want 7", series)
+	}
+	// the rule goes away: the type's gauges go too
+	l.rules = StaticRules{}
+	if _, err := l.Admit(t.Context(), items("m", 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gather(t, reg)[`delayq_limit_tokens{type="m"}`]; ok {
+		t.Errorf("stale tokens gauge of a type without a rule")
+	}
+}
+
+// After SCRIPT FLUSH (as after a Redis restart) both the single-call and the
+// pipelined path reload their scripts.
+func TestAdmitAfterScriptFlush(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	q := &WindowQuota{Limit: 100, Window: dur(time.Hour)}
+	l := newLimiter(t, rdb, testNS(t), StaticRules{"a": {WindowQuota: q}, "b": {WindowQuota: q}}, Options{})
+	for _, batch := range [][]Item{items("a", 2, 0), append(items("a", 2, 0), items("b", 2, 0)...)} {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := l.Admit(ctx, batch)
+		if err != nil || countRun(ds) != len(batch) {
+			t.Fatalf("after SCRIPT FLUSH: %d run, %v", countRun(ds), err)
+		}
+	}
+}
+
+// All three limits on several types work on a Redis Cluster (every script
+// touches one slot; the pipeline spans nodes).
+func TestAdmitRedisCluster(t *testing.T) {
+	cl := testenv.StartRedisCluster(t).Client(t)
+	ctx := t.Context()
+	rule := Rule{
+		WindowQuota: &WindowQuota{Limit: 3, Window: dur(time.Hour)},
+		TokenBucket: &TokenBucket{Rate: 1, Burst: 100},
+		Concurrency: &Concurrency{Limit: 100, SlotTTL: dur(time.Minute)},
+	}
+	rules := StaticRules{}
+	var batch []Item
+	for _, typ := range []string{"alpha", "beta", "gamma", "delta", "weird}type"} {
+		rules[typ] = rule
+		batch = append(batch, items(typ, 5, 0)...)
+	}
+	l := newLimiter(t, cl, testNS(t), rules, Options{})
+	alignShift(t, cl, time.Hour, l)
+	ds, err := l.Admit(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countRun(ds); n != 15 {
+		t.Fatalf("admitted %d, want 3 per type", n)
+	}
+	for i, d := range ds {
+		if err := l.Done(ctx, batch[i], d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := l.UsageOf(ctx, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, u := range u {
+		if u.WindowCount != 3 || u.Running != 0 || u.Tokens < 97 {
+			t.Fatalf("%s usage %+v", typ, u)
+		}
+	}
+	if _, _, err := l.AdmitWindow(ctx, "alpha", 1, *rule.WindowQuota); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A failing Redis makes Admit return an error and no decisions.
+func TestAdmitRedisDown(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l := newLimiter(t, rdb, testNS(t), StaticRules{"x": {Concurrency: &Concurrency{Limit: 5, SlotTTL: dur(time.Minute)}}}, Options{})
+	srv.Kill(t)
+	ds, err := l.Admit(t.Context(), items("x", 3, 0))
+	if err == nil || ds != nil {
+		t.Fatalf("Admit with Redis down: %v %v", ds, err)
+	}
+	if !strings.Contains(err.Error(), "admit x") {
+		t.Fatalf("error %q should name the type", err)
+	}
+	// unlimited types still run
+	if ds, err := l.Admit(t.Context(), items("free", 3, 0)); err != nil || countRun(ds) != 3 {
+		t.Fatalf("unlimited with Redis down: %v", err)
+	}
+}
+
+// gather returns every series of reg as `name{label="v",...}` -> value.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+			}
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = v
+		}
+	}
+	return out
+}
+
+// All three limits on one type: the items that run are a prefix in
+// priority order, and each deferred item names the first limit that holds
+// it back (window, then tokens, then concurrency).
+func TestAdmitCombined(t *testing.T) {
+	hook := new(countHook)
+	rdb := testenv.StartRedis(t).Client(t)
+	rdb.AddHook(hook)
+	ctx := t.Context()
+	rule := Rule{
+		WindowQuota: &WindowQuota{Limit: 5, Window: dur(time.Hour)},
+		TokenBucket: &TokenBucket{Rate: 1e-6, Burst: 10, Reserve: 4, MinPriority: 5}, // no refill to speak of
+		Concurrency: &Concurrency{Limit: 3, SlotTTL: dur(24 * time.Hour)},
+	}
+	l := newLimiter(t, rdb, testNS(t), StaticRules{"c": rule}, Options{})
+	alignShift(t, rdb, time.Hour, l)
+	mk := func(hi, lo int) []Item {
+		var b []Item
+		for i := range lo {
+			b = append(b, Item{ID: fmt.Sprintf("lo%d", i), Type: "c", Priority: 0})
+		}
+		for i := range hi {
+			b = append(b, Item{ID: fmt.Sprintf("hi%d", i), Type: "c", Priority: 9})
+		}
+		return b
+	}
+	type want struct {
+		hiRun, loRun int
+		hiWhy, loWhy string
+	}
+	check := func(step string, batch []Item, ds []Decision, w want) {
+		t.Helper()
+		var got want
+		for i, d := range ds {
+			hi := batch[i].Priority >= 5
+			switch {
+			case d.Run && hi:
+				got.hiRun++
+			case d.Run:
+				got.loRun++
+			case hi:
+				got.hiWhy = d.Reason
+			default:
+				got.loWhy = d.Reason
+			}
+		}
+		if got != w {
+			t.Fatalf("%s: got %+v, want %+v", step, got, w)
+		}
+	}
+	// 1: window 0/5, tokens 10 (reserve 4), running 0/3: both highs, then one
+	// low (3 slots), the other lows wait for a slot
+	b := mk(2, 4)
+	ds1, err := l.Admit(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("step 1", b, ds1, want{2, 1, "", ReasonConcurrency})
+	slots := map[string]bool{}
+	for i, d := range ds1 {
+		if d.Run {
+			slots[d.Slot()] = true
+			if held, err := l.Refresh(ctx, b[i], d); err != nil || !held {
+				t.Fatalf("refresh a held slot: %v %v", held, err)
+			}
+			if err := l.Done(ctx, b[i], d); err != nil {
+				t.Fatal(err)
+			}
+			if held, err := l.Refresh(ctx, b[i], d); err != nil || held {
+				t.Fatalf("refresh after Done: %v %v", held, err)
+			}
+		} else if err := l.Done(ctx, b[i], d); err != nil || d.Slot() != "" {
+			t.Fatalf("Done of a deferred item: %v (slot %q)", err, d.Slot())
+		}
+	}
+	if len(slots) != 3 || slots[""] {
+		t.Fatalf("slots %v: want 3 distinct", slots)
+	}
+	// 2: window 3/5, tokens 7, running 0/3: two highs use up the window
+	b = mk(4, 2)
+	ds, err := l.Admit(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("step 2", b, ds, want{2, 0, ReasonWindowQuota, ReasonWindowQuota})
+	// 3: next window 0/5, tokens 5, running 2/3 (step 2 not released): one
+	// high takes the last slot; lows are below the reserve (5-1-1 < 4), so
+	// tokens hold them back before concurrency does
+	l.shift.Add(time.Hour.Milliseconds())
+	b = mk(3, 3)
+	ds, err = l.Admit(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("step 3", b, ds, want{1, 0, ReasonConcurrency, ReasonTokenBucket})
+
+	// a group larger than one script call: still one round trip
+	big := StaticRules{"big": {WindowQuota: &WindowQuota{Limit: 1000, Window: dur(time.Hour)}}}
+	l2 := newLimiter(t, rdb, l.ns, big, Options{})
+	l2.shift.Store(l.shift.Load())
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err) // a connection for pipelines is set up (HELLO) outside the count
+	}
+	before := hook.roundTrips()
+	ds, err = l2.Admit(ctx, items("big", 1200, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt := hook.roundTrips() - before; rt != 1 {
+		t.Fatalf("1200 items cost %d round trips", rt)
+	}
+	if n := countRun(ds); n != 1000 || ds[999].Run != true || ds[1000].Run {
+		t.Fatalf("admitted %d of 1200 with quota 1000 (or not the first ones)", n)
+	}
+}

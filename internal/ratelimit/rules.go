@@ -1,0 +1,351 @@
+package ratelimit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Errors of rule decoding and validation. DecodeRule and Rules.Put wrap one
+// of them; the API maps them to its error codes.
+var (
+	ErrInvalidJSON  = errors.New("invalid JSON")        // not one JSON object of the rule's shape
+	ErrUnknownField = errors.New("unknown field")       // a field the rule does not have
+	ErrTooLarge     = errors.New("rule body too large") // more than maxBytes
+	ErrInvalidRule  = errors.New("invalid rule")        // a field has a wrong value (*FieldError)
+	ErrInvalidType  = errors.New("invalid task type")   // see ValidateType
+)
+
+// Bounds of rule values.
+const (
+	MaxLimit      = 1_000_000_000  // window_quota.limit, concurrency.limit, token_bucket.burst
+	MaxRate       = 1_000_000      // token_bucket.rate, per second
+	MaxWindow     = 24 * time.Hour // window_quota.window
+	MinSlotTTL    = time.Second    // concurrency.slot_ttl
+	MaxSlotTTL    = 24 * time.Hour
+	MinPriority   = -1000 // the task priority range (task.Validate)
+	MaxPriority   = 1000
+	MaxTypeLen    = 200
+	DefaultMaxRaw = 64 << 10 // DecodeRule's limit when maxBytes <= 0
+)
+
+// Rule is the set of limits of one task type. Any subset of the three
+// kinds may be set; at least one must be.
+type Rule struct {
+	WindowQuota *WindowQuota `json:"window_quota,omitempty"`
+	TokenBucket *TokenBucket `json:"token_bucket,omitempty"`
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+}
+
+// WindowQuota admits at most Limit tasks per fixed window. Windows are
+// aligned on the Unix epoch by Redis' clock, so every worker agrees on them.
+type WindowQuota struct {
+	Limit  int64    `json:"limit"`
+	Window Duration `json:"window"`
+}
+
+// TokenBucket admits tasks at Rate per second on average with bursts of up
+// to Burst. When taking a token would leave fewer than Reserve tokens, only
+// tasks with priority >= MinPriority may take it.
+type TokenBucket struct {
+	Rate        float64 `json:"rate"`
+	Burst       int64   `json:"burst"`
+	Reserve     int64   `json:"reserve"`
+	MinPriority int     `json:"min_priority"`
+}
+
+// Concurrency admits at most Limit tasks of the type running at once across
+// all workers. A slot not released within SlotTTL (a crashed worker) frees
+// itself.
+type Concurrency struct {
+	Limit   int64    `json:"limit"`
+	SlotTTL Duration `json:"slot_ttl"`
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("10s", "1m30s").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, time.Duration(d).String()), nil
+}
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	v, err := parseDuration(b)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func parseDuration(raw []byte) (time.Duration, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return 0, fmt.Errorf("expected a duration string such as \"10s\", got %s", truncate(string(raw), 32))
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration such as \"10s\"", truncate(s, 32))
+	}
+	return v, nil
+}
+
+// FieldError is a rule field with a wrong value. It wraps ErrInvalidRule;
+// its message starts with the field's JSON path.
+type FieldError struct {
+	Field  string // JSON path, e.g. "token_bucket.reserve"
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrInvalidRule) true.
+func (e *FieldError) Unwrap() error { return ErrInvalidRule }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks every value of the rule; the error (a *FieldError) names
+// the first wrong field.
+func (r Rule) Validate() error {
+	if r.WindowQuota == nil && r.TokenBucket == nil && r.Concurrency == nil {
+		return fieldErr("rule", "at least one of window_quota, token_bucket or concurrency is required")
+	}
+	if q := r.WindowQuota; q != nil {
+		if err := checkCount("window_quota.limit", q.Limit); err != nil {
+			return err
+		}
+		if err := checkDuration("window_quota.window", q.Window.D(), time.Millisecond, MaxWindow); err != nil {
+			return err
+		}
+	}
+	if b := r.TokenBucket; b != nil {
+		if math.IsNaN(b.Rate) || b.Rate <= 0 || b.Rate > MaxRate {
+			return fieldErr("token_bucket.rate", "must be a number of tokens per second above 0 and at most %d, got %v", MaxRate, b.Rate)
+		}
+		if err := checkCount("token_bucket.burst", b.Burst); err != nil {
+			return err
+		}
+		if b.Reserve < 0 || b.Reserve >= b.Burst {
+			return fieldErr("token_bucket.reserve", "must be at least 0 and below burst (%d), got %d", b.Burst, b.Reserve)
+		}
+		if b.MinPriority < MinPriority || b.MinPriority > MaxPriority {
+			return fieldErr("token_bucket.min_priority", "must be between %d and %d, got %d", MinPriority, MaxPriority, b.MinPriority)
+		}
+	}
+	if c := r.Concurrency; c != nil {
+		if err := checkCount("concurrency.limit", c.Limit); err != nil {
+			return err
+		}
+		if err := checkDuration("concurrency.slot_ttl", c.SlotTTL.D(), MinSlotTTL, MaxSlotTTL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkCount(field string, v int64) error {
+	if v < 1 || v > MaxLimit {
+		return fieldErr(field, "must be between 1 and %d, got %d", MaxLimit, v)
+	}
+	return nil
+}
+
+func checkDuration(field string, d, lo, hi time.Duration) error {
+	switch {
+	case d <= 0:
+		return fieldErr(field, "must be a positive duration such as \"10s\", got %q", d.String())
+	case d < lo || d > hi:
+		return fieldErr(field, "must be between %s and %s, got %s", lo, hi, d)
+	case d%time.Millisecond != 0:
+		return fieldErr(field, "must be a whole number of milliseconds, got %s", d)
+	}
+	return nil
+}
+
+// ValidateType checks a task type used as a rule name: 1..200 bytes of
+// printable UTF-8 without white space (as task.Validate requires) and
+// without '/', which would break the etcd key layout. The error wraps
+// ErrInvalidType.
+func ValidateType(typ string) error {
+	switch {
+	case typ == "":
+		return fmt.Errorf("%w: must not be empty", ErrInvalidType)
+	case len(typ) > MaxTypeLen:
+		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidType, MaxTypeLen)
+	case !utf8.ValidString(typ):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidType)
+	case strings.Contains(typ, "/"):
+		return fmt.Errorf("%w %q: must not contain '/'", ErrInvalidType, truncate(typ, 64))
+	}
+	for _, r := range typ {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("%w %q: contains a control or white-space character (%U)", ErrInvalidType, truncate(typ, 64), r)
+		}
+	}
+	return nil
+}
+
+// wire is the decoding shape of a rule: durations stay raw so that their
+// errors can name the field.
+type wire struct {
+	WindowQuota *struct {
+		Limit  int64           `json:"limit"`
+		Window json.RawMessage `json:"window"`
+	} `json:"window_quota"`
+	TokenBucket *TokenBucket `json:"token_bucket"`
+	Concurrency *struct {
+		Limit   int64           `json:"limit"`
+		SlotTTL json.RawMessage `json:"slot_ttl"`
+	} `json:"concurrency"`
+}
+
+// DecodeRule reads one rule as JSON from r (at most maxBytes; <= 0 means
+// 64 KiB) and validates it. Decoding is strict: unknown fields, trailing
+// data and a body that is not one object are errors. The error wraps
+// ErrTooLarge, ErrInvalidJSON, ErrUnknownField or ErrInvalidRule.
+func DecodeRule(r io.Reader, maxBytes int64) (Rule, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRaw
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxBytes+1))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return Rule{}, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, maxBytes)
+		}
+		return Rule{}, fmt.Errorf("%w: reading body: %v", ErrInvalidJSON, err)
+	}
+	if int64(len(b)) > maxBytes {
+		return Rule{}, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, maxBytes)
+	}
+	return decodeRule(b)
+}
+
+func decodeRule(b []byte) (Rule, error) {
+	var w wire
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return Rule{}, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Rule{}, fmt.Errorf("%w: trailing data after the rule object", ErrInvalidJSON)
+	}
+	if bytes.TrimSpace(b)[0] != '{' {
+		// null decodes into the zero wire without an error.
+		return Rule{}, fmt.Errorf("%w: the rule must be a JSON object", ErrInvalidJSON)
+	}
+	var rule Rule
+	if q := w.WindowQuota; q != nil {
+		win, err := rawDuration("window_quota.window", q.Window)
+		if err != nil {
+			return Rule{}, err
+		}
+		rule.WindowQuota = &WindowQuota{Limit: q.Limit, Window: Duration(win)}
+	}
+	rule.TokenBucket = w.TokenBucket
+	if c := w.Concurrency; c != nil {
+		ttl, err := rawDuration("concurrency.slot_ttl", c.SlotTTL)
+		if err != nil {
+			return Rule{}, err
+		}
+		rule.Concurrency = &Concurrency{Limit: c.Limit, SlotTTL: Duration(ttl)}
+	}
+	if err := rule.Validate(); err != nil {
+		return Rule{}, err
+	}
+	return rule, nil
+}
+
+func rawDuration(field string, raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, fieldErr(field, "is required (a duration such as \"10s\")")
+	}
+	d, err := parseDuration(raw)
+	if err != nil {
+		return 0, fieldErr(field, "%s", err.Error())
+	}
+	return d, nil
+}
+
+// jsonError classifies an encoding/json error.
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("%w: empty body, expected a JSON object", ErrInvalidJSON)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: truncated JSON", ErrInvalidJSON)
+	case errors.As(err, &syn):
+		return fmt.Errorf("%w at byte %d: %s", ErrInvalidJSON, syn.Offset, syn.Error())
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return fmt.Errorf("%w: the rule must be a JSON object, not %s", ErrInvalidJSON, typ.Value)
+		}
+		return fieldErr(typ.Field, "expected %s, got JSON %s", jsonKind(typ.Type.Kind()), typ.Value)
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return fmt.Errorf("%w %s (unknown fields are rejected)", ErrUnknownField, name)
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidJSON, strings.TrimPrefix(msg, "json: "))
+}
+
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int64:
+		return "an integer (in range)"
+	case reflect.Float64:
+		return "a number (in range)"
+	case reflect.Pointer, reflect.Struct:
+		return "an object"
+	case reflect.Slice: // json.RawMessage never fails; kept for completeness
+		return "a duration string"
+	}
+	return "another type"
+}
+
+// clone returns a deep copy of r.
+func (r Rule) clone() Rule {
+	if r.WindowQuota != nil {
+		q := *r.WindowQuota
+		r.WindowQuota = &q
+	}
+	if r.TokenBucket != nil {
+		b := *r.TokenBucket
+		r.TokenBucket = &b
+	}
+	if r.Concurrency != nil {
+		c := *r.Concurrency
+		r.Concurrency = &c
+	}
+	return r
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
