@@ -88,5 +88,9 @@ func (c *Common) RedisClient() redis.UniversalClient {
 		ReadTimeout:   3 * time.Second,
 		WriteTimeout:  3 * time.Second,
 		MaxRetries:    2,
+		// honour context deadlines while waiting on a stalled Redis, so a
+		// caller's per-operation timeout really bounds the operation
+		ContextTimeoutEnabled: true,
+		DialerRetries:         1,
 	})
 }

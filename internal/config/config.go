@@ -68,10 +68,21 @@ func (b *Binder) Duration(p *time.Duration, name, env string, def time.Duration,
 // List binds a comma-separated list.
 func (b *Binder) List(p *[]string, name, env, def, usage string) {
 	*p = Split(def)
-	b.fs.Func(name, b.note(name, env, usage+" (comma-separated, default "+def+")"), func(s string) error {
-		*p = Split(s)
-		return nil
-	})
+	b.fs.Var((*listValue)(p), name, b.note(name, env, usage+" (comma-separated)"))
+}
+
+type listValue []string
+
+func (l *listValue) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *listValue) Set(s string) error {
+	*l = Split(s)
+	return nil
 }
 
 // Split splits a comma-separated list, dropping empty items.

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,11 +17,15 @@ import (
 
 // BenchmarkMemoryPerTask schedules 1,000,000 pending tasks (36-character
 // UUID-like ids, 64-byte payload, type "order.cancel", 16 shards) on a fresh
-// redis-server and reports INFO memory used_memory growth per task.
+// redis-server and reports INFO memory used_memory growth per task
+// (DQ_BENCH_TASKS overrides the count).
 //
 //	go test ./internal/redisstore -run '^$' -bench BenchmarkMemoryPerTask -benchtime 1x
 func BenchmarkMemoryPerTask(b *testing.B) {
-	const n = 1_000_000
+	n := 1_000_000
+	if s := os.Getenv("DQ_BENCH_TASKS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
 	for range b.N {
 		r := testenv.StartRedis(b)
 		rdb := r.Client(b)
@@ -43,7 +48,7 @@ func BenchmarkMemoryPerTask(b *testing.B) {
 			}
 		}
 		after := usedMemory(b, rdb)
-		per := float64(after-before) / n
+		per := float64(after-before) / float64(n)
 		b.ReportMetric(per, "bytes/task")
 		b.Logf("method: %d tasks, 36-byte ids, 64-byte payload, 16 shards; INFO memory used_memory delta / tasks = %.1f bytes/task", n, per)
 	}

@@ -29,7 +29,7 @@ local function bucket(prefix, id)
   for i = 1, #id do
     h = (h * 31 + string.byte(id, i)) % 2147483647
   end
-  return prefix .. 't:' .. (h % 4096)
+  return prefix .. 't:' .. (h % 1024)
 end
 
 -- waiting is the state of a task back in the due set.

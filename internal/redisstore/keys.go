@@ -9,7 +9,7 @@ import (
 // Small hashes stay in Redis' compact listpack encoding (given
 // hash-max-listpack-value >= 512), which is what keeps a pending task under
 // 300 bytes; see docs/design.md "Memory".
-const BucketsPerShard = 4096
+const BucketsPerShard = 1024
 
 // keys names every Redis key and channel of one namespace. All keys of a
 // shard share the hash tag {<ns>:<shard>}; namespace-wide keys use {<ns>}.

@@ -11,6 +11,7 @@ local old_head = head(due_key)
 local now = nil
 local min_new = nil
 local out = {}
+local zadd = {}
 local n = (#ARGV - 2) / 3
 for i = 1, n do
   local id, spec, body = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
@@ -23,30 +24,30 @@ for i = 1, n do
   else
     due = tonumber(spec)
   end
-  local v = redis.call('HGET', bkey, id)
   local code, state = 1, 's'
-  if not v then
-    redis.call('HSET', bkey, id, record('s', 0, 1, due, body))
-    redis.call('ZADD', due_key, due, id)
-  else
-    local st, gen, att, odue, obody = parse(v)
+  -- the common case, a new id, costs one HSETNX
+  if redis.call('HSETNX', bkey, id, record('s', 0, 1, due, body)) == 0 then
+    local st, gen, att, odue, obody = parse(redis.call('HGET', bkey, id))
     state = st
     if obody == body and (relative or odue == due) then
       code, due = 2, odue
     elseif st == 's' or st == 'r' then
       code = 3
       redis.call('HSET', bkey, id, record(st, gen, att, due, body))
-      redis.call('ZADD', due_key, due, id)
     else
       code, due = 4, odue
     end
   end
   if code == 1 or code == 3 then
+    zadd[#zadd + 1] = due
+    zadd[#zadd + 1] = id
     if min_new == nil or due < min_new then min_new = due end
   end
   out[#out + 1] = code
   out[#out + 1] = state
   out[#out + 1] = due
 end
+-- one ZADD for the whole call; a later copy of an id in the same call wins
+if #zadd > 0 then redis.call('ZADD', due_key, unpack(zadd)) end
 if min_new ~= nil then wake(due_key, ARGV[1], ARGV[2], min_new, old_head) end
 return out

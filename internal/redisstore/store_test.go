@@ -521,7 +521,7 @@ func TestShardRoutingIsStable(t *testing.T) {
 		bucket int
 	}{
 		{"a", 16, 12, 97},
-		{"order-123", 16, 10, 1350},
+		{"order-123", 16, 10, 326},
 		{"0192d3f4-0001-7abc-8def-000000000001", 16, 10, 219},
 	}
 	for _, c := range cases {

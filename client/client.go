@@ -1,0 +1,400 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to one delayq daemon. It is safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends "Authorization: Bearer <token>" (the daemon's
+// DQ_API_TOKEN). An empty token sends nothing.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient uses hc instead of a client with a 30 s timeout.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// New returns a client for the daemon at baseURL (e.g. "http://127.0.0.1:7070").
+func New(baseURL string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: &http.Client{Timeout: 30 * time.Second}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Task is a task to schedule.
+type Task struct {
+	// ID is the idempotency key (≤ 200 printable bytes, no white space).
+	// Empty: the daemon generates a UUIDv7.
+	ID   string
+	Type string // routes the task to a handler; required
+	// Payload is a JSON value, stored and delivered byte for byte.
+	Payload json.RawMessage
+	// PayloadBytes is a binary payload (sent base64-encoded). Set at most
+	// one of Payload and PayloadBytes.
+	PayloadBytes []byte
+	// DueAt (millisecond precision) or Delay (from now on Redis' clock);
+	// neither: now. Set at most one.
+	DueAt       time.Time
+	Delay       time.Duration
+	Topic       string            // Kafka topic; empty: the default topic
+	Key         string            // Kafka key; empty: the id
+	Headers     map[string]string // extra Kafka headers (names must not start with "dq-")
+	MaxAttempts int               // 0: the default (10)
+	Timeout     time.Duration     // handler timeout; 0: the worker's default
+	Priority    int               // -1000..1000
+}
+
+// encode writes the task in the API's wire format. The JSON payload is
+// spliced in as is: encoding/json would compact it and escape HTML
+// characters, and the daemon keeps the payload byte for byte.
+func (t *Task) encode() ([]byte, error) {
+	type wire struct {
+		ID            string            `json:"id,omitempty"`
+		Type          string            `json:"type"`
+		PayloadBase64 *string           `json:"payload_base64,omitempty"`
+		DueAt         string            `json:"due_at,omitempty"`
+		Delay         string            `json:"delay,omitempty"`
+		Topic         string            `json:"topic,omitempty"`
+		Key           string            `json:"key,omitempty"`
+		Headers       map[string]string `json:"headers,omitempty"`
+		MaxAttempts   int               `json:"max_attempts,omitempty"`
+		Timeout       string            `json:"timeout,omitempty"`
+		Priority      int               `json:"priority,omitempty"`
+	}
+	w := wire{ID: t.ID, Type: t.Type, Topic: t.Topic, Key: t.Key,
+		Headers: t.Headers, MaxAttempts: t.MaxAttempts, Priority: t.Priority}
+	if t.PayloadBytes != nil {
+		s := base64.StdEncoding.EncodeToString(t.PayloadBytes)
+		w.PayloadBase64 = &s
+	}
+	if !t.DueAt.IsZero() {
+		w.DueAt = t.DueAt.UTC().Format(timeLayout)
+	}
+	if t.Delay != 0 {
+		w.Delay = t.Delay.String()
+	}
+	if t.Timeout != 0 {
+		w.Timeout = t.Timeout.String()
+	}
+	b, err := json.Marshal(w)
+	if err != nil || len(t.Payload) == 0 {
+		return b, err
+	}
+	if !json.Valid(t.Payload) {
+		return nil, fmt.Errorf("delayq: task %q: Payload is not valid JSON (use PayloadBytes for binary data)", t.ID)
+	}
+	b = append(b[:len(b)-1], `,"payload":`...)
+	b = append(b, bytes.TrimSpace(t.Payload)...)
+	return append(b, '}'), nil
+}
+
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Result is the daemon's answer to one scheduled task.
+type Result struct {
+	ID      string    `json:"id"`
+	State   string    `json:"state"`   // "scheduled", or "journaled" while Redis was unreachable, or the existing task's state
+	Outcome string    `json:"outcome"` // "created", "unchanged", "updated" or "journaled"
+	DueAt   time.Time `json:"due_at"`
+	Shard   int       `json:"shard"`
+}
+
+// Journaled reports whether the daemon kept the task in its journal
+// because Redis was unreachable; it reaches Redis later.
+func (r Result) Journaled() bool { return r.State == "journaled" }
+
+// BatchResult is one task's result in a batch: Err is set (an *APIError)
+// when that task was refused; the other tasks are unaffected.
+type BatchResult struct {
+	Result
+	Err error
+}
+
+// TaskInfo is a task as GET /v1/tasks/{id} shows it.
+type TaskInfo struct {
+	ID           string            `json:"id"`
+	Type         string            `json:"type"`
+	State        string            `json:"state"` // journaled, scheduled, firing, fired, succeeded, retrying, dead, cancelled
+	DueAt        time.Time         `json:"due_at"`
+	Attempt      int               `json:"attempt"`
+	Shard        int               `json:"shard"`
+	Topic        string            `json:"topic"`
+	Key          string            `json:"key"`
+	Headers      map[string]string `json:"headers"`
+	Payload      json.RawMessage   `json:"payload"`        // a JSON payload, as sent
+	PayloadBytes []byte            `json:"payload_base64"` // a binary payload
+	MaxAttempts  int               `json:"max_attempts"`
+	Timeout      Duration          `json:"timeout"`
+	Priority     int               `json:"priority"`
+	LastError    string            `json:"last_error"`
+}
+
+// Duration is a time.Duration that decodes from a Go duration string.
+type Duration time.Duration
+
+// UnmarshalJSON parses "1m30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+// DeadTask is a task in the dead set.
+type DeadTask struct {
+	TaskInfo
+	DiedAt time.Time `json:"died_at"`
+}
+
+// ShardStats are one shard's figures.
+type ShardStats struct {
+	Shard       int        `json:"shard"`
+	Scheduled   int64      `json:"scheduled"`
+	Firing      int64      `json:"firing"`
+	Dead        int64      `json:"dead"`
+	EarliestDue *time.Time `json:"earliest_due"`
+	LeaderToken int64      `json:"leader_token"`
+}
+
+// Stats are the daemon's figures (GET /v1/stats).
+type Stats struct {
+	Namespace    string `json:"namespace"`
+	ShardCount   int    `json:"shard_count"`
+	RedisUp      bool   `json:"redis_up"`
+	RedisError   string `json:"redis_error"`
+	JournalDepth int    `json:"journal_depth"`
+	Totals       struct {
+		Scheduled int64 `json:"scheduled"`
+		Firing    int64 `json:"firing"`
+		Dead      int64 `json:"dead"`
+	} `json:"totals"`
+	Shards []ShardStats `json:"shards"`
+}
+
+// Sentinels for errors.Is on an *APIError.
+var (
+	ErrNotFound = errors.New("delayq: not found")
+	ErrConflict = errors.New("delayq: conflict")
+)
+
+// APIError is an error answer of the daemon.
+type APIError struct {
+	Status  int    // HTTP status (0 for an item of a batch)
+	Code    string `json:"code"` // e.g. "invalid_task", "not_found", "conflict", "unavailable"
+	Message string `json:"message"`
+}
+
+func (e *APIError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("delayq: %s: %s", e.Code, e.Message)
+	}
+	return fmt.Sprintf("delayq: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Is matches ErrNotFound and ErrConflict by code.
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrNotFound:
+		return e.Code == "not_found"
+	case ErrConflict:
+		return e.Code == "conflict"
+	}
+	return false
+}
+
+// Schedule schedules one task.
+func (c *Client) Schedule(ctx context.Context, t Task) (Result, error) {
+	b, err := t.encode()
+	if err != nil {
+		return Result{}, err
+	}
+	var r Result
+	err = c.do(ctx, http.MethodPost, "/v1/tasks", rawBody(b), &r)
+	return r, err
+}
+
+// ScheduleBatch schedules tasks in one request (at most the daemon's
+// DQ_MAX_BATCH, 1000 by default). The results are in the order of tasks;
+// the error is set only when the whole request failed.
+func (c *Client) ScheduleBatch(ctx context.Context, tasks []Task) ([]BatchResult, error) {
+	var resp struct {
+		Results []struct {
+			Result
+			Error *APIError `json:"error"`
+		} `json:"results"`
+	}
+	b := []byte(`{"tasks":[`)
+	for i := range tasks {
+		tb, err := tasks[i].encode()
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, tb...)
+	}
+	b = append(b, "]}"...)
+	if err := c.do(ctx, http.MethodPost, "/v1/tasks/batch", rawBody(b), &resp); err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != len(tasks) {
+		return nil, fmt.Errorf("delayq: batch of %d tasks answered with %d results", len(tasks), len(resp.Results))
+	}
+	out := make([]BatchResult, len(resp.Results))
+	for i, r := range resp.Results {
+		out[i].Result = r.Result
+		if r.Error != nil {
+			out[i].Err = r.Error
+		}
+	}
+	return out, nil
+}
+
+// Get reads a task.
+func (c *Client) Get(ctx context.Context, id string) (*TaskInfo, error) {
+	var t TaskInfo
+	if err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Reschedule moves a waiting task to dueAt and returns the new due time.
+func (c *Client) Reschedule(ctx context.Context, id string, dueAt time.Time) (time.Time, error) {
+	return c.reschedule(ctx, id, map[string]string{"due_at": dueAt.UTC().Format(timeLayout)})
+}
+
+// RescheduleIn moves a waiting task to delay from now (Redis' clock).
+func (c *Client) RescheduleIn(ctx context.Context, id string, delay time.Duration) (time.Time, error) {
+	return c.reschedule(ctx, id, map[string]string{"delay": delay.String()})
+}
+
+func (c *Client) reschedule(ctx context.Context, id string, body any) (time.Time, error) {
+	var r struct {
+		DueAt time.Time `json:"due_at"`
+	}
+	err := c.do(ctx, http.MethodPatch, "/v1/tasks/"+url.PathEscape(id), body, &r)
+	return r.DueAt, err
+}
+
+// Cancel cancels a waiting task.
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/tasks/"+url.PathEscape(id), nil, nil)
+}
+
+// Stats reads the daemon's figures.
+func (c *Client) Stats(ctx context.Context) (*Stats, error) {
+	var s Stats
+	if err := c.do(ctx, http.MethodGet, "/v1/stats", nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// ListDead lists up to limit dead tasks, most recent first (limit <= 0:
+// the daemon's default of 100).
+func (c *Client) ListDead(ctx context.Context, limit int) ([]DeadTask, error) {
+	path := "/v1/dead"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	var r struct {
+		Dead []DeadTask `json:"dead"`
+	}
+	err := c.do(ctx, http.MethodGet, path, nil, &r)
+	return r.Dead, err
+}
+
+// Redrive schedules a dead task again now with fresh attempts and returns
+// its due time.
+func (c *Client) Redrive(ctx context.Context, id string) (time.Time, error) {
+	var r struct {
+		DueAt time.Time `json:"due_at"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/dead/"+url.PathEscape(id)+"/redrive", nil, &r)
+	return r.DueAt, err
+}
+
+// DeleteDead removes a dead task for good.
+func (c *Client) DeleteDead(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/dead/"+url.PathEscape(id), nil, nil)
+}
+
+// rawBody is a request body that is already JSON.
+type rawBody []byte
+
+// do sends one request and decodes a 2xx answer into out (when not nil);
+// any other answer becomes an *APIError.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if raw, ok := in.(rawBody); ok {
+		body = bytes.NewReader(raw)
+	} else if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("delayq: encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return fmt.Errorf("delayq: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("delayq: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("delayq: %s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		var eb struct {
+			Error *APIError `json:"error"`
+		}
+		if json.Unmarshal(b, &eb) != nil || eb.Error == nil {
+			return &APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(b))}
+		}
+		eb.Error.Status = resp.StatusCode
+		return eb.Error
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("delayq: %s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/delayq/delayq/client"
+)
+
+// fakeDaemon answers like a delayq daemon for the examples (the package
+// tests run against a real one).
+func fakeDaemon() *httptest.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
+		var t struct {
+			ID    string `json:"id"`
+			Delay string `json:"delay"`
+		}
+		b, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(b, &t)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q,"state":"scheduled","outcome":"created","due_at":"2030-01-01T00:00:00.000Z","shard":3}`, t.ID)
+	})
+	mux.HandleFunc("DELETE /v1/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"error":{"code":"not_found","message":"task %s not found"}}`, r.PathValue("id"))
+	})
+	return httptest.NewServer(mux)
+}
+
+func Example() {
+	srv := fakeDaemon() // in production: the daemon's address, e.g. http://127.0.0.1:7070
+	defer srv.Close()
+	ctx := context.Background()
+	c := client.New(srv.URL, client.WithToken("secret"))
+
+	res, err := c.Schedule(ctx, client.Task{
+		ID:      "order-42-cancel",
+		Type:    "order.cancel",
+		Payload: json.RawMessage(`{"order":42}`),
+		Delay:   24 * time.Hour,
+	})
+	if err != nil {
+		fmt.Println("schedule:", err)
+		return
+	}
+	fmt.Println(res.ID, res.State, res.Outcome, res.DueAt.Format(time.RFC3339))
+
+	err = c.Cancel(ctx, "order-43-cancel")
+	fmt.Println(errors.Is(err, client.ErrNotFound), err)
+	// Output:
+	// order-42-cancel scheduled created 2030-01-01T00:00:00Z
+	// true delayq: 404 not_found: task order-43-cancel not found
+}

@@ -1,0 +1,237 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/journal"
+	"github.com/delayq/delayq/internal/redisstore"
+)
+
+// App is one daemon: the HTTP API, the store keeper (opens the Redis store
+// and watches Redis), the compensator (replays the journal) and the
+// coalescer (groups concurrent single schedules into one store call).
+type App struct {
+	cfg Config
+	log *slog.Logger
+	reg *prometheus.Registry
+	m   *metrics
+	now func() time.Time
+
+	rdb     redis.UniversalClient
+	store   atomic.Pointer[redisstore.Store] // nil until Redis answered once
+	redisUp atomic.Bool
+	jr      *journal.Journal
+	kick    chan struct{} // wakes the compensator (new journal entry, Redis back)
+
+	srv      *admin.Server
+	handler  http.Handler
+	keeper   *storeKeeper
+	comp     *compensator
+	coalesce *coalescer
+}
+
+// New builds a daemon from a validated configuration: it opens the journal,
+// binds the HTTP address and tries once to open the Redis store. Redis
+// being unreachable is not an error (the daemon journals writes and keeps
+// trying in the background); a shard-count mismatch is. The caller must
+// call Run, which releases everything New acquired.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	a := &App{cfg: cfg, log: log, reg: admin.NewRegistry(), now: time.Now, kick: make(chan struct{}, 1)}
+	jr, err := journal.Open(cfg.JournalDir)
+	if err != nil {
+		return nil, err
+	}
+	a.jr = jr
+	a.m = newMetrics(a.reg,
+		func() float64 { return float64(a.jr.Len()) },
+		func() float64 {
+			if a.redisUp.Load() {
+				return 1
+			}
+			return 0
+		})
+	a.rdb = cfg.RedisClient()
+	a.keeper = &storeKeeper{app: a}
+	a.comp = &compensator{app: a}
+	a.coalesce = newCoalescer(a)
+	if err := a.keeper.tryOpen(ctx); err != nil {
+		_ = a.rdb.Close()
+		_ = a.jr.Close()
+		return nil, err
+	}
+	a.handler = a.routes()
+	a.srv, err = admin.Listen(cfg.HTTPAddr, a.handler, log, cfg.ShutdownGrace)
+	if err != nil {
+		_ = a.rdb.Close()
+		_ = a.jr.Close()
+		return nil, fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	if n := a.jr.Len(); n > 0 {
+		log.Info("journal has entries left from an earlier run; replaying them once Redis answers", "journal_depth", n)
+	}
+	return a, nil
+}
+
+// Addr is the bound HTTP address.
+func (a *App) Addr() string { return a.srv.Addr() }
+
+// Handler is the daemon's HTTP handler (API, /healthz, /readyz, /metrics),
+// for tests that serve it themselves. The background components still need
+// Run.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Registry is the daemon's Prometheus registry.
+func (a *App) Registry() *prometheus.Registry { return a.reg }
+
+// JournalDepth is the number of journal entries waiting for replay.
+func (a *App) JournalDepth() int { return a.jr.Len() }
+
+// Run serves until ctx ends (or a component fails), then shuts down.
+//
+// Shutdown order:
+//  1. stop accepting HTTP connections,
+//  2. drain in-flight requests (within DQ_SHUTDOWN_TIMEOUT; a request that
+//     is journaling finishes its fsync'd append),
+//  3. stop the compensator, which finishes the batch it is replaying, and
+//     the coalescer's workers (a request still arriving schedules alone),
+//  4. close the journal (entries left are replayed by the next start),
+//  5. close the Redis client.
+//
+// The compensator and the coalescer run on a context that only ends after
+// step 2, so that they serve the last requests.
+func (a *App) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	compCtx, stopComp := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopComp()
+	g.Go(func() error {
+		defer stopComp() // 3: after the HTTP server drained
+		err := a.srv.Run(gctx)
+		a.log.Info("http server stopped; stopping the compensator", "journal_depth", a.jr.Len(), "error", err)
+		return err
+	})
+	g.Go(func() error { return a.keeper.Run(gctx) })
+	g.Go(func() error { return a.comp.Run(compCtx) })
+	g.Go(func() error { return a.coalesce.Run(compCtx) })
+	a.log.Info("daemon started", "addr", a.Addr(), "namespace", a.cfg.Namespace,
+		"journal_dir", a.cfg.JournalDir, "journal_depth", a.jr.Len(), "redis_up", a.redisUp.Load())
+	err := g.Wait()
+	if cerr := a.jr.Close(); cerr != nil { // 4
+		err = errors.Join(err, cerr)
+	}
+	if cerr := a.rdb.Close(); cerr != nil { // 5
+		err = errors.Join(err, cerr)
+	}
+	a.log.Info("daemon stopped", "journal_depth_left", a.jr.Len(), "error", err)
+	return err
+}
+
+// ready is /readyz: the daemon is ready when it can accept schedules, that
+// is when its journal is open. Redis being down does not make it unready
+// (writes are journaled); Redis' state is in /v1/stats and delayq_redis_up.
+func (a *App) ready(ctx context.Context) error {
+	if a.jr == nil {
+		return errors.New("journal not open")
+	}
+	return nil
+}
+
+// setRedisUp records whether Redis answered and logs the transitions.
+func (a *App) setRedisUp(up bool, cause error) {
+	if a.redisUp.Swap(up) == up {
+		return
+	}
+	if up {
+		a.log.Info("redis reachable")
+		a.wake()
+	} else {
+		a.log.Warn("redis unreachable; schedules go to the journal", "error", cause)
+	}
+}
+
+// noteRedis records the result of a Redis operation.
+func (a *App) noteRedis(err error) {
+	switch {
+	case err == nil:
+		a.setRedisUp(true, nil)
+	case redisstore.IsUnavailable(err):
+		a.m.redisErrs.Inc()
+		a.setRedisUp(false, err)
+	default:
+		a.m.redisErrs.Inc() // Redis answered, with an error
+		a.setRedisUp(true, nil)
+	}
+}
+
+// wake nudges the compensator without blocking.
+func (a *App) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// opContext bounds one Redis operation. It is detached from the request's
+// cancellation: a client hanging up must not abort a write half-way.
+func (a *App) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), a.cfg.RedisTimeout)
+}
+
+// Run is the daemon binary: it parses flags and DQ_* variables, validates
+// them, logs the effective configuration and runs the daemon until ctx
+// ends. It returns config.ErrHelp after printing the usage for -h.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	var cfg Config
+	b := config.NewBinder("daemon")
+	cfg.Bind(b)
+	if err := b.Parse(args, getenv, stderr); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	log := cfg.Logger("daemon")
+	log.Info("starting", b.LogAttrs()...)
+	// go-redis logs dial failures through a process-wide logger; route it
+	// to slog at debug (the daemon logs Redis transitions itself).
+	redis.SetLogger(redisLogger{log.With("component", "go-redis")})
+	app, err := New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return app.Run(ctx)
+}
+
+// redisLogger adapts go-redis' logger to slog.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if l.log.Enabled(ctx, slog.LevelDebug) {
+		l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
+	}
+}
+
+// redisClient is config.Common.RedisClient with the per-operation timeout
+// enforced on socket reads and writes too (ContextTimeoutEnabled): go-redis
+// otherwise ignores a context deadline while it waits on a stalled Redis,
+// and a request would hang for ReadTimeout × attempts instead of being
+// journaled after DQ_REDIS_TIMEOUT. Dial failures are retried once, not
+// five times, for the same reason.

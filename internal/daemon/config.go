@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/delayq/delayq/internal/config"
+)
+
+// Defaults of the daemon's own settings.
+const (
+	DefaultHTTPAddr     = ":7070"
+	DefaultJournalDir   = "./dq-journal"
+	DefaultMaxBody      = 1 << 20 // 1 MiB
+	DefaultMaxBatch     = 1000
+	DefaultRedisTimeout = 2 * time.Second
+)
+
+// Config is the daemon's configuration: the settings every binary shares
+// plus the write path's own.
+type Config struct {
+	config.Common
+
+	// APIToken, when set, is required as "Authorization: Bearer <token>"
+	// on every /v1/ request. /healthz, /readyz and /metrics stay open.
+	APIToken string
+	// JournalDir holds the compensation journal (journal.db). One daemon
+	// process per directory.
+	JournalDir string
+	// MaxBody bounds every request body in bytes (a batch included).
+	MaxBody int64
+	// MaxBatch bounds the number of tasks in one POST /v1/tasks/batch.
+	MaxBatch int
+	// RedisTimeout bounds every Redis operation of a request. A write that
+	// times out is journaled (its outcome is unknown; replay is idempotent).
+	RedisTimeout time.Duration
+}
+
+// Bind registers every setting on b (flags mirror the DQ_* variables).
+func (c *Config) Bind(b *config.Binder) {
+	c.BindCommon(b, DefaultHTTPAddr)
+	b.Secret(&c.APIToken, "api-token", "DQ_API_TOKEN", "", "bearer token required on /v1/* (empty: no authentication)")
+	b.String(&c.JournalDir, "journal-dir", "DQ_JOURNAL_DIR", DefaultJournalDir, "directory of the compensation journal")
+	b.Int64(&c.MaxBody, "max-body", "DQ_MAX_BODY", DefaultMaxBody, "maximum request body in bytes")
+	b.Int(&c.MaxBatch, "max-batch", "DQ_MAX_BATCH", DefaultMaxBatch, "maximum tasks per batch request")
+	b.Duration(&c.RedisTimeout, "redis-timeout", "DQ_REDIS_TIMEOUT", DefaultRedisTimeout, "timeout of one Redis operation")
+}
+
+// DefaultConfig is the configuration with every default applied, as Run
+// would build it from an empty environment.
+func DefaultConfig() Config {
+	var c Config
+	b := config.NewBinder("daemon")
+	c.Bind(b)
+	_ = b.Parse(nil, func(string) string { return "" }, nil)
+	return c
+}
+
+// Validate checks the configuration and says which setting is wrong.
+func (c *Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	var errs []error
+	if c.HTTPAddr == "" {
+		errs = append(errs, errors.New("http-addr (DQ_HTTP_ADDR): must not be empty"))
+	}
+	if strings.ContainsFunc(c.APIToken, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		errs = append(errs, errors.New("api-token (DQ_API_TOKEN): must not contain white space or control characters"))
+	}
+	if strings.TrimSpace(c.JournalDir) == "" {
+		errs = append(errs, errors.New("journal-dir (DQ_JOURNAL_DIR): must not be empty"))
+	}
+	if c.MaxBody < 1024 || c.MaxBody > 1<<30 {
+		errs = append(errs, fmt.Errorf("max-body (DQ_MAX_BODY) %d: between 1024 and %d bytes", c.MaxBody, 1<<30))
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > 100000 {
+		errs = append(errs, fmt.Errorf("max-batch (DQ_MAX_BATCH) %d: between 1 and 100000", c.MaxBatch))
+	}
+	if c.RedisTimeout < 10*time.Millisecond || c.RedisTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("redis-timeout (DQ_REDIS_TIMEOUT) %s: between 10ms and 1m", c.RedisTimeout))
+	}
+	return errors.Join(errs...)
+}

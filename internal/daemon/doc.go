@@ -1,0 +1,51 @@
+// Package daemon is delayq's ingress: the HTTP API that schedules,
+// reschedules, cancels and reads delayed tasks in the Redis shard store,
+// and keeps accepting schedules while Redis is unreachable by writing them
+// to a durable local journal that it replays later (compensating writes).
+//
+// Components (each one Run(ctx), started and stopped by App.Run):
+//
+//   - the HTTP server (api.go): /v1 API, /healthz, /readyz, /metrics;
+//   - the store keeper (storekeeper.go): opens the Redis store, retrying
+//     while Redis is down, then pings it to keep delayq_redis_up honest;
+//   - the compensator (compensator.go): replays the journal into Redis;
+//   - the coalescer (coalescer.go): groups concurrent single-task
+//     schedules into one store call (group commit, no added wait).
+//
+// # API
+//
+//	POST   /v1/tasks               201 created | 200 unchanged/updated | 202 journaled | 409 | 4xx
+//	POST   /v1/tasks/batch         200 {"results":[…]} one per task, in order | 413 batch_too_large | 4xx
+//	GET    /v1/tasks/{id}          200 task (state "journaled" while only in the journal) | 404
+//	PATCH  /v1/tasks/{id}          200 {"id","due_at"} | 404 | 409 | 503 while Redis is down
+//	DELETE /v1/tasks/{id}          200 {"id","state":"cancelled"} | 404 | 409 | 503 while Redis is down
+//	GET    /v1/stats               200 totals, per shard, journal_depth, redis_up (also while Redis is down)
+//	GET    /v1/dead?limit=N        200 {"dead":[task + "died_at"]} (N 1..1000, default 100)
+//	POST   /v1/dead/{id}/redrive   200 {"id","state":"scheduled","due_at"} | 404 | 409
+//	DELETE /v1/dead/{id}           200 {"id","deleted":true} | 404 | 409
+//
+// A schedule answer is {"id","state","outcome","due_at","shard"}; outcome
+// is created (201), unchanged (200, identical re-submit), updated (200,
+// upsert of a waiting task) or journaled (202). Errors are
+// {"error":{"code","message"}} with the codes in apierror.go; bad input is
+// a 4xx and never changes state. The request decoding rules are at the top
+// of decode.go. With DQ_API_TOKEN set, /v1/* needs "Authorization: Bearer
+// <token>"; /healthz, /readyz and /metrics stay open.
+//
+// # Compensation
+//
+// When a schedule meets an unavailable Redis (redisstore.IsUnavailable:
+// refused, reset, timed out after DQ_REDIS_TIMEOUT), the normalised task
+// is appended to the journal (fsync'd) and answered 202. Its due time is
+// then absolute: a "delay" is resolved with the daemon's clock at
+// acceptance, because Redis' clock is not available. While the journal
+// holds entries, or Redis is known to be down, new schedules are journaled
+// too, so that a later submission of an id cannot overtake an earlier one.
+// The compensator replays entries oldest first once Redis answers; a
+// restarted daemon replays what is left. Reads, PATCH and DELETE cannot be
+// journaled and answer 503 while Redis is down (and PATCH/DELETE of an id
+// that is still in the journal answer 503 until it is replayed).
+//
+// /readyz means "can accept schedules": the journal is open. Redis'
+// state is in /v1/stats (redis_up) and the delayq_redis_up gauge.
+package daemon

@@ -1,0 +1,65 @@
+package daemon
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delayq/delayq/internal/admin"
+)
+
+// metrics are the daemon's Prometheus metrics (namespace delayq).
+type metrics struct {
+	requests  *prometheus.CounterVec   // delayq_http_requests_total{route,code}
+	duration  *prometheus.HistogramVec // delayq_http_request_duration_seconds{route}
+	scheduled *prometheus.CounterVec   // delayq_tasks_scheduled_total{outcome}
+	replayed  prometheus.Counter       // delayq_journal_replayed_total
+	redisErrs prometheus.Counter       // delayq_redis_errors_total
+}
+
+// Outcome labels of delayq_tasks_scheduled_total.
+const (
+	outcomeCreated   = "created"
+	outcomeUnchanged = "unchanged"
+	outcomeUpdated   = "updated"
+	outcomeRejected  = "rejected"
+	outcomeJournaled = "journaled"
+)
+
+func newMetrics(reg prometheus.Registerer, journalDepth, redisUp func() float64) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: admin.Namespace, Name: "http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route"}),
+		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "tasks_scheduled_total",
+			Help: "Schedule requests by outcome: created, unchanged, updated, rejected, journaled.",
+		}, []string{"outcome"}),
+		replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "journal_replayed_total",
+			Help: "Journal entries replayed into Redis (or dropped as non-retryable) and removed from the journal.",
+		}),
+		redisErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "redis_errors_total",
+			Help: "Redis operations of the daemon that failed (unreachable, timeout or an unexpected answer).",
+		}),
+	}
+	for _, o := range []string{outcomeCreated, outcomeUnchanged, outcomeUpdated, outcomeRejected, outcomeJournaled} {
+		m.scheduled.WithLabelValues(o)
+	}
+	reg.MustRegister(m.requests, m.duration, m.scheduled, m.replayed, m.redisErrs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: admin.Namespace, Name: "journal_depth",
+			Help: "Entries in the compensation journal waiting for replay.",
+		}, journalDepth),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: admin.Namespace, Name: "redis_up",
+			Help: "1 when the last Redis operation or ping of the daemon succeeded, else 0.",
+		}, redisUp),
+	)
+	return m
+}

@@ -1,0 +1,111 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/delayq/delayq/internal/redisstore"
+)
+
+// pingInterval is how often the keeper pings Redis once the store is open,
+// so that delayq_redis_up is right without traffic.
+const pingInterval = time.Second
+
+// storeKeeper opens the Redis store and then watches Redis.
+//
+// redisstore.New needs Redis (it checks the namespace's shard count), so a
+// daemon started while Redis is unreachable runs without a store: schedules
+// go to the journal and the other /v1 endpoints answer 503. The keeper
+// retries with capped exponential backoff until the store opens. A
+// shard-count mismatch is fatal: the daemon would route ids to the wrong
+// shards.
+type storeKeeper struct {
+	app *App
+}
+
+// tryOpen makes one attempt. It returns an error only for a fatal cause.
+func (k *storeKeeper) tryOpen(ctx context.Context) error {
+	a := k.app
+	octx, cancel := a.opContext(ctx)
+	defer cancel()
+	st, err := redisstore.New(octx, a.rdb, redisstore.Options{
+		Namespace: a.cfg.Namespace, Shards: a.cfg.Shards, Retention: a.cfg.Retention,
+	})
+	switch {
+	case err == nil:
+		a.store.Store(st)
+		a.log.Info("redis store open", "namespace", st.Namespace(), "shards", st.Shards())
+		a.redisUp.Store(true)
+		a.wake()
+		return nil
+	case errors.Is(err, redisstore.ErrShardMismatch):
+		return fmt.Errorf("open redis store: %w", err)
+	default:
+		a.m.redisErrs.Inc()
+		a.setRedisUp(false, err)
+		a.log.Warn("redis store not open yet; journaling schedules and retrying", "error", err)
+		return nil
+	}
+}
+
+// Run opens the store if New could not, then pings Redis until ctx ends.
+func (k *storeKeeper) Run(ctx context.Context) error {
+	a := k.app
+	bo := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
+	for a.store.Load() == nil {
+		if !sleep(ctx, bo.next()) {
+			return nil
+		}
+		if err := k.tryOpen(ctx); err != nil {
+			a.log.Error("cannot open the redis store", "error", err)
+			return err
+		}
+	}
+	st := a.store.Load()
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		octx, cancel := a.opContext(ctx)
+		err := st.Ping(octx)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return nil
+		}
+		a.noteRedis(err)
+	}
+}
+
+// backoff is capped exponential backoff.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,267 @@
+package testenv
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// stopTimeout bounds a clean shutdown before the child is killed.
+const stopTimeout = 10 * time.Second
+
+// startAttempts is how often a start is retried with new ports when a port
+// picked by FreePort was taken before the server could bind it.
+const startAttempts = 3
+
+// Redis is a redis-server child process on a free 127.0.0.1 port, data in
+// tb.TempDir().
+type Redis struct {
+	// Addr is "127.0.0.1:port".
+	Addr string
+	// Dir is the server's working directory (RDB, AOF, nodes.conf).
+	Dir string
+
+	opts RedisOptions
+	port int
+	args []string // full argument list; reused by Restart
+
+	mu   sync.Mutex
+	cmd  *process // the running child, nil before start and after Stop/Kill
+	out  *tailBuffer
+	name string // for messages: "redis-server 127.0.0.1:port"
+}
+
+// RedisOptions configures StartRedis.
+type RedisOptions struct {
+	// AOF turns on the append-only file with appendfsync always, so every
+	// acknowledged write survives Kill+Restart. Without it persistence is
+	// off (save "").
+	AOF bool
+	// Password sets requirepass; Client and the readiness check use it.
+	Password string
+}
+
+// redisBaseArgs are the settings every redis-server started by testenv runs
+// with. The first four are delayq's recommended production config:
+//
+//   - save "" (only without AOF): no RDB snapshots; durability comes from AOF.
+//   - maxmemory-policy noeviction: Redis must never silently drop a
+//     scheduled task to free memory; a full Redis fails writes instead.
+//   - hash-max-listpack-value 512 and hash-max-listpack-entries 256: task
+//     hashes (payload included) stay in the compact listpack encoding.
+//
+// The rest make the server a well-behaved test child: loopback only, no
+// protected mode, in the foreground, data in its own temp dir, and the DEBUG
+// command enabled for local connections (DEBUG SLEEP simulates a slow Redis).
+func redisBaseArgs(port int, dir string, opts RedisOptions) []string {
+	args := []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--protected-mode", "no",
+		"--daemonize", "no",
+		"--dir", dir,
+		"--maxmemory-policy", "noeviction",
+		"--hash-max-listpack-value", "512",
+		"--hash-max-listpack-entries", "256",
+		"--enable-debug-command", "local",
+	}
+	if opts.AOF {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--save", "", "--appendonly", "no")
+	}
+	if opts.Password != "" {
+		args = append(args, "--requirepass", opts.Password)
+	}
+	return args
+}
+
+// StartRedis starts a redis-server on a free loopback port with its data in
+// tb.TempDir() and waits until it answers PING. At most one RedisOptions is
+// used. The server is killed at cleanup.
+func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
+	tb.Helper()
+	var o RedisOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	r := &Redis{Dir: tb.TempDir(), opts: o}
+	r.start(tb, func(port int) []string { return redisBaseArgs(port, r.Dir, o) })
+	return r
+}
+
+// redisServerPath returns the redis-server binary or fails the test.
+func redisServerPath(tb testing.TB) string {
+	tb.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("testenv: redis-server not found in PATH: apt-get install redis-server (%v)", err)
+	}
+	return path
+}
+
+// start picks a port, starts the child with argsFor(port) and waits for
+// PING, retrying with a new port when the port turned out to be taken.
+func (r *Redis) start(tb testing.TB, argsFor func(port int) []string) {
+	tb.Helper()
+	path := redisServerPath(tb)
+	tb.Cleanup(func() { r.killQuietly() })
+	for attempt := 1; ; attempt++ {
+		port := FreePort(tb)
+		r.port = port
+		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		r.name = "redis-server " + r.Addr
+		r.args = argsFor(port)
+		err := r.launch(path)
+		if err == nil {
+			return
+		}
+		if attempt < startAttempts && r.out.contains("Address already in use") {
+			tb.Logf("testenv: %s: port taken, retrying with another port", r.name)
+			continue
+		}
+		tb.Fatalf("testenv: start %s (dir %s): %v\n--- output tail ---\n%s", r.name, r.Dir, err, r.out.tail())
+	}
+}
+
+// launch starts the child with r.args and waits until it answers PING.
+func (r *Redis) launch(path string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil && !r.cmd.exited() {
+		return fmt.Errorf("already running")
+	}
+	r.out = new(tailBuffer)
+	p, err := startProcess(path, r.args, r.out)
+	if err != nil {
+		return err
+	}
+	r.cmd = p
+	var pingErr error
+	ready := poll(startTimeout, func() bool {
+		if p.exited() {
+			return true
+		}
+		pingErr = redisPing(r.Addr, r.opts.Password)
+		return pingErr == nil
+	})
+	switch {
+	case p.exited():
+		return fmt.Errorf("exited before answering PING: %v", p.err)
+	case !ready:
+		p.kill()
+		return fmt.Errorf("no PING answer within %v (last error: %v); killed", startTimeout, pingErr)
+	}
+	return nil
+}
+
+// Stop shuts the server down cleanly (SIGTERM) and waits for it to exit.
+// With AOF the data persists for Restart. Stopping a stopped server is a
+// no-op.
+func (r *Redis) Stop(tb testing.TB) {
+	tb.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	if err := r.cmd.stop(syscall.SIGTERM, stopTimeout); err != nil {
+		tb.Fatalf("testenv: stop %s: %v\n--- output tail ---\n%s", r.name, err, r.out.tail())
+	}
+	r.cmd = nil
+}
+
+// Kill sends SIGKILL and waits for the server to exit: a crash. With AOF
+// (appendfsync always) every acknowledged write survives Restart.
+func (r *Redis) Kill(tb testing.TB) {
+	tb.Helper()
+	r.killQuietly()
+}
+
+func (r *Redis) killQuietly() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	r.cmd.kill()
+	r.cmd = nil
+}
+
+// Restart starts the server again on the same port and directory (stopping
+// it first with SIGKILL if it still runs) and waits until it answers PING.
+// Clients returned by Client reconnect on their own.
+func (r *Redis) Restart(tb testing.TB) {
+	tb.Helper()
+	r.killQuietly()
+	if err := r.launch(redisServerPath(tb)); err != nil {
+		tb.Fatalf("testenv: restart %s (dir %s): %v\n--- output tail ---\n%s", r.name, r.Dir, err, r.out.tail())
+	}
+}
+
+// Output returns the tail of the server's stdout and stderr since it was
+// last (re)started.
+func (r *Redis) Output() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.out == nil {
+		return ""
+	}
+	return r.out.tail()
+}
+
+// Client returns a go-redis client for the server, closed at cleanup.
+func (r *Redis) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.opts.Password})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// redisPing sends PING (after AUTH when password is set) over a fresh
+// connection and reports an error unless the reply is +PONG.
+func redisPing(addr, password string) error {
+	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return err
+	}
+	req := "*1\r\n$4\r\nPING\r\n"
+	if password != "" {
+		req = fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password) + req
+	}
+	if _, err := conn.Write([]byte(req)); err != nil {
+		return err
+	}
+	rd := bufio.NewReader(conn)
+	if password != "" {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(line, "+OK") {
+			return fmt.Errorf("AUTH: %s", strings.TrimSpace(line))
+		}
+	}
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	// While loading the AOF the server answers -LOADING; keep polling.
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING: %s", strings.TrimSpace(line))
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package testenv
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// pollInterval is how often WaitFor and the readiness checks poll.
+const pollInterval = 10 * time.Millisecond
+
+// startTimeout bounds how long any piece of infrastructure may take to
+// become ready.
+const startTimeout = 10 * time.Second
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. It
+// listens on port 0 and closes the listener, so another process may take the
+// port before the caller binds it; starters in this package retry for that
+// reason.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	port, err := freePort()
+	if err != nil {
+		tb.Fatalf("testenv: find a free port: %v", err)
+	}
+	return port
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// WaitFor polls cond every 10ms until it returns true or timeout passes; then
+// it fails the test with msg.
+func WaitFor(tb testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	tb.Helper()
+	if !poll(timeout, cond) {
+		tb.Fatalf("testenv: timed out after %v: %s", timeout, msg)
+	}
+}
+
+// poll calls cond every pollInterval until it returns true (poll reports
+// true) or timeout passes (poll reports false). cond is always called at
+// least once, and once more at the deadline.
+func poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-ticker.C
+	}
+}
