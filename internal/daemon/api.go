@@ -42,6 +42,8 @@ func (a *App) routes() http.Handler {
 	mux.HandleFunc("GET /v1/dead", a.handleListDead)
 	mux.HandleFunc("POST /v1/dead/{id}/redrive", a.handleRedrive)
 	mux.HandleFunc("DELETE /v1/dead/{id}", a.handleDeleteDead)
+	mux.Handle("/v1/limits", a.limits)
+	mux.Handle("/v1/limits/", a.limits)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound(fmt.Sprintf("no endpoint %s %s", r.Method, truncateString(r.URL.Path, 100))))
 	})

@@ -12,11 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/journal"
+	"github.com/delayq/delayq/internal/ratelimit"
 	"github.com/delayq/delayq/internal/redisstore"
 )
 
@@ -35,6 +38,9 @@ type App struct {
 	redisUp atomic.Bool
 	jr      *journal.Journal
 	kick    chan struct{} // wakes the compensator (new journal entry, Redis back)
+
+	etcd     *clientv3.Client // nil when the limits API is disabled
+	limits   http.Handler
 
 	srv      *admin.Server
 	handler  http.Handler
@@ -74,6 +80,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	a.comp = &compensator{app: a}
 	a.coalesce = newCoalescer(a)
 	if err := a.keeper.tryOpen(ctx); err != nil {
+		_ = a.rdb.Close()
+		_ = a.jr.Close()
+		return nil, err
+	}
+	if err := a.openLimits(); err != nil {
 		_ = a.rdb.Close()
 		_ = a.jr.Close()
 		return nil, err
@@ -140,8 +151,41 @@ func (a *App) Run(ctx context.Context) error {
 	if cerr := a.rdb.Close(); cerr != nil { // 5
 		err = errors.Join(err, cerr)
 	}
+	if a.etcd != nil {
+		_ = a.etcd.Close()
+	}
 	a.log.Info("daemon stopped", "journal_depth_left", a.jr.Len(), "error", err)
 	return err
+}
+
+// openLimits connects (lazily: etcd need not be up yet) to the etcd that
+// holds rate-limit rules and builds the /v1/limits handler.
+func (a *App) openLimits() error {
+	if len(a.cfg.EtcdEndpoints) == 0 {
+		a.limits = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, errUnavailable("rate limits are disabled: no etcd endpoints configured (DQ_ETCD_ENDPOINTS)"))
+		})
+		return nil
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   a.cfg.EtcdEndpoints,
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	a.etcd = cli
+	rules, err := ratelimit.NewRules(cli, a.cfg.Namespace, a.log.With("component", "limits"))
+	if err != nil {
+		return err
+	}
+	lim, err := ratelimit.NewLimiter(a.rdb, nil, ratelimit.Options{Namespace: a.cfg.Namespace})
+	if err != nil {
+		return err
+	}
+	a.limits = ratelimit.NewAPI(rules, lim, a.cfg.MaxBody)
+	return nil
 }
 
 // ready is /readyz: the daemon is ready when it can accept schedules, that
@@ -228,10 +272,3 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 		l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
 	}
 }
-
-// redisClient is config.Common.RedisClient with the per-operation timeout
-// enforced on socket reads and writes too (ContextTimeoutEnabled): go-redis
-// otherwise ignores a context deadline while it waits on a stalled Redis,
-// and a request would hang for ReadTimeout × attempts instead of being
-// journaled after DQ_REDIS_TIMEOUT. Dial failures are retried once, not
-// five times, for the same reason.

@@ -36,6 +36,9 @@ type Config struct {
 	// RedisTimeout bounds every Redis operation of a request. A write that
 	// times out is journaled (its outcome is unknown; replay is idempotent).
 	RedisTimeout time.Duration
+	// EtcdEndpoints is where rate-limit rules live (/v1/limits). Empty
+	// disables the limits API (it answers 503).
+	EtcdEndpoints []string
 }
 
 // Bind registers every setting on b (flags mirror the DQ_* variables).
@@ -46,6 +49,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int64(&c.MaxBody, "max-body", "DQ_MAX_BODY", DefaultMaxBody, "maximum request body in bytes")
 	b.Int(&c.MaxBatch, "max-batch", "DQ_MAX_BATCH", DefaultMaxBatch, "maximum tasks per batch request")
 	b.Duration(&c.RedisTimeout, "redis-timeout", "DQ_REDIS_TIMEOUT", DefaultRedisTimeout, "timeout of one Redis operation")
+	b.List(&c.EtcdEndpoints, "etcd-endpoints", "DQ_ETCD_ENDPOINTS", "127.0.0.1:2379", "etcd endpoints holding the rate-limit rules served by /v1/limits")
 }
 
 // DefaultConfig is the configuration with every default applied, as Run

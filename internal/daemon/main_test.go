@@ -47,6 +47,7 @@ func testConfig(t testing.TB, redisAddr string) Config {
 	cfg.JournalDir = t.TempDir()
 	cfg.ShutdownGrace = 5 * time.Second
 	cfg.RedisTimeout = time.Second
+	cfg.EtcdEndpoints = nil // the limits API is tested with its own etcd (limits_test.go)
 	return cfg
 }
 

@@ -37,6 +37,9 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 	case err == nil:
 		a.store.Store(st)
 		a.log.Info("redis store open", "namespace", st.Namespace(), "shards", st.Shards())
+		if advice := st.MemoryAdvice(octx); advice != "" {
+			a.log.Warn(advice)
+		}
 		a.redisUp.Store(true)
 		a.wake()
 		return nil
