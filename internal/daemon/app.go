@@ -39,8 +39,8 @@ type App struct {
 	jr      *journal.Journal
 	kick    chan struct{} // wakes the compensator (new journal entry, Redis back)
 
-	etcd     *clientv3.Client // nil when the limits API is disabled
-	limits   http.Handler
+	etcd   *clientv3.Client // nil when the limits API is disabled
+	limits http.Handler
 
 	srv      *admin.Server
 	handler  http.Handler
