@@ -1,0 +1,152 @@
+package work
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/worker"
+)
+
+// App is a configured work process: the worker with its webhooks and the
+// admin HTTP server.
+type App struct {
+	cfg    Config
+	log    *slog.Logger
+	rdb    redis.UniversalClient
+	worker *worker.Worker
+	srv    *admin.Server
+	client *http.Client // shared by the webhooks
+}
+
+// Run is the work binary: parse args and environment, build, run until ctx
+// ends, shut down.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	var cfg Config
+	b := config.NewBinder("work")
+	cfg.Bind(b)
+	if err := b.Parse(args, getenv, stderr); err != nil {
+		return err
+	}
+	if err := cfg.Load(); err != nil {
+		return err
+	}
+	log := cfg.Logger("work")
+	log.Info("starting", b.LogAttrs()...)
+	app, err := New(cfg, log)
+	if err != nil {
+		return err
+	}
+	return app.Run(ctx)
+}
+
+// New builds an App from a loaded configuration and binds the HTTP
+// listener (so Addr is known before Run).
+func New(cfg Config, log *slog.Logger) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rdb := cfg.RedisClient()
+	reg := admin.NewRegistry()
+	w, err := worker.New(worker.Config{
+		Brokers:           cfg.Brokers,
+		Group:             cfg.Group,
+		Topics:            cfg.Topics,
+		DeadTopic:         cfg.DeadTopic,
+		Concurrency:       cfg.Concurrency,
+		DefaultTimeout:    cfg.DefaultTimeout,
+		Backoff:           worker.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax, Jitter: jitter(cfg.BackoffJitter)},
+		MaxPayload:        cfg.MaxPayload,
+		Redis:             rdb,
+		Namespace:         cfg.Namespace,
+		Shards:            cfg.Shards,
+		Retention:         cfg.Retention,
+		ClaimMargin:       cfg.ClaimMargin,
+		ShutdownTimeout:   cfg.ShutdownGrace,
+		SessionTimeout:    cfg.SessionTimeout,
+		HeartbeatInterval: cfg.Heartbeat,
+		Logger:            log,
+		Registerer:        reg,
+	})
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	client := NewHTTPClient(cfg.Concurrency)
+	secret := []byte(cfg.WebhookSecret)
+	if cfg.WebhookURL != "" {
+		h, err := NewWebhook(cfg.WebhookURL, 0, secret, client)
+		if err != nil {
+			rdb.Close()
+			return nil, err
+		}
+		w.HandleDefault(h.Handle)
+	}
+	for typ, hc := range cfg.Webhooks {
+		h, err := NewWebhook(hc.URL, hc.Timeout, secret, client)
+		if err != nil {
+			rdb.Close()
+			return nil, fmt.Errorf("type %q: %w", typ, err)
+		}
+		w.Handle(typ, h.Handle)
+	}
+	mux := http.NewServeMux()
+	admin.Mount(mux, reg, w.Ready)
+	srv, err := admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace)
+	if err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
+	}
+	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client}, nil
+}
+
+// jitter maps the configured fraction to worker.Backoff's (where 0 means
+// the default and a negative value none).
+func jitter(j float64) float64 {
+	if j == 0 {
+		return -1
+	}
+	return j
+}
+
+// Addr is the admin HTTP server's bound address.
+func (a *App) Addr() string { return a.srv.Addr() }
+
+// Run runs the worker and the admin server until ctx ends or one of them
+// fails.
+//
+// Shutdown order: the worker stops fetching, waits for running handlers up
+// to DQ_SHUTDOWN_TIMEOUT (then cancels them; their records stay
+// uncommitted), commits finished offsets and closes its Kafka reader and
+// writer; the admin server drains; then the webhooks' idle connections and,
+// last, the Redis client are closed.
+func (a *App) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := a.worker.Run(gctx); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := a.srv.Run(gctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
+		}
+		return nil
+	})
+	err := g.Wait()
+	a.client.CloseIdleConnections()
+	if cerr := a.rdb.Close(); cerr != nil && err == nil {
+		a.log.Warn("close redis", "err", cerr)
+	}
+	a.log.Info("stopped")
+	return err
+}

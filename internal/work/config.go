@@ -1,0 +1,180 @@
+package work
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/task"
+)
+
+// Config is the work binary's configuration.
+type Config struct {
+	config.Common
+
+	Brokers        []string      // DQ_KAFKA_BROKERS
+	Group          string        // DQ_GROUP
+	Topics         []string      // DQ_TOPICS
+	DeadTopic      string        // DQ_DEAD_TOPIC
+	Concurrency    int           // DQ_WORK_CONCURRENCY
+	WebhookURL     string        // DQ_WEBHOOK_URL: every task type
+	WorkConfig     string        // DQ_WORK_CONFIG: JSON file with per-type webhooks
+	WebhookSecret  string        // DQ_WEBHOOK_SECRET: signs webhook requests
+	DefaultTimeout time.Duration // DQ_DEFAULT_TIMEOUT
+	BackoffMin     time.Duration // DQ_BACKOFF_MIN
+	BackoffMax     time.Duration // DQ_BACKOFF_MAX
+	BackoffJitter  float64       // DQ_BACKOFF_JITTER
+	MaxPayload     int           // DQ_MAX_PAYLOAD
+	ClaimMargin    time.Duration // DQ_CLAIM_MARGIN
+	SessionTimeout time.Duration // DQ_KAFKA_SESSION_TIMEOUT
+	Heartbeat      time.Duration // DQ_KAFKA_HEARTBEAT
+
+	// Webhooks are the per-type webhooks read from WorkConfig by Load.
+	Webhooks map[string]HookConfig
+
+	jitter string // DQ_BACKOFF_JITTER as given; Load parses it into BackoffJitter
+}
+
+// HookConfig is one per-type webhook of the DQ_WORK_CONFIG file.
+type HookConfig struct {
+	URL     string        `json:"url"`
+	Timeout time.Duration `json:"-"`
+}
+
+// Bind registers every setting on b.
+func (c *Config) Bind(b *config.Binder) {
+	c.BindCommon(b, ":7072")
+	b.List(&c.Brokers, "kafka-brokers", "DQ_KAFKA_BROKERS", "127.0.0.1:9092", "Kafka bootstrap brokers")
+	b.String(&c.Group, "group", "DQ_GROUP", "delayq-work", "Kafka consumer group")
+	b.List(&c.Topics, "topics", "DQ_TOPICS", task.DefaultTopic, "Kafka topics to consume")
+	b.String(&c.DeadTopic, "dead-topic", "DQ_DEAD_TOPIC", "dq.dead", "Kafka topic for dead letters (must exist)")
+	b.Int(&c.Concurrency, "concurrency", "DQ_WORK_CONCURRENCY", 16, "handlers running at once")
+	b.String(&c.WebhookURL, "webhook-url", "DQ_WEBHOOK_URL", "", "webhook for every task type without its own")
+	b.String(&c.WorkConfig, "work-config", "DQ_WORK_CONFIG", "", `JSON file with per-type webhooks: {"webhooks": {"<type>": {"url": "...", "timeout": "5s"}}}`)
+	b.Secret(&c.WebhookSecret, "webhook-secret", "DQ_WEBHOOK_SECRET", "", "HMAC-SHA256 key for the Dq-Signature header")
+	b.Duration(&c.DefaultTimeout, "default-timeout", "DQ_DEFAULT_TIMEOUT", 30*time.Second, "handler timeout of tasks without their own")
+	b.Duration(&c.BackoffMin, "backoff-min", "DQ_BACKOFF_MIN", time.Second, "delay before the first retry")
+	b.Duration(&c.BackoffMax, "backoff-max", "DQ_BACKOFF_MAX", 10*time.Minute, "longest delay between retries")
+	b.String(&c.jitter, "backoff-jitter", "DQ_BACKOFF_JITTER", "0.5", "fraction of each retry delay taken off at random, 0..1 (1: full jitter)")
+	b.Int(&c.MaxPayload, "max-payload", "DQ_MAX_PAYLOAD", 1<<20, "records with a larger payload are dead-lettered (bytes)")
+	b.Duration(&c.ClaimMargin, "claim-margin", "DQ_CLAIM_MARGIN", 10*time.Second, "added to a task's timeout for its execution claim's TTL")
+	b.Duration(&c.SessionTimeout, "kafka-session-timeout", "DQ_KAFKA_SESSION_TIMEOUT", 10*time.Second, "consumer group session timeout")
+	b.Duration(&c.Heartbeat, "kafka-heartbeat", "DQ_KAFKA_HEARTBEAT", time.Second, "consumer group heartbeat interval")
+}
+
+// ErrNoHandlers is returned when neither a default nor a per-type webhook
+// is configured: the worker would fail every task.
+var ErrNoHandlers = errors.New("no handlers: set DQ_WEBHOOK_URL (every task type) or DQ_WORK_CONFIG (per-type webhooks)")
+
+// Load reads the DQ_WORK_CONFIG file, then validates everything.
+func (c *Config) Load() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if c.jitter != "" {
+		j, err := strconv.ParseFloat(c.jitter, 64)
+		if err != nil {
+			return fmt.Errorf("backoff-jitter %q: a number between 0 and 1", c.jitter)
+		}
+		c.BackoffJitter = j
+	}
+	if c.WorkConfig != "" {
+		f, err := os.Open(c.WorkConfig)
+		if err != nil {
+			return fmt.Errorf("work config: %w", err)
+		}
+		hooks, err := parseWorkConfig(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("work config %s: %w", c.WorkConfig, err)
+		}
+		c.Webhooks = hooks
+	}
+	return c.Validate()
+}
+
+// Validate checks the settings (after Load read the file).
+func (c *Config) Validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("kafka-brokers: at least one broker")
+	case c.Group == "":
+		return errors.New("group: required")
+	case len(c.Topics) == 0:
+		return errors.New("topics: at least one topic")
+	case c.DeadTopic == "":
+		return errors.New("dead-topic: required")
+	case c.Concurrency < 1 || c.Concurrency > 10000:
+		return fmt.Errorf("concurrency %d: between 1 and 10000", c.Concurrency)
+	case c.DefaultTimeout <= 0 || c.DefaultTimeout > task.MaxTimeout:
+		return fmt.Errorf("default-timeout %s: between 1ms and %s", c.DefaultTimeout, task.MaxTimeout)
+	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("backoff-min %s, backoff-max %s: 0 < min <= max", c.BackoffMin, c.BackoffMax)
+	case c.BackoffJitter < 0 || c.BackoffJitter > 1:
+		return fmt.Errorf("backoff-jitter %g: between 0 and 1", c.BackoffJitter)
+	case c.MaxPayload < 1:
+		return fmt.Errorf("max-payload %d: at least 1", c.MaxPayload)
+	case c.ClaimMargin < 0:
+		return fmt.Errorf("claim-margin %s: not negative", c.ClaimMargin)
+	case c.SessionTimeout <= 0 || c.Heartbeat <= 0 || c.Heartbeat >= c.SessionTimeout:
+		return fmt.Errorf("kafka-heartbeat %s must be positive and below kafka-session-timeout %s", c.Heartbeat, c.SessionTimeout)
+	case c.WebhookURL == "" && len(c.Webhooks) == 0:
+		return ErrNoHandlers
+	}
+	if c.WebhookURL != "" {
+		if _, err := NewWebhook(c.WebhookURL, 0, nil, nil); err != nil {
+			return fmt.Errorf("webhook-url: %w", err)
+		}
+	}
+	for typ, h := range c.Webhooks {
+		if _, err := NewWebhook(h.URL, h.Timeout, nil, nil); err != nil {
+			return fmt.Errorf("work config: type %q: %w", typ, err)
+		}
+	}
+	return nil
+}
+
+// parseWorkConfig reads the per-type webhook file. Unknown fields are an
+// error (a typo must not silently drop a webhook).
+func parseWorkConfig(r io.Reader) (map[string]HookConfig, error) {
+	data, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	var file struct {
+		Webhooks map[string]struct {
+			URL     string `json:"url"`
+			Timeout string `json:"timeout"`
+		} `json:"webhooks"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&file); err != nil {
+		return nil, err
+	}
+	out := make(map[string]HookConfig, len(file.Webhooks))
+	for typ, h := range file.Webhooks {
+		if typ == "" {
+			return nil, errors.New("webhook with an empty task type")
+		}
+		if h.URL == "" {
+			return nil, fmt.Errorf("type %q: url is required", typ)
+		}
+		hc := HookConfig{URL: h.URL}
+		if h.Timeout != "" {
+			d, err := time.ParseDuration(h.Timeout)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("type %q: timeout %q: a positive duration such as \"5s\"", typ, h.Timeout)
+			}
+			hc.Timeout = d
+		}
+		out[typ] = hc
+	}
+	return out, nil
+}

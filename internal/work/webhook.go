@@ -1,0 +1,168 @@
+package work
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/worker"
+)
+
+// Webhook is the built-in handler that POSTs a task to a URL.
+type Webhook struct {
+	URL     string
+	Timeout time.Duration // per request, within the task's own timeout; 0: none of its own
+	Secret  []byte        // signs requests when set
+	Client  *http.Client  // must not follow redirects; see NewHTTPClient
+
+	target string // URL without query or user info, for error messages
+}
+
+// NewHTTPClient is the client webhooks share: no redirects (a POST turned
+// into a GET by a 302 would silently lose the body), connections kept for
+// maxConns concurrent requests per host, deadlines from the task context.
+func NewHTTPClient(maxConns int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = maxConns
+	tr.MaxIdleConns = 4 * maxConns
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// NewWebhook checks rawURL (http or https, with a host) and builds a handler.
+func NewWebhook(rawURL string, timeout time.Duration, secret []byte, client *http.Client) (*Webhook, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("webhook url: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("webhook url %q: want http(s)://host/...", redactURL(u))
+	}
+	if timeout < 0 {
+		return nil, fmt.Errorf("webhook %s: negative timeout", redactURL(u))
+	}
+	return &Webhook{URL: rawURL, Timeout: timeout, Secret: secret, Client: client, target: redactURL(u)}, nil
+}
+
+func redactURL(u *url.URL) string {
+	c := *u
+	c.User, c.RawQuery, c.Fragment = nil, "", ""
+	return c.String()
+}
+
+// Signature is the Dq-Signature header value for a request:
+// "sha256=" + hex(HMAC-SHA256(secret, id + "." + attempt + "." + body)).
+func Signature(secret []byte, id string, attempt int, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(id))
+	m.Write([]byte{'.'})
+	m.Write([]byte(strconv.Itoa(attempt)))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Handle is a worker.HandlerFunc.
+func (h *Webhook) Handle(ctx context.Context, t *worker.Task) error {
+	if h.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.Timeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(t.Payload))
+	if err != nil {
+		return worker.Permanent(fmt.Errorf("webhook %s: %w", h.target, err))
+	}
+	req.Header.Set("Content-Type", t.ContentType)
+	req.Header.Set("User-Agent", "delayq-work")
+	req.Header.Set("Dq-Id", t.ID)
+	req.Header.Set("Dq-Type", t.Type)
+	req.Header.Set("Dq-Attempt", strconv.Itoa(t.Attempt))
+	req.Header.Set("Dq-Max-Attempts", strconv.Itoa(t.MaxAttempts))
+	req.Header.Set("Dq-Gen", strconv.FormatUint(t.Gen, 10))
+	req.Header.Set("Dq-Due-At", strconv.FormatInt(task.Millis(t.DueAt), 10))
+	if len(h.Secret) > 0 {
+		req.Header.Set("Dq-Signature", Signature(h.Secret, t.ID, t.Attempt, t.Payload))
+	}
+	resp, err := h.Client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("webhook %s: timed out: %w", h.target, err)
+		}
+		return fmt.Errorf("webhook %s: %w", h.target, err) // connection errors: retried
+	}
+	defer resp.Body.Close()
+	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // reuse the connection
+	return classify(h.target, resp.StatusCode, resp.Header.Get("Retry-After"), excerpt, time.Now())
+}
+
+// maxRetryAfter bounds a Retry-After delay.
+const maxRetryAfter = 24 * time.Hour
+
+// classify turns a response into an outcome: nil for 2xx; retried for 408,
+// 429 and 5xx (after Retry-After when given); permanent otherwise.
+func classify(target string, status int, retryAfter string, body []byte, now time.Time) error {
+	if status >= 200 && status <= 299 {
+		return nil
+	}
+	err := fmt.Errorf("webhook %s: %d %s", target, status, http.StatusText(status))
+	if b := printable(body); b != "" {
+		err = fmt.Errorf("%w: %s", err, b)
+	}
+	if status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500 && status <= 599 {
+		if d, ok := parseRetryAfter(retryAfter, now); ok {
+			return worker.RetryAfter(d, err)
+		}
+		return worker.Retry(err)
+	}
+	return worker.Permanent(err)
+}
+
+// parseRetryAfter reads a Retry-After value: delay seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if n > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter, true
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return min(max(t.Sub(now), 0), maxRetryAfter), true
+}
+
+// printable is a short single-line excerpt of a response body.
+func printable(b []byte) string {
+	s := strings.Map(func(r rune) rune {
+		if r == unicode.ReplacementChar || !unicode.IsPrint(r) {
+			return ' '
+		}
+		return r
+	}, string(b))
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 200 {
+		s = strings.ToValidUTF8(s[:200], "") + "..."
+	}
+	return s
+}

@@ -1,0 +1,177 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/worker"
+)
+
+// BenchmarkThroughput compares, on one kfake broker and one redis-server in
+// the same run, how fast one worker with a no-op handler drains N fired
+// tasks (each one: claim, read the task, store the outcome, release the
+// claim) against how fast a bare kafka-go consumer-group Reader reads the
+// same number of records (FetchMessage + CommitMessages, commits batched
+// every 100ms by kafka-go). Each run uses its own topic and group, filled
+// beforehand with N records of fired tasks. Run it once:
+//
+//	go test ./worker -run '^$' -bench BenchmarkThroughput -benchtime 1x
+//
+// DQ_BENCH_TASKS sets N (default 20000).
+func BenchmarkThroughput(b *testing.B) {
+	n := 20000
+	if v, err := strconv.Atoi(os.Getenv("DQ_BENCH_TASKS")); err == nil && v > 0 {
+		n = v
+	}
+	rds := testenv.StartRedis(b)
+	rdb := rds.Client(b)
+	concurrency := []int{16, 64, 256} // 16 is the default
+	topics := []string{"bench.raw"}
+	for _, c := range concurrency {
+		topics = append(topics, "bench.c"+strconv.Itoa(c))
+	}
+	k := testenv.StartKafka(b, append(topics, "dq.dead")...)
+	ns := fmt.Sprintf("b%d", rand.Uint32())
+	store, err := redisstore.New(b.Context(), rdb, redisstore.Options{Namespace: ns, Shards: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	firer := &worktest.Firer{Store: store, Writer: worktest.NewWriter(b, k.Brokers)}
+	prep := time.Now()
+	for _, topic := range topics {
+		tasks := make([]*task.Task, n)
+		for i := range tasks {
+			tasks[i] = &task.Task{ID: topic + "-" + strconv.Itoa(i), Type: "noop", Topic: topic, Payload: []byte(`{"order":12345}`), PayloadJSON: true}
+		}
+		worktest.Fire(b, firer, tasks...)
+	}
+	b.Logf("prepared %d fired tasks on each of %v in %v", n, topics, time.Since(prep).Round(time.Millisecond))
+
+	b.ResetTimer()
+	for range b.N {
+		raw := rawConsume(b, k.Brokers, "bench.raw", n)
+		fmt.Printf("\nThroughput, %d records per run, one kfake broker (4 partitions, in this process) + one redis-server, GOMAXPROCS=%d\n",
+			n, runtime.GOMAXPROCS(0))
+		fmt.Printf("  raw kafka-go Reader (group, FetchMessage + CommitMessages, CommitInterval 100ms): %8.0f msgs/s\n", raw)
+		b.ReportMetric(raw, "raw_msgs/s")
+		for _, c := range concurrency {
+			cpu0, t0 := redisCPU(b, rdb), time.Now()
+			rate := workerConsume(b, k.Brokers, rdb, ns, "bench.c"+strconv.Itoa(c), n, c)
+			busy := (redisCPU(b, rdb) - cpu0) / time.Since(t0).Seconds()
+			fmt.Printf("  worker, no-op handler, concurrency %3d:                                          %8.0f tasks/s = %3.0f%% of raw (redis-server CPU %3.0f%% of a core)\n",
+				c, rate, 100*rate/raw, 100*busy)
+			b.ReportMetric(rate, "c"+strconv.Itoa(c)+"_tasks/s")
+		}
+	}
+}
+
+// rawConsume reads n records of topic with a fresh consumer group and
+// reports records per second (from reader creation to the n-th record).
+func rawConsume(b *testing.B, brokers []string, topic string, n int) float64 {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: brokers, GroupID: "raw-" + topic, GroupTopics: []string{topic},
+		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 500 * time.Millisecond,
+		CommitInterval: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,
+		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second,
+	})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(b.Context(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	for i := range n {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			b.Fatalf("raw fetch %d: %v", i, err)
+		}
+		if err := r.CommitMessages(ctx, m); err != nil {
+			b.Fatalf("raw commit: %v", err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// workerConsume runs one worker with a no-op handler on topic until it has
+// handled n tasks and reports tasks per second (from Run to the n-th).
+func workerConsume(b *testing.B, brokers []string, rdb redisClient, ns, topic string, n, conc int) float64 {
+	reg := prometheus.NewRegistry()
+	var mu sync.Mutex
+	done := 0
+	all := make(chan struct{})
+	w, err := worker.New(worker.Config{
+		Brokers: brokers, Group: "work-" + topic, Topics: []string{topic}, Redis: rdb, Namespace: ns,
+		Concurrency: conc, Registerer: reg, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.HandleDefault(func(ctx context.Context, t *worker.Task) error {
+		mu.Lock()
+		if done++; done == n {
+			close(all)
+		}
+		mu.Unlock()
+		return nil
+	})
+	ctx, cancel := context.WithCancel(b.Context())
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() { errc <- w.Run(ctx) }()
+	select {
+	case <-all:
+	case <-time.After(2 * time.Minute):
+		b.Fatalf("worker on %s: %d of %d handled after 2m", topic, done, n)
+	}
+	// the last outcomes reach Redis right after their handlers return
+	testenv.WaitFor(b, 30*time.Second, "outcomes stored", func() bool {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "delayq_work_handled_total" {
+				sum := 0.0
+				for _, m := range mf.GetMetric() {
+					sum += m.GetCounter().GetValue()
+				}
+				return sum >= float64(n)
+			}
+		}
+		return false
+	})
+	rate := float64(n) / time.Since(start).Seconds()
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	return rate
+}
+
+// redisCPU is redis-server's CPU time so far (user + sys), in seconds.
+func redisCPU(b *testing.B, rdb redisClient) float64 {
+	info, err := rdb.Info(b.Context(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return total
+}

@@ -1,0 +1,194 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// abandonGrace bounds how long Run waits for handlers after cancelling their
+// contexts at the shutdown deadline.
+const abandonGrace = 5 * time.Second
+
+// run is the consumer: fetch, dispatch to at most Concurrency handlers,
+// commit finished offsets.
+//
+// Shutdown order, once ctx ends:
+//  1. stop fetching;
+//  2. wait for running handlers up to ShutdownTimeout, then cancel their
+//     contexts (records not finished stay uncommitted: they run again on
+//     another worker) and wait up to abandonGrace more;
+//  3. commit what finished;
+//  4. close the reader (leaves the group) and the dead-letter writer.
+//
+// Redis is the caller's client; the caller closes it after Run returns.
+func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) error {
+	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	bgCtx, stopBG := context.WithCancel(workCtx)
+	var bg sync.WaitGroup
+	bg.Go(func() { w.commitLoop(bgCtx, r) })
+	bg.Go(func() { w.statsLoop(bgCtx, r) })
+	stopReleases := make(chan struct{})
+	var releases sync.WaitGroup
+	releases.Go(func() { w.claims.releaseLoop(context.WithoutCancel(ctx), stopReleases) })
+
+	var handlers sync.WaitGroup
+	sem := make(chan struct{}, w.cfg.Concurrency)
+	w.fetching.Store(true)
+	fetchErr := w.fetchLoop(ctx, r, sem, &handlers, workCtx)
+	w.fetching.Store(false)
+
+	// 2. wait for running handlers
+	w.log.Info("worker stopping: waiting for running handlers", "running", w.offs.running(), "timeout", w.cfg.ShutdownTimeout)
+	if !waitTimeout(&handlers, w.cfg.ShutdownTimeout) {
+		w.log.Warn("shutdown timeout: cancelling running handlers; their records stay uncommitted", "running", w.offs.running())
+		abandon()
+		if !waitTimeout(&handlers, abandonGrace) {
+			w.log.Error("handlers did not return after cancellation", "running", w.offs.running())
+		}
+	}
+	stopBG()
+	bg.Wait()
+	close(stopReleases)
+	releases.Wait()
+
+	// 3. commit what finished
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if err := w.commitNow(cctx, r); err != nil {
+		w.log.Warn("final commit failed; finished records may be delivered again", "err", err)
+	}
+	cancel()
+
+	// 4. close
+	if err := r.Close(); err != nil {
+		w.log.Warn("close kafka reader", "err", err)
+	}
+	if err := dw.Close(); err != nil {
+		w.log.Warn("close kafka writer", "err", err)
+	}
+	w.log.Info("worker stopped")
+	return fetchErr
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// fetchLoop fetches until ctx ends. A slot of sem is taken before each
+// fetch, so at most Concurrency records are held at once.
+func (w *Worker) fetchLoop(ctx context.Context, r messageReader, sem chan struct{}, handlers *sync.WaitGroup, workCtx context.Context) error {
+	delay := 100 * time.Millisecond
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			<-sem
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, io.EOF) {
+				return errors.New("worker: kafka reader closed")
+			}
+			w.log.Warn("fetch", "err", err, "retry_in", delay)
+			if !sleep(ctx, delay) {
+				return nil
+			}
+			delay = min(2*delay, 5*time.Second)
+			continue
+		}
+		delay = 100 * time.Millisecond
+		w.offs.start(m.Topic, m.Partition, m.Offset)
+		w.met.running.Inc()
+		handlers.Go(func() {
+			defer func() { <-sem }()
+			defer w.met.running.Dec()
+			if w.handle(workCtx, &m) {
+				w.offs.done(m.Topic, m.Partition, m.Offset)
+			}
+		})
+	}
+}
+
+func (w *Worker) commitLoop(ctx context.Context, r messageReader) {
+	t := time.NewTicker(w.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := w.commitNow(cctx, r); err != nil && ctx.Err() == nil {
+				w.log.Warn("commit offsets", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// commitNow commits every partition whose commit point moved.
+func (w *Worker) commitNow(ctx context.Context, r messageReader) error {
+	cs := w.offs.pending()
+	if len(cs) == 0 {
+		return nil
+	}
+	msgs := make([]kafka.Message, len(cs))
+	for i, c := range cs {
+		// CommitMessages commits a message's offset + 1.
+		msgs[i] = kafka.Message{Topic: c.topic, Partition: c.partition, Offset: c.offset - 1}
+	}
+	if err := r.CommitMessages(ctx, msgs...); err != nil {
+		w.met.commits.WithLabelValues("error").Inc()
+		return err
+	}
+	w.met.commits.WithLabelValues("ok").Inc()
+	w.offs.markCommitted(cs)
+	return nil
+}
+
+// statsLoop copies the reader's figures into metrics. kafka-go's Stats
+// resets its counters on every call; only this loop calls it.
+func (w *Worker) statsLoop(ctx context.Context, r messageReader) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s := r.Stats()
+			w.met.consumerLag.Set(float64(max(s.Lag, 0)))
+			w.met.rebalances.Add(float64(s.Rebalances))
+		}
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

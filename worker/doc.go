@@ -1,0 +1,83 @@
+// Package worker runs delayq's fired tasks: it consumes the Kafka topics the
+// event processes publish to, runs a handler per task type, and reports each
+// outcome back to delayq's Redis store — succeeded, retry later with backoff,
+// or dead.
+//
+// It is the runtime of the work binary and can be embedded by programs that
+// want their own Go handlers instead of webhooks:
+//
+//	w, err := worker.New(worker.Config{
+//		Brokers: []string{"127.0.0.1:9092"},
+//		Redis:   redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}),
+//	})
+//	w.Handle("order.cancel", func(ctx context.Context, t *worker.Task) error {
+//		return cancelOrder(ctx, t.Payload) // nil: done; error: retried
+//	})
+//	err = w.Run(ctx) // until ctx is cancelled
+//
+// # Delivery
+//
+// Kafka delivers at least once, and a consumer-group rebalance or a crash
+// redelivers records. The worker suppresses duplicates where it can:
+//
+//   - Each record names its task (dq-id) and fire generation (dq-gen). The
+//     task's record in Redis is read before running: a record whose
+//     generation is not the task's current one is a stale copy (the task was
+//     fired again, or cancelled and rescheduled) and is skipped; a task whose
+//     outcome for this generation is already stored (succeeded, dead, or
+//     waiting for its next attempt) is skipped. That stored state is the
+//     done-marker; it is kept for the store's retention.
+//   - Two workers that receive the same record at the same time (during a
+//     rebalance) do not both run it: before running, a worker claims the
+//     execution with SET NX PX on the key dq:{<ns>:<shard>}:run:<id>:<gen>
+//     (the shard's hash tag, so it works on Redis Cluster) for the task's
+//     timeout plus Config.ClaimMargin. The other worker waits until the claim
+//     is released or expires and then re-reads the task's state. The claim is
+//     released only after the outcome is stored.
+//
+// What cannot be prevented: a worker that crashes after its handler finished
+// but before the outcome reached Redis leaves the task to run again, and a
+// handler that ignores its context and runs past its claim may overlap with
+// a second run.
+//
+// # Offsets
+//
+// Handlers run concurrently (Config.Concurrency). Per partition the worker
+// commits only up to the lowest offset still running, so a record is never
+// committed before its outcome is stored, and a failing task never blocks its
+// partition: a failure is scheduled again in Redis (attempt+1, exponential
+// backoff) and its offset committed like a success.
+//
+// # Rebalances
+//
+// kafka-go's Reader does not tell its caller when a rebalance takes a
+// partition away, and commits go out under the current group generation.
+// Records already handed to handlers keep running and are committed when
+// they finish, possibly after the partition moved: such a late commit only
+// ever covers records this worker finished, so nothing is skipped, but it
+// can move the group's offset back (kafka-go#1308), and the reader may hand
+// out records fetched before the rebalance (kafka-go#1398). Both only cause
+// redeliveries, which the generation check, the done-marker and the
+// execution claim turn into skips.
+//
+// # Redis
+//
+// The worker sends its Redis commands through the client's go-redis
+// AutoPipeliner (full duplex, 100µs coalescing), so the commands of many
+// concurrent tasks share round trips; it falls back to the plain client when
+// the client offers none. A run costs about five commands: the claim, the
+// task read (two reads in one pipeline), the outcome script and the claim's
+// release (sent in batches).
+//
+// # Dead letters
+//
+// A task that fails permanently ([Permanent]) or on its last attempt is
+// written to the dead topic (default dq.dead) with the headers dq-error and
+// dq-attempt, then marked dead in Redis (where an operator lists and redrives
+// it). Records that are not valid delayq records — no or unreadable dq-*
+// headers, an unknown task id, a payload over Config.MaxPayload — go to the
+// dead topic with a dq-error reason and are committed; they never stop the
+// worker. (A record of an unknown task that was fired longer ago than
+// Config.Retention is an old record replayed after its task's record
+// expired: it is skipped, not dead-lettered.)
+package worker

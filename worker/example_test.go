@@ -1,0 +1,78 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/worker"
+)
+
+// A worker with one Go handler. It runs until interrupted; Run returns
+// after running handlers finished and their offsets were committed.
+func Example() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+
+	w, err := worker.New(worker.Config{
+		Brokers: []string{"127.0.0.1:9092"},
+		Redis:   rdb,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	w.Handle("order.cancel", func(ctx context.Context, t *worker.Task) error {
+		var order struct{ ID string }
+		if err := json.Unmarshal(t.Payload, &order); err != nil {
+			return worker.Permanent(err) // retrying will not fix the payload
+		}
+		return cancelOrder(ctx, order.ID) // an error is retried with backoff
+	})
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := w.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func cancelOrder(ctx context.Context, id string) error { return nil }
+
+// Handlers say what a failure means by marking the error they return.
+func ExampleRetryAfter() {
+	handler := func(ctx context.Context, t *worker.Task) error {
+		// The downstream service asked us to come back in 30 seconds.
+		return worker.RetryAfter(30*time.Second, errors.New("429 too many requests"))
+	}
+	err := handler(context.Background(), &worker.Task{ID: "a"})
+	d, ok := worker.RetryDelay(err)
+	fmt.Println(d, ok, worker.IsPermanent(err))
+	// Output: 30s true false
+}
+
+func ExamplePermanent() {
+	err := fmt.Errorf("order a: %w", worker.Permanent(errors.New("404 no such order")))
+	fmt.Println(worker.IsPermanent(err), err)
+	// Output: true order a: 404 no such order
+}
+
+// The delays before the next attempts with the defaults (1s doubling to at
+// most 10m), without the random jitter (u = 0).
+func ExampleBackoff() {
+	var b worker.Backoff
+	for attempt := 1; attempt <= 12; attempt += 3 {
+		fmt.Printf("after attempt %d: %v\n", attempt, b.Delay(attempt, 0))
+	}
+	// Output:
+	// after attempt 1: 1s
+	// after attempt 4: 8s
+	// after attempt 7: 1m4s
+	// after attempt 10: 8m32s
+}

@@ -1,0 +1,357 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
+)
+
+// Task is one fired task as a handler sees it.
+type Task struct {
+	ID          string
+	Type        string
+	Payload     []byte
+	ContentType string // application/json or application/octet-stream
+	Attempt     int    // 1-based number of this execution
+	MaxAttempts int    // the task fails for good after this attempt
+	Gen         uint64 // fire generation: (ID, Gen) names this execution
+	DueAt       time.Time
+	FiredAt     time.Time         // when it was published to Kafka
+	Headers     map[string]string // the task's own headers
+	Priority    int
+	Timeout     time.Duration // the handler's context ends after this long
+}
+
+// LastAttempt reports whether a failure of this execution is final.
+func (t *Task) LastAttempt() bool { return t.Attempt >= t.MaxAttempts }
+
+// HandlerFunc runs one task. A nil error means done. Any error means the
+// task is retried later with backoff, unless it is marked with [Permanent]
+// (dead now) or [RetryAfter] (retry after a given delay); after the task's
+// last attempt it is dead. The context ends when the task's timeout passes
+// (a timeout is a failure) or when the worker shuts down; handlers must
+// return soon after it ends. A panic is a failure.
+type HandlerFunc func(ctx context.Context, t *Task) error
+
+// Config configures a Worker. Only Brokers and Redis are required.
+type Config struct {
+	Brokers        []string      // Kafka bootstrap addresses
+	Group          string        // consumer group; default "delayq-work"
+	Topics         []string      // topics to consume; default ["dq.tasks"]
+	DeadTopic      string        // dead letters; default "dq.dead" (must exist)
+	Concurrency    int           // handlers running at once; default 16
+	DefaultTimeout time.Duration // for tasks without their own timeout; default 30s
+	Backoff        Backoff       // delays between attempts; defaults 1s..10m, ×2, jitter 0.5
+	MaxPayload     int           // larger records are dead-lettered; default 1 MiB; negative: no limit
+
+	// Redis is delayq's task store; the worker reads task records and stores
+	// outcomes there (through the client's shared AutoPipeliner; closing the
+	// client after Run returned stops it). Namespace, Shards and Retention
+	// must match the other delayq processes (defaults "dq", 16, 24h).
+	Redis     redis.UniversalClient
+	Namespace string
+	Shards    int
+	Retention time.Duration
+
+	// ClaimMargin is added to a task's timeout for the TTL of its execution
+	// claim; default 10s. A task whose worker crashed runs again elsewhere
+	// after at most its timeout plus this margin.
+	ClaimMargin time.Duration
+	// CommitInterval is how often finished offsets are committed; default 100ms.
+	CommitInterval time.Duration
+	// ShutdownTimeout bounds how long Run waits for running handlers once
+	// its context ends; then their contexts are cancelled and their records
+	// left uncommitted (they run again elsewhere). Default 15s.
+	ShutdownTimeout time.Duration
+
+	// Consumer group timing; defaults 10s, 1s, 10s. The session timeout must
+	// lie within the brokers' group.min/max.session.timeout.ms.
+	SessionTimeout    time.Duration
+	HeartbeatInterval time.Duration
+	RebalanceTimeout  time.Duration
+
+	Logger     *slog.Logger          // default: discard
+	Registerer prometheus.Registerer // metrics are registered here when set
+	InstanceID string                // names this worker in claims and logs; default host-pid
+}
+
+func (c *Config) setDefaults() {
+	if c.Group == "" {
+		c.Group = "delayq-work"
+	}
+	if len(c.Topics) == 0 {
+		c.Topics = []string{task.DefaultTopic}
+	}
+	if c.DeadTopic == "" {
+		c.DeadTopic = "dq.dead"
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 30 * time.Second
+	}
+	c.Backoff = c.Backoff.withDefaults()
+	if c.MaxPayload == 0 {
+		c.MaxPayload = 1 << 20
+	}
+	if c.Namespace == "" {
+		c.Namespace = "dq"
+	}
+	if c.Shards == 0 {
+		c.Shards = 16
+	}
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.ClaimMargin == 0 {
+		c.ClaimMargin = 10 * time.Second
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = 100 * time.Millisecond
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = time.Second
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("worker: no Kafka brokers")
+	case c.Redis == nil:
+		return errors.New("worker: no Redis client")
+	case c.Concurrency < 1:
+		return fmt.Errorf("worker: concurrency %d below 1", c.Concurrency)
+	case c.DefaultTimeout < 0 || c.DefaultTimeout > task.MaxTimeout:
+		return fmt.Errorf("worker: default timeout %s not within 0..%s", c.DefaultTimeout, task.MaxTimeout)
+	case c.ClaimMargin < 0 || c.CommitInterval < 0 || c.ShutdownTimeout < 0:
+		return errors.New("worker: negative claim margin, commit interval or shutdown timeout")
+	}
+	return c.Backoff.validate()
+}
+
+func (c *Config) readerConfig() kafka.ReaderConfig {
+	log := c.Logger.With("component", "kafka-reader")
+	return kafka.ReaderConfig{
+		Brokers:               c.Brokers,
+		GroupID:               c.Group,
+		GroupTopics:           c.Topics,
+		MinBytes:              1,
+		MaxBytes:              max(10<<20, 2*c.MaxPayload),
+		MaxWait:               500 * time.Millisecond,
+		QueueCapacity:         max(100, 2*c.Concurrency),
+		CommitInterval:        0, // synchronous: the worker batches commits itself
+		SessionTimeout:        c.SessionTimeout,
+		HeartbeatInterval:     c.HeartbeatInterval,
+		RebalanceTimeout:      c.RebalanceTimeout,
+		JoinGroupBackoff:      time.Second,
+		WatchPartitionChanges: true,
+		StartOffset:           kafka.FirstOffset,
+		Logger: kafka.LoggerFunc(func(msg string, args ...any) {
+			log.Debug(fmt.Sprintf(msg, args...))
+		}),
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			log.Warn(fmt.Sprintf(msg, args...))
+		}),
+	}
+}
+
+// deadWriter is the dead-letter producer. It has a transport of its own
+// (kafka-go's default one is process-global and keeps idle connections).
+func (c *Config) deadWriter() *ownWriter {
+	log := c.Logger.With("component", "kafka-writer")
+	tr := &kafka.Transport{}
+	return &ownWriter{tr: tr, Writer: &kafka.Writer{
+		Transport:              tr,
+		Addr:                   kafka.TCP(c.Brokers...),
+		Topic:                  c.DeadTopic,
+		Balancer:               &kafka.Hash{},
+		RequiredAcks:           kafka.RequireAll,
+		BatchTimeout:           2 * time.Millisecond,
+		BatchBytes:             int64(max(c.MaxPayload, 1<<20) + 64<<10),
+		WriteTimeout:           10 * time.Second,
+		ReadTimeout:            10 * time.Second,
+		MaxAttempts:            3,
+		AllowAutoTopicCreation: false,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			log.Warn(fmt.Sprintf(msg, args...))
+		}),
+	}}
+}
+
+// ownWriter is a writer that closes its transport's connections on Close.
+type ownWriter struct {
+	*kafka.Writer
+	tr *kafka.Transport
+}
+
+func (w *ownWriter) Close() error {
+	err := w.Writer.Close()
+	w.tr.CloseIdleConnections()
+	return err
+}
+
+// messageReader is the consuming half of the Kafka seam.
+type messageReader interface {
+	FetchMessage(ctx context.Context) (kafka.Message, error)
+	CommitMessages(ctx context.Context, msgs ...kafka.Message) error
+	Stats() kafka.ReaderStats
+	Close() error
+}
+
+// messageWriter is the producing half (dead letters).
+type messageWriter interface {
+	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+	Close() error
+}
+
+// Worker consumes fired tasks and runs their handlers. Register handlers,
+// then call Run once.
+type Worker struct {
+	cfg Config
+	log *slog.Logger
+	met *metrics
+
+	mu       sync.RWMutex
+	handlers map[string]HandlerFunc
+	fallback HandlerFunc
+
+	started  atomic.Bool
+	fetching atomic.Bool
+
+	// set by Run
+	store  *redisstore.Store
+	claims *claims
+	dead   messageWriter
+	offs   *offsets
+}
+
+// New checks cfg and builds a worker. It does not connect to anything.
+func New(cfg Config) (*Worker, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rc := cfg.readerConfig()
+	if err := rc.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: kafka reader: %w", err)
+	}
+	return &Worker{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		met:      newMetrics(cfg.Registerer),
+		handlers: map[string]HandlerFunc{},
+		offs:     newOffsets(),
+	}, nil
+}
+
+// Handle registers h for tasks of taskType, replacing an earlier one.
+func (w *Worker) Handle(taskType string, h HandlerFunc) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.handlers[taskType] = h
+}
+
+// HandleDefault registers h for every task type without its own handler.
+// Without one, such tasks fail (and are retried: another worker version may
+// know the type) until they die.
+func (w *Worker) HandleDefault(h HandlerFunc) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fallback = h
+}
+
+func (w *Worker) handler(taskType string) HandlerFunc {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if h, ok := w.handlers[taskType]; ok {
+		return h
+	}
+	return w.fallback
+}
+
+// Ready reports whether the worker consumes and Redis answers, for a
+// readiness probe.
+func (w *Worker) Ready(ctx context.Context) error {
+	if !w.fetching.Load() {
+		return errors.New("worker: not consuming")
+	}
+	if err := w.cfg.Redis.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// Run consumes until ctx ends, then shuts down gracefully (see Config.
+// ShutdownTimeout) and returns nil. While Redis is unreachable at start it
+// retries; it returns an error when it cannot start (shard count mismatch).
+// Run may be called once.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("worker: Run called twice")
+	}
+	rdb := w.cfg.Redis
+	if ap, err := rdb.AsyncAutoPipelineWithOptions(autoPipelineOptions()); err == nil {
+		rdb = ap
+	}
+	var store *redisstore.Store
+	err := w.retryRedis(ctx, w.log, "open store", func() error {
+		var err error
+		store, err = redisstore.New(ctx, rdb, redisstore.Options{
+			Namespace: w.cfg.Namespace, Shards: w.cfg.Shards, Retention: w.cfg.Retention})
+		return err
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("worker: open store: %w", err)
+	}
+	w.store = store
+	w.claims = newClaims(rdb, w.cfg.Namespace, w.cfg.InstanceID)
+	writer := w.cfg.deadWriter()
+	w.dead = writer
+	reader := kafka.NewReader(w.cfg.readerConfig())
+	w.log.Info("worker started", "group", w.cfg.Group, "topics", w.cfg.Topics,
+		"concurrency", w.cfg.Concurrency, "instance", w.cfg.InstanceID)
+	return w.run(ctx, reader, writer)
+}
+
+// autoPipelineOptions: one ordered full-duplex command stream (the claim
+// must run before the read that follows it), with a 100µs coalescing window.
+func autoPipelineOptions() *redis.AutoPipelineOptions {
+	o := redis.DefaultAutoPipelineOptions()
+	o.FullDuplex = true
+	o.MaxFlushDelay = 100 * time.Microsecond
+	return o
+}
