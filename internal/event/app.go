@@ -1,0 +1,234 @@
+package event
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
+
+	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/fire"
+	"github.com/delayq/delayq/internal/leader"
+	"github.com/delayq/delayq/internal/redisstore"
+)
+
+// App is one event process: the etcd leadership manager, one poller per
+// led shard, the wake-up subscriber, the Kafka writer and the admin HTTP
+// server.
+type App struct {
+	cfg   Config
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	rdb   redis.UniversalClient
+	store *redisstore.Store
+	etcd  *clientv3.Client
+	kafka *fire.Kafka
+	wakes *fire.Wakeups
+	mgr   *leader.Manager
+	srv   *admin.Server
+	fm    *fire.Metrics
+	hooks *fire.Hooks
+}
+
+// Option adjusts an App (tests).
+type Option func(*App)
+
+// WithFireHooks installs test hooks in every poller of the app.
+func WithFireHooks(h *fire.Hooks) Option { return func(a *App) { a.hooks = h } }
+
+// New builds an event process from cfg: it connects to Redis (the store
+// must open: a shard-count mismatch is fatal), creates the etcd client and
+// the Kafka writer (both connect lazily; etcd and Kafka may be down at
+// start) and binds the HTTP address. The caller must call Run, which
+// releases everything New acquired.
+func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	a := &App{cfg: cfg, log: log, reg: admin.NewRegistry()}
+	for _, o := range opts {
+		o(a)
+	}
+	a.fm = fire.NewMetrics(a.reg)
+	lm := leader.NewMetrics(a.reg)
+
+	a.rdb = cfg.RedisClient()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	store, err := redisstore.New(sctx, a.rdb, redisstore.Options{Namespace: cfg.Namespace, Shards: cfg.Shards, Retention: cfg.Retention})
+	cancel()
+	if err != nil {
+		_ = a.rdb.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	a.store = store
+
+	a.etcd, err = clientv3.New(clientv3.Config{
+		Endpoints:   cfg.EtcdEndpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		// gRPC's reconnect backoff grows to 120s by default; after an etcd
+		// outage the session must come back within a second or so.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		})},
+	})
+	if err != nil {
+		_ = a.rdb.Close()
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+
+	a.kafka = fire.NewKafka(fire.KafkaConfig{
+		Brokers:      cfg.KafkaBrokers,
+		BatchSize:    cfg.FireBatch,
+		BatchTimeout: cfg.KafkaBatchWait,
+		WriteTimeout: cfg.KafkaTimeout,
+		AutoCreate:   cfg.KafkaAutoCreate,
+		Log:          log,
+	})
+	a.wakes = fire.NewWakeups(a.rdb, store.WakeChannel(), cfg.Shards, log)
+
+	a.mgr, err = leader.New(leader.Config{
+		Client:          a.etcd,
+		Namespace:       cfg.Namespace,
+		Shards:          cfg.Shards,
+		ID:              cfg.ProcessID,
+		TTL:             cfg.SessionTTL,
+		Lead:            a.lead,
+		Log:             log,
+		Metrics:         lm,
+		ShutdownTimeout: cfg.ShutdownGrace,
+	})
+	if err == nil {
+		mux := http.NewServeMux()
+		admin.Mount(mux, a.reg, func(context.Context) error { return a.mgr.Ready() })
+		a.srv, err = admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace)
+	}
+	if err != nil {
+		a.closeClients()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Addr is the bound HTTP address.
+func (a *App) Addr() string { return a.srv.Addr() }
+
+// ProcessID is the process' name in etcd.
+func (a *App) ProcessID() string { return a.cfg.ProcessID }
+
+// Leading returns the shards this process leads.
+func (a *App) Leading() []int { return a.mgr.Leading() }
+
+// Lease is the current etcd session lease (0 without a session).
+func (a *App) Lease() clientv3.LeaseID { return a.mgr.Lease() }
+
+// Registry is the app's metrics registry.
+func (a *App) Registry() *prometheus.Registry { return a.reg }
+
+// lead runs the poller of one led shard under the leadership context.
+func (a *App) lead(ctx context.Context, l leader.Lead) error {
+	p := fire.NewPoller(fire.Config{
+		Store:        a.store,
+		Producer:     a.kafka,
+		Shard:        l.Shard,
+		Token:        l.Token,
+		Batch:        a.cfg.FireBatch,
+		Lease:        a.cfg.Lease,
+		IdlePoll:     a.cfg.IdlePoll,
+		DefaultTopic: a.cfg.DefaultTopic,
+		DeadTopic:    a.cfg.DeadTopic,
+		Wake:         a.wakes.Mailbox(l.Shard),
+		Stop:         l.Stop,
+		ValidUntil:   l.ValidUntil,
+		Metrics:      a.fm,
+		Log:          a.log,
+		Hooks:        a.hooks,
+	})
+	return p.Run(ctx)
+}
+
+// Run runs the process until ctx ends, then shuts down in this order:
+//  1. stop taking work: every poller finishes the batch in hand (produce,
+//     then ack) and returns;
+//  2. resign every shard, so that other processes take over at once, and
+//     revoke the etcd session (leader.Manager does 1 and 2, bounded by
+//     the shutdown timeout);
+//  3. stop the wake-up subscriber and the HTTP server;
+//  4. close the Kafka writer, then the etcd and Redis clients.
+func (a *App) Run(ctx context.Context) error {
+	defer a.closeClients()
+	a.log.Info("event process starting", "process_id", a.cfg.ProcessID, "http", a.Addr())
+	g, gctx := errgroup.WithContext(ctx)
+	// The subscriber and the HTTP server outlive the manager's shutdown
+	// (readiness and metrics stay visible while shards are handed over).
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var wg sync.WaitGroup
+	bgErr := make(chan error, 2)
+	wg.Go(func() { bgErr <- a.wakes.Run(bg) })
+	wg.Go(func() { bgErr <- a.srv.Run(bg) })
+	g.Go(func() error { return a.mgr.Run(gctx) })
+	g.Go(func() error {
+		select {
+		case err := <-bgErr:
+			if err == nil {
+				err = errors.New("stopped unexpectedly")
+			}
+			return fmt.Errorf("background component: %w", err)
+		case <-gctx.Done():
+			return nil
+		}
+	})
+	err := g.Wait()
+	stopBG()
+	wg.Wait()
+	a.log.Info("event process stopped")
+	return err
+}
+
+func (a *App) closeClients() {
+	if a.kafka != nil {
+		if err := a.kafka.Close(); err != nil {
+			a.log.Warn("close kafka writer", "err", err)
+		}
+	}
+	if a.etcd != nil {
+		_ = a.etcd.Close()
+	}
+	_ = a.rdb.Close()
+}
+
+// Run is the event binary: parse and validate the configuration, log it,
+// build the app and run it until ctx ends.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, b, err := ParseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	log := cfg.Logger("event")
+	log.Info("configuration", b.LogAttrs()...)
+	app, err := New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return app.Run(ctx)
+}

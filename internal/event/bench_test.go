@@ -1,0 +1,342 @@
+package event
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/delayq/delayq/internal/fire"
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
+)
+
+// BenchmarkFire measures the event process on this machine, with a real
+// redis-server, the in-process kfake broker and one in-process event
+// process leading all 16 shards:
+//
+//	(a) firing lag at a steady 5,000 tasks/s for 10s: tasks scheduled live
+//	    (every 10ms, 50 tasks due 500ms later by Redis' clock, spread over
+//	    the 10ms); lag = Kafka record timestamp - dq-due-at, read back with
+//	    franz-go after the run (millisecond resolution);
+//	(b) drain rate of 200,000 tasks all due at once (scheduled before the
+//	    process starts; clock from its first take to the last ack), next to
+//	    kafka-go's raw produce rate to the same broker with the same writer
+//	    settings, 16 goroutines writing synchronous batches of 500 of the
+//	    same records;
+//	(c) Redis commands per second of the idle process (16 shards, no
+//	    tasks): total_commands_processed over 10s.
+//
+// Run: go test ./internal/event -run '^$' -bench BenchmarkFire -benchtime 1x
+// (DQ_BENCH_PARTS=a,b,c selects parts).
+func BenchmarkFire(b *testing.B) {
+	parts := os.Getenv("DQ_BENCH_PARTS")
+	if parts == "" {
+		parts = "a,b,c"
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	bt := DefaultConfig().KafkaBatchWait.String()
+	if v := os.Getenv("DQ_BENCH_BATCH_TIMEOUT"); v != "" {
+		bt = v + " (DQ_BENCH_BATCH_TIMEOUT)"
+	}
+	say(b, "kafka-go BatchTimeout %s", bt)
+	say(b, "machine: %d CPUs, GOMAXPROCS %d, load average %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.TrimSpace(string(load)))
+	for range b.N {
+		if strings.Contains(parts, "a") {
+			benchSteady(b)
+		}
+		if strings.Contains(parts, "b") {
+			benchBurst(b)
+		}
+		if strings.Contains(parts, "c") {
+			benchIdle(b)
+		}
+	}
+}
+
+// benchConfig is the app configuration of a benchmark; DQ_BENCH_BATCH_TIMEOUT
+// overrides kafka-go's BatchTimeout to compare settings.
+func benchConfig(w *world, id string) Config {
+	cfg := w.config(id)
+	if v := os.Getenv("DQ_BENCH_BATCH_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		cfg.KafkaBatchWait = d
+	}
+	return cfg
+}
+
+func benchSteady(b *testing.B) {
+	const (
+		rate     = 5000
+		duration = 10 * time.Second
+		tick     = 10 * time.Millisecond
+		perTick  = rate * int(tick) / int(time.Second)
+		ahead    = 500 * time.Millisecond
+	)
+	w := newWorld(b, 16)
+	a := w.startAppConfig(benchConfig(w, "bench-steady"))
+	w.waitBalanced(15*time.Second, a)
+
+	ctx := b.Context()
+	payload := []byte(strings.Repeat("x", 100))
+	cpu0 := redisCPU(b, w)
+	ticker := time.NewTicker(tick)
+	start := time.Now()
+	var n int
+	var lateTicks int
+	for time.Since(start) < duration {
+		<-ticker.C
+		subs := make([]redisstore.Submit, perTick)
+		for i := range subs {
+			subs[i] = redisstore.Submit{
+				Task:     &task.Task{ID: "steady-" + strconv.Itoa(n), Type: "bench", Payload: payload, DueAt: time.Now()},
+				Delay:    ahead + time.Duration(i)*tick/time.Duration(perTick),
+				Relative: true,
+			}
+			n++
+		}
+		t0 := time.Now()
+		if _, err := w.store.Schedule(ctx, subs); err != nil {
+			b.Fatal(err)
+		}
+		if time.Since(t0) > tick {
+			lateTicks++
+		}
+	}
+	ticker.Stop()
+	scheduled := time.Since(start)
+	redisBusy := redisCPU(b, w) - cpu0
+	// Read everything back with an independent client.
+	lags := readLags(b, w, task.DefaultTopic, n)
+	p50, p99, mx := quantiles(lags)
+	var over5 int
+	for _, l := range lags {
+		if l > 5*time.Millisecond {
+			over5++
+		}
+	}
+	say(b, "(a) steady: %d tasks scheduled at %.0f tasks/s over %v (%d ticks with a schedule call slower than the tick); 1 event process, 16 shards",
+		n, float64(n)/scheduled.Seconds(), scheduled.Round(time.Millisecond), lateTicks)
+	say(b, "(a) firing lag at the Kafka record timestamp: p50=%v p99=%v max=%v; %.2f%% over 5ms (target p99 <= 5ms)",
+		p50, p99, mx, 100*float64(over5)/float64(len(lags)))
+	say(b, "(a) redis-server CPU: %v in %v (%.0f%% of one core, scheduling included)", redisBusy.Round(time.Millisecond), scheduled.Round(time.Millisecond), 100*redisBusy.Seconds()/scheduled.Seconds())
+	say(b, "(a) takes with tasks %v, mean batch %.1f, mean produce %.2fms",
+		metric(b, a.Addr(), "delayq_fire_batch_size_count"),
+		metric(b, a.Addr(), "delayq_fire_batch_size_sum")/max(1, metric(b, a.Addr(), "delayq_fire_batch_size_count")),
+		1000*metric(b, a.Addr(), "delayq_produce_duration_seconds_sum")/max(1, metric(b, a.Addr(), "delayq_produce_duration_seconds_count")))
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-lag-ms")
+	a.stop(b)
+}
+
+// readLags reads n distinct tasks from topic and returns record timestamp
+// - dq-due-at of each task's first record.
+func readLags(tb testing.TB, w *world, topic string, n int) []time.Duration {
+	cl := w.kafka.Client(tb, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(tb.Context(), 120*time.Second)
+	defer cancel()
+	seen := make(map[string]time.Duration, n)
+	for len(seen) < n {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			tb.Fatalf("read back after %d of %d: %v", len(seen), n, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			id := hdr(r, fire.HeaderID)
+			if _, ok := seen[id]; ok {
+				return
+			}
+			due := time.UnixMilli(hdrInt(r, fire.HeaderDueAt))
+			seen[id] = r.Timestamp.Sub(due)
+		})
+	}
+	out := make([]time.Duration, 0, n)
+	for _, l := range seen {
+		out = append(out, l)
+	}
+	return out
+}
+
+func benchBurst(b *testing.B) {
+	const n = 200000
+	w := newWorld(b, 16)
+	ctx := b.Context()
+	payload := []byte(strings.Repeat("x", 100))
+	tasks := make([]*task.Task, n)
+	due := time.Now().Truncate(time.Millisecond)
+	for i := range tasks {
+		tasks[i] = &task.Task{ID: "burst-" + strconv.Itoa(i), Type: "bench", Payload: payload, DueAt: due}
+	}
+	t0 := time.Now()
+	w.schedule(tasks)
+	say(b, "(b) scheduled %d tasks (all due at once) in %v", n, time.Since(t0).Round(time.Millisecond))
+
+	cpu0 := redisCPU(b, w)
+	var first atomic.Int64
+	hooks := &fire.Hooks{BeforeTake: func(int, int64) { first.CompareAndSwap(0, time.Now().UnixNano()) }}
+	a := w.startAppConfig(benchConfig(w, "bench-burst"), WithFireHooks(hooks))
+	var end time.Time
+	if !pollEvery(300*time.Second, 20*time.Millisecond, func() bool {
+		if counterValue(a.fm.Fired) >= n {
+			end = time.Now()
+			return true
+		}
+		return false
+	}) {
+		b.Fatalf("burst not drained: %v fired", metric(b, a.Addr(), "delayq_fired_total"))
+	}
+	drain := end.Sub(time.Unix(0, first.Load()))
+	redisBusy := redisCPU(b, w) - cpu0
+	drainRate := float64(n) / drain.Seconds()
+	batches := metric(b, a.Addr(), "delayq_fire_batch_size_count")
+	a.stop(b)
+
+	// Raw kafka-go: the same writer settings, the same records, 16
+	// goroutines writing synchronous batches of 500 (what the 16 pollers
+	// do).
+	w.kafka.CreateTopic(b, "bench.raw", 4) // as many partitions as dq.tasks
+	cfg := benchConfig(w, "raw")
+	p := fire.NewKafka(fire.KafkaConfig{Brokers: w.kafka.Brokers, BatchSize: cfg.FireBatch, BatchTimeout: cfg.KafkaBatchWait, WriteTimeout: cfg.KafkaTimeout})
+	msgs := make([]kafka.Message, n)
+	now := time.Now()
+	for i, tk := range tasks {
+		tk.Gen, tk.Attempt = 1, 1
+		msgs[i] = fire.Record(tk, "bench.raw", now)
+	}
+	rawRate := func(workers int) float64 {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		start := time.Now()
+		for range workers {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(500)) - 500
+					if i >= n {
+						return
+					}
+					for _, err := range p.Produce(ctx, msgs[i:min(i+500, n)]) {
+						if err != nil {
+							failed.Add(1)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if failed.Load() > 0 {
+			b.Fatalf("raw produce: %d failed", failed.Load())
+		}
+		return float64(n) / time.Since(start).Seconds()
+	}
+	raw16 := rawRate(16)
+	raw1 := rawRate(1)
+	_ = p.Close()
+	say(b, "(b) drain of %d due tasks: %v, %.0f tasks/s (%v takes, mean batch %.0f)", n, drain.Round(time.Millisecond), drainRate, batches, float64(n)/max(batches, 1))
+	say(b, "(b) redis-server CPU during the drain: %v (%.0f%% of one core): take and ack scripts", redisBusy.Round(time.Millisecond), 100*redisBusy.Seconds()/drain.Seconds())
+	say(b, "(b) raw kafka-go to the same broker, same writer settings and records: %.0f records/s with 16 writers of 500-record batches, %.0f with one writer", raw16, raw1)
+	say(b, "(b) drain rate = %.0f%% of the raw 16-writer rate (target >= 50%%)", 100*drainRate/raw16)
+	b.ReportMetric(drainRate, "drain-tasks/s")
+	b.ReportMetric(raw16, "raw-records/s")
+}
+
+func benchIdle(b *testing.B) {
+	w := newWorld(b, 16)
+	a := w.startAppConfig(benchConfig(w, "bench-idle"))
+	w.waitBalanced(15*time.Second, a)
+	rdb := w.redis.Client(b)
+	ctx := b.Context()
+	settle := time.NewTimer(2 * time.Second) // let campaigns and adopts pass
+	<-settle.C
+	stat := func() (int64, map[string]int64) {
+		info, err := rdb.Info(ctx, "stats", "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var total int64
+		per := map[string]int64{}
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+				total, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
+				name, fields, _ := strings.Cut(rest, ":")
+				for _, f := range strings.Split(fields, ",") {
+					if v, ok := strings.CutPrefix(f, "calls="); ok {
+						per[name], _ = strconv.ParseInt(v, 10, 64)
+					}
+				}
+			}
+		}
+		return total, per
+	}
+	const window = 10 * time.Second
+	t0, c0 := stat()
+	timer := time.NewTimer(window)
+	<-timer.C
+	t1, c1 := stat()
+	total := t1 - t0 - 1 // minus our first INFO
+	var parts []string
+	for name, v := range c1 {
+		if d := v - c0[name]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", name, d))
+		}
+	}
+	perSec := float64(total) / window.Seconds()
+	say(b, "(c) idle, 16 shards, 1 process: %d Redis commands in %v = %.1f/s = %.2f per shard per second (target <= 2); by command: %s",
+		total, window, perSec, perSec/16, strings.Join(parts, " "))
+	b.ReportMetric(perSec/16, "idle-cmds/shard/s")
+	a.stop(b)
+}
+
+func pollEvery(timeout, every time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-t.C
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	_ = c.Write(&m)
+	return m.Counter.GetValue()
+}
+
+// redisCPU is the CPU time redis-server used so far (user + sys).
+func redisCPU(tb testing.TB, w *world) time.Duration {
+	info, err := w.store.Client().Info(tb.Context(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}

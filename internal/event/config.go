@@ -1,0 +1,115 @@
+package event
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/delayq/delayq/internal/config"
+)
+
+// Config is the event binary's configuration.
+type Config struct {
+	config.Common
+	EtcdEndpoints   []string
+	KafkaBrokers    []string
+	DefaultTopic    string
+	DeadTopic       string
+	SessionTTL      time.Duration
+	FireBatch       int
+	Lease           time.Duration
+	IdlePoll        time.Duration
+	ProcessID       string
+	KafkaAutoCreate bool
+	KafkaBatchWait  time.Duration
+	KafkaTimeout    time.Duration
+}
+
+// bind registers every setting on b.
+func (c *Config) bind(b *config.Binder) {
+	c.BindCommon(b, ":7071")
+	b.List(&c.EtcdEndpoints, "etcd-endpoints", "DQ_ETCD_ENDPOINTS", "127.0.0.1:2379", "etcd endpoints")
+	b.List(&c.KafkaBrokers, "kafka-brokers", "DQ_KAFKA_BROKERS", "127.0.0.1:9092", "Kafka bootstrap brokers")
+	b.String(&c.DefaultTopic, "default-topic", "DQ_DEFAULT_TOPIC", "dq.tasks", "topic of tasks that name none")
+	b.String(&c.DeadTopic, "dead-topic", "DQ_DEAD_TOPIC", "dq.dead", "topic of records that cannot be fired to their own topic")
+	b.Duration(&c.SessionTTL, "session-ttl", "DQ_SESSION_TTL", 3*time.Second, "etcd session lease TTL (whole seconds): a dead process' shards are taken over after about this long")
+	b.Int(&c.FireBatch, "fire-batch", "DQ_FIRE_BATCH", 500, "most tasks per take and Kafka batch")
+	b.Duration(&c.Lease, "lease", "DQ_LEASE", 30*time.Second, "claim lease: a claim not acked within it fires again")
+	b.Duration(&c.IdlePoll, "idle-poll", "DQ_IDLE_POLL", time.Second, "longest sleep of an idle shard poller (covers lost wake-ups)")
+	b.String(&c.ProcessID, "process-id", "DQ_PROCESS_ID", "", "unique name of this process in etcd (default hostname-pid-random)")
+	b.Bool(&c.KafkaAutoCreate, "kafka-auto-create", "DQ_KAFKA_AUTO_CREATE", false, "let the broker create missing topics")
+	b.Duration(&c.KafkaBatchWait, "kafka-batch-timeout", "DQ_KAFKA_BATCH_TIMEOUT", time.Millisecond, "kafka-go BatchTimeout: how long a partition batch waits to fill")
+	b.Duration(&c.KafkaTimeout, "kafka-write-timeout", "DQ_KAFKA_WRITE_TIMEOUT", 5*time.Second, "timeout of one Kafka produce request")
+}
+
+// ParseConfig reads flags, then DQ_* environment variables, then defaults.
+func ParseConfig(args []string, getenv func(string) string, usage io.Writer) (Config, *config.Binder, error) {
+	var c Config
+	b := config.NewBinder("event")
+	c.bind(b)
+	if err := b.Parse(args, getenv, usage); err != nil {
+		return c, b, err
+	}
+	if c.ProcessID == "" {
+		c.ProcessID = DefaultProcessID()
+	}
+	return c, b, nil
+}
+
+// DefaultConfig is the configuration with every default (tests start from it).
+func DefaultConfig() Config {
+	c, _, err := ParseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		panic(err) // defaults always parse
+	}
+	return c
+}
+
+// DefaultProcessID is hostname-pid-random.
+func DefaultProcessID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "event"
+	}
+	host = strings.ReplaceAll(host, "/", "-")
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case len(c.EtcdEndpoints) == 0:
+		return fmt.Errorf("etcd-endpoints: at least one endpoint")
+	case len(c.KafkaBrokers) == 0:
+		return fmt.Errorf("kafka-brokers: at least one broker")
+	case c.DefaultTopic == "" || c.DeadTopic == "":
+		return fmt.Errorf("default-topic and dead-topic must be set")
+	case c.SessionTTL < time.Second || c.SessionTTL > time.Minute:
+		return fmt.Errorf("session-ttl %s: between 1s and 1m (a few seconds)", c.SessionTTL)
+	case c.FireBatch < 1 || c.FireBatch > 5000:
+		return fmt.Errorf("fire-batch %d: between 1 and 5000", c.FireBatch)
+	case c.Lease < time.Second:
+		return fmt.Errorf("lease %s: at least 1s", c.Lease)
+	case c.Lease <= c.KafkaTimeout:
+		return fmt.Errorf("lease %s: must exceed kafka-write-timeout %s", c.Lease, c.KafkaTimeout)
+	case c.IdlePoll < time.Millisecond || c.IdlePoll > time.Minute:
+		return fmt.Errorf("idle-poll %s: between 1ms and 1m", c.IdlePoll)
+	case c.ProcessID == "" || strings.ContainsAny(c.ProcessID, "/ \t\n"):
+		return fmt.Errorf("process-id %q: non-empty, without slashes or spaces", c.ProcessID)
+	case c.KafkaBatchWait <= 0 || c.KafkaBatchWait > time.Second:
+		return fmt.Errorf("kafka-batch-timeout %s: between 1ns and 1s", c.KafkaBatchWait)
+	case c.KafkaTimeout < 100*time.Millisecond:
+		return fmt.Errorf("kafka-write-timeout %s: at least 100ms", c.KafkaTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+package event
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/config"
+)
+
+func TestConfigDefaultsEnvAndFlags(t *testing.T) {
+	env := map[string]string{
+		"DQ_ETCD_ENDPOINTS": "e1:2379, e2:2379",
+		"DQ_SESSION_TTL":    "5s",
+		"DQ_FIRE_BATCH":     "200",
+		"DQ_PROCESS_ID":     "from-env",
+	}
+	c, _, err := ParseConfig([]string{"-fire-batch", "300"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case strings.Join(c.EtcdEndpoints, ",") != "e1:2379,e2:2379":
+		t.Errorf("etcd endpoints %v", c.EtcdEndpoints)
+	case c.SessionTTL != 5*time.Second || c.FireBatch != 300 || c.ProcessID != "from-env":
+		t.Errorf("ttl %v batch %d id %q", c.SessionTTL, c.FireBatch, c.ProcessID)
+	case c.HTTPAddr != ":7071" || c.DefaultTopic != "dq.tasks" || c.DeadTopic != "dq.dead":
+		t.Errorf("defaults: http %q topics %q %q", c.HTTPAddr, c.DefaultTopic, c.DeadTopic)
+	case c.Lease != 30*time.Second || c.IdlePoll != time.Second || c.KafkaAutoCreate:
+		t.Errorf("defaults: lease %v idle %v auto-create %v", c.Lease, c.IdlePoll, c.KafkaAutoCreate)
+	case strings.Join(c.KafkaBrokers, ",") != "127.0.0.1:9092":
+		t.Errorf("kafka brokers %v", c.KafkaBrokers)
+	}
+	d := DefaultConfig()
+	if d.ProcessID == "" || d.ProcessID == DefaultConfig().ProcessID {
+		t.Errorf("default process ids %q should be unique per call", d.ProcessID)
+	}
+	if _, _, err := ParseConfig([]string{"-h"}, func(string) string { return "" }, io.Discard); !errors.Is(err, config.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+func TestConfigValidateRefusesBadValues(t *testing.T) {
+	for name, mod := range map[string]func(*Config){
+		"ttl below 1s":       func(c *Config) { c.SessionTTL = 500 * time.Millisecond },
+		"no etcd":            func(c *Config) { c.EtcdEndpoints = nil },
+		"no brokers":         func(c *Config) { c.KafkaBrokers = nil },
+		"batch zero":         func(c *Config) { c.FireBatch = 0 },
+		"lease below writes": func(c *Config) { c.Lease = 2 * time.Second },
+		"idle poll zero":     func(c *Config) { c.IdlePoll = 0 },
+		"id with slash":      func(c *Config) { c.ProcessID = "a/b" },
+		"bad namespace":      func(c *Config) { c.Namespace = "a:b" },
+	} {
+		c := DefaultConfig()
+		mod(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package event
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/fire"
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+// TestFencingPausedLeaderIsRefusedAfterItsSessionWasRevoked: leader A is
+// paused between Kafka's answer and its ack; its etcd lease is revoked
+// from outside and B takes the shard with a higher revision. When A wakes
+// up, its ack is refused (ErrFenced), it never takes from the shard again
+// with its old token, and the tasks were fired by B.
+func TestFencingPausedLeaderIsRefusedAfterItsSessionWasRevoked(t *testing.T) {
+	t.Parallel() // runs alongside the other parallel scenarios, after the sequential ones
+	const n = 50
+	w := newWorld(t, 2)
+	recs := w.collect(task.DefaultTopic)
+
+	var (
+		mu      sync.Mutex
+		takes   = map[[2]int64]int{} // (shard, token) -> takes by A
+		pausedT int64
+		once    sync.Once
+	)
+	paused, resume := make(chan []*task.Task, 1), make(chan struct{})
+	hooksA := &fire.Hooks{
+		BeforeTake: func(shard int, token int64) {
+			mu.Lock()
+			takes[[2]int64{int64(shard), token}]++
+			mu.Unlock()
+		},
+		BeforeAck: func(_ context.Context, shard int, token int64, ts []*task.Task) {
+			if shard != 0 {
+				return
+			}
+			once.Do(func() {
+				mu.Lock()
+				pausedT = token
+				mu.Unlock()
+				paused <- ts
+				<-resume // a paused process: it notices nothing
+			})
+		},
+	}
+	a := w.startApp("fence-a", WithFireHooks(hooksA))
+	w.waitBalanced(10*time.Second, a)
+
+	var tasks []*task.Task
+	for i := 0; len(tasks) < n; i++ {
+		id := fmt.Sprintf("fence-%04d", i)
+		if w.store.Shard(id) == 0 {
+			tasks = append(tasks, &task.Task{ID: id, Type: "fence", Payload: []byte("p"), DueAt: time.Now().Truncate(time.Millisecond)})
+		}
+	}
+	w.schedule(tasks)
+	var claimed []*task.Task
+	select {
+	case claimed = <-paused:
+	case <-time.After(15 * time.Second):
+		t.Fatal("leader A never reached its ack")
+	}
+	mu.Lock()
+	tokenA := pausedT
+	mu.Unlock()
+
+	// A's session is revoked from outside; B wins the shard with a higher
+	// revision and adopts it.
+	if _, err := w.ec.Revoke(t.Context(), a.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	b := w.startApp("fence-b")
+	testenv.WaitFor(t, 15*time.Second, "B fires every task again (generation 2)", func() bool {
+		snap := recs.snapshot()
+		for _, tk := range tasks {
+			ok := false
+			for _, r := range snap[tk.ID] {
+				ok = ok || hdr(r, fire.HeaderGen) == "2"
+			}
+			if !ok {
+				return false
+			}
+		}
+		return true
+	})
+	l := w.leaders()
+	say(t, "A (token %d) paused with %d claims; B leads shard 0 now: %v", tokenA, len(claimed), l[0] == "fence-b")
+
+	// The store refuses A's token from now on.
+	if _, err := w.store.Take(t.Context(), 0, tokenA, 10, time.Second); !errors.Is(err, redisstore.ErrFenced) {
+		t.Errorf("take with A's token: %v, want ErrFenced", err)
+	}
+	mu.Lock()
+	takesBefore := takes[[2]int64{0, tokenA}]
+	mu.Unlock()
+
+	// A wakes up: its ack is refused and its poller stops.
+	close(resume)
+	testenv.WaitFor(t, 10*time.Second, "A's ack refused (fenced_total 1)", func() bool {
+		return metric(t, a.Addr(), "delayq_fenced_total") >= 1
+	})
+	testenv.WaitFor(t, 15*time.Second, "A back with a new session", func() bool { return a.Lease() != 0 })
+	mu.Lock()
+	takesAfter := takes[[2]int64{0, tokenA}]
+	mu.Unlock()
+	if takesAfter != takesBefore {
+		t.Errorf("A took %d more times from shard 0 with its old token after being fenced", takesAfter-takesBefore)
+	}
+	for _, tk := range tasks {
+		st, err := w.store.Get(t.Context(), tk.ID)
+		if err != nil || st.State != task.StateFired || st.Gen != 2 {
+			t.Errorf("%s: %v %v, want fired by B (generation 2)", tk.ID, st, err)
+		}
+	}
+	snap := recs.snapshot()
+	r := check(tasks, snap)
+	r.fail(t)
+	say(t, "fencing: %d tasks, %d records (%d duplicates from the paused leader's produce), A's ack refused, fenced_total(A)=%v",
+		r.tasks, r.records, r.dups, metric(t, a.Addr(), "delayq_fenced_total"))
+	w.waitBalanced(15*time.Second, a, b)
+}

@@ -1,0 +1,182 @@
+package fire
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+// collector reads topics from the start with an independent franz-go
+// client and keeps every record.
+type collector struct {
+	mu   sync.Mutex
+	recs []*kgo.Record
+	byID map[string][]*kgo.Record
+}
+
+func collect(t *testing.T, k *testenv.Kafka, topics ...string) *collector {
+	t.Helper()
+	cl := k.Client(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.MetadataMinAge(50*time.Millisecond), kgo.FetchMaxWait(50*time.Millisecond))
+	c := &collector{byID: map[string][]*kgo.Record{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				c.mu.Lock()
+				c.recs = append(c.recs, r)
+				id := hdr(r, HeaderID)
+				c.byID[id] = append(c.byID[id], r)
+				c.mu.Unlock()
+			})
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func (c *collector) distinct() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byID)
+}
+
+func (c *collector) get(id string) []*kgo.Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*kgo.Record(nil), c.byID[id]...)
+}
+
+func (c *collector) all() []*kgo.Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*kgo.Record(nil), c.recs...)
+}
+
+func hdr(r *kgo.Record, k string) string {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func hdrInt(t testing.TB, r *kgo.Record, k string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(hdr(r, k), 10, 64)
+	if err != nil {
+		t.Fatalf("record %s: header %s=%q: %v", hdr(r, HeaderID), k, hdr(r, k), err)
+	}
+	return v
+}
+
+var nsSeq struct {
+	sync.Mutex
+	n int
+}
+
+// uniqueNS isolates a test in a shared Redis.
+func uniqueNS(prefix string) string {
+	nsSeq.Lock()
+	defer nsSeq.Unlock()
+	nsSeq.n++
+	return fmt.Sprintf("%s%d", prefix, nsSeq.n)
+}
+
+func newStore(t *testing.T, r *testenv.Redis, ns string, shards int) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(t.Context(), r.Client(t), redisstore.Options{Namespace: ns, Shards: shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// schedule schedules tasks due delay from Redis' now.
+func schedule(t *testing.T, s *redisstore.Store, delay time.Duration, tasks ...*task.Task) {
+	t.Helper()
+	subs := make([]redisstore.Submit, len(tasks))
+	for i, tk := range tasks {
+		if tk.DueAt.IsZero() {
+			tk.DueAt = time.Now().Add(delay)
+		}
+		subs[i] = redisstore.Submit{Task: tk, Delay: delay, Relative: true}
+	}
+	res, err := s.Schedule(t.Context(), subs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil || r.Outcome != redisstore.Created {
+			t.Fatalf("schedule %s: %v %v", r.ID, r.Outcome, r.Err)
+		}
+	}
+}
+
+// running is a poller started by runPoller.
+type running struct {
+	done chan struct{}
+	err  error
+}
+
+// runPoller runs p until the test ends (or p returns).
+func runPoller(t *testing.T, ctx context.Context, p *Poller) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	r := &running{done: make(chan struct{})}
+	go func() { r.err = p.Run(ctx); close(r.done) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("poller of shard %d did not stop", p.cfg.Shard)
+		}
+	})
+	return r
+}
+
+// testBucket is redisstore's bucketOf (the store keeps it unexported).
+func testBucket(id string) int {
+	var h uint64
+	for i := 0; i < len(id); i++ {
+		h = (h*31 + uint64(id[i])) % 2147483647
+	}
+	return int(h % redisstore.BucketsPerShard)
+}
+
+// metricValue reads a counter or gauge.
+func metricValue(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}
+
+// histCount is a histogram's sample count.
+func histCount(h prometheus.Histogram) uint64 {
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.Histogram.GetSampleCount()
+}

@@ -1,0 +1,593 @@
+package fire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
+)
+
+// Store is what a poller needs from the task store: the fenced leader
+// transitions of one shard.
+type Store interface {
+	Adopt(ctx context.Context, shard int, token int64) (int, error)
+	Take(ctx context.Context, shard int, token int64, max int, lease time.Duration) (redisstore.Taken, error)
+	Ack(ctx context.Context, shard int, token int64, fired []redisstore.Fired) (int, error)
+	Release(ctx context.Context, shard int, token int64, fired []redisstore.Fired) (int, error)
+}
+
+// Hooks let tests watch and pause pollers. Every field may be nil.
+type Hooks struct {
+	// Started runs after Adopt, before the first take.
+	Started func(shard int, token int64)
+	// BeforeTake runs before every take.
+	BeforeTake func(shard int, token int64)
+	// BeforeAck runs after Kafka answered, before the ack; it may block
+	// (a paused leader). It runs on the batch's goroutine.
+	BeforeAck func(ctx context.Context, shard int, token int64, tasks []*task.Task)
+	// Stopped runs when Run returns, after every batch finished.
+	Stopped func(shard int, token int64, err error)
+}
+
+// Config configures one poller (one leadership of one shard).
+type Config struct {
+	Store    Store
+	Producer Producer
+	Shard    int
+	Token    int64
+	// Batch is the most tasks per take (default 500).
+	Batch int
+	// Depth is how many taken batches may be in flight (produce, then ack
+	// or release) at once (default 2): a task that falls due while the
+	// previous batch is being written is taken and written right away.
+	Depth int
+	// Lease is how long a claim lasts before another take may re-claim it
+	// (default 30s).
+	Lease time.Duration
+	// IdlePoll is the longest sleep between takes (default 1s).
+	IdlePoll time.Duration
+	// DefaultTopic is used for tasks without a topic; DeadTopic receives
+	// records that cannot be fired to their own.
+	DefaultTopic, DeadTopic string
+	// Wake interrupts sleeps early; nil: idle poll only.
+	Wake *Mailbox
+	// Stop asks the poller to return after the batches in hand (give-back).
+	Stop <-chan struct{}
+	// ValidUntil says until when leadership is surely valid; the poller
+	// starts no take past it. nil: always.
+	ValidUntil func() time.Time
+	// SettleTimeout bounds the ack or release after a produce (default 5s).
+	SettleTimeout time.Duration
+	Metrics       *Metrics
+	Log           *slog.Logger
+	Hooks         *Hooks
+}
+
+// Poller fires the due tasks of one led shard.
+type Poller struct {
+	cfg   Config
+	log   *slog.Logger
+	hooks Hooks
+
+	// The fields below belong to Run's goroutine.
+	results  chan batchResult // finished batches; buffered Depth
+	inflight int
+	// unsettled are claims whose ack or release did not reach Redis; if a
+	// take returns them again, their lease expired: a reclaim.
+	unsettled   map[string]struct{}
+	kafkaFailed bool // a batch came back with records Kafka did not confirm
+	kafkaRetry  backoff
+	fenced      bool
+}
+
+// batchResult is what a batch in flight reports when it is done.
+type batchResult struct {
+	failed    int   // records Kafka did not confirm (released)
+	err       error // wraps redisstore.ErrFenced when the ack was refused
+	unsettled []string
+}
+
+// NewPoller returns a poller; Run starts it.
+func NewPoller(cfg Config) *Poller {
+	if cfg.Batch <= 0 {
+		cfg.Batch = 500
+	}
+	if cfg.Depth <= 0 {
+		cfg.Depth = 2
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.IdlePoll <= 0 {
+		cfg.IdlePoll = time.Second
+	}
+	if cfg.DefaultTopic == "" {
+		cfg.DefaultTopic = task.DefaultTopic
+	}
+	if cfg.DeadTopic == "" {
+		cfg.DeadTopic = "dq.dead"
+	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = 5 * time.Second
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Poller{
+		cfg: cfg, log: log.With("shard", cfg.Shard, "token", cfg.Token),
+		results:    make(chan batchResult, cfg.Depth),
+		unsettled:  map[string]struct{}{},
+		kafkaRetry: backoff{min: 50 * time.Millisecond, max: 2 * time.Second},
+	}
+	if cfg.Hooks != nil {
+		p.hooks = *cfg.Hooks
+	}
+	return p
+}
+
+// errStop ends Run without an error (give-back or leadership over).
+var errStop = errors.New("stop")
+
+// Run adopts the shard and fires its due tasks until ctx ends (leadership
+// lost: stop at once; a produce in flight is cancelled and its tasks
+// released), Stop is closed (the batches in hand are produced and acked,
+// then Run returns nil) or the store refuses the token (Run returns an
+// error wrapping redisstore.ErrFenced). Run returns only after every batch
+// it started is done.
+func (p *Poller) Run(ctx context.Context) (err error) {
+	defer func() {
+		if derr := p.drain(); derr != nil && (err == nil || errors.Is(err, errStop)) {
+			err = derr
+		}
+		if errors.Is(err, errStop) {
+			err = nil
+		}
+		if p.hooks.Stopped != nil {
+			p.hooks.Stopped(p.cfg.Shard, p.cfg.Token, err)
+		}
+	}()
+	if err := p.adopt(ctx); err != nil {
+		return err
+	}
+	if p.hooks.Started != nil {
+		p.hooks.Started(p.cfg.Shard, p.cfg.Token)
+	}
+	storeRetry := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
+	for {
+		if err := p.check(ctx); err != nil {
+			return err
+		}
+		if p.kafkaFailed {
+			// Kafka failed: those tasks are back in the due set; wait
+			// before taking again, longer while it keeps failing.
+			p.kafkaFailed = false
+			if err := p.pause(ctx, p.kafkaRetry.next()); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := p.waitValid(ctx); err != nil {
+			return err
+		}
+		if p.hooks.BeforeTake != nil {
+			p.hooks.BeforeTake(p.cfg.Shard, p.cfg.Token)
+		}
+		if p.cfg.Wake != nil {
+			p.cfg.Wake.Disarm()
+		}
+		taken, err := p.cfg.Store.Take(ctx, p.cfg.Shard, p.cfg.Token, p.cfg.Batch, p.cfg.Lease)
+		replyAt := time.Now()
+		if err != nil {
+			if err := p.storeFailed(ctx, "take", err); err != nil {
+				return err
+			}
+			if err := p.pause(ctx, storeRetry.next()); err != nil {
+				return err
+			}
+			continue
+		}
+		storeRetry.reset()
+		n := len(taken.Tasks)
+		if n > 0 {
+			p.launch(ctx, taken, replyAt)
+			for p.inflight >= p.cfg.Depth {
+				if err := p.handle(<-p.results); err != nil {
+					return err
+				}
+			}
+			if n == p.cfg.Batch {
+				continue // more may be due right now
+			}
+		}
+		if err := p.sleep(ctx, taken, replyAt, n == 0); err != nil {
+			return err
+		}
+	}
+}
+
+// check takes in finished batches, then returns errStop when the poller
+// should end.
+func (p *Poller) check(ctx context.Context) error {
+	for drained := false; !drained; {
+		select {
+		case r := <-p.results:
+			if err := p.handle(r); err != nil {
+				return err
+			}
+		default:
+			drained = true
+		}
+	}
+	if ctx.Err() != nil {
+		return errStop
+	}
+	select {
+	case <-p.cfg.Stop:
+		return errStop
+	default:
+		return nil
+	}
+}
+
+// handle takes in one finished batch.
+func (p *Poller) handle(r batchResult) error {
+	p.inflight--
+	if len(p.unsettled) < 100000 {
+		for _, id := range r.unsettled {
+			p.unsettled[id] = struct{}{}
+		}
+	}
+	if r.err != nil {
+		if errors.Is(r.err, redisstore.ErrFenced) {
+			return p.fencedErr("ack", r.err)
+		}
+		return r.err
+	}
+	if r.failed > 0 {
+		p.kafkaFailed = true
+	} else {
+		p.kafkaRetry.reset()
+	}
+	return nil
+}
+
+// drain waits for every batch in flight.
+func (p *Poller) drain() error {
+	var first error
+	for p.inflight > 0 {
+		if err := p.handle(<-p.results); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// adopt raises the fence and puts an earlier leader's claims back to due,
+// retrying while Redis is unreachable.
+func (p *Poller) adopt(ctx context.Context) error {
+	retry := backoff{min: 50 * time.Millisecond, max: time.Second}
+	for {
+		moved, err := p.cfg.Store.Adopt(ctx, p.cfg.Shard, p.cfg.Token)
+		if err == nil {
+			if moved > 0 {
+				p.log.Info("adopted shard: re-firing tasks an earlier leader left in flight", "moved", moved)
+				if m := p.cfg.Metrics; m != nil {
+					m.LeaseReclaims.Add(float64(moved))
+				}
+			}
+			return nil
+		}
+		if err := p.storeFailed(ctx, "adopt", err); err != nil {
+			return err
+		}
+		if err := p.pause(ctx, retry.next()); err != nil {
+			return err
+		}
+	}
+}
+
+// storeFailed handles a failed store call: fenced ends the poller, an
+// ended context stops it, anything else is logged and retried.
+func (p *Poller) storeFailed(ctx context.Context, op string, err error) error {
+	if errors.Is(err, redisstore.ErrFenced) {
+		return p.fencedErr(op, err)
+	}
+	if ctx.Err() != nil {
+		return errStop
+	}
+	if m := p.cfg.Metrics; m != nil {
+		m.StoreErrors.Inc()
+	}
+	p.log.Warn("store call failed; retrying", "op", op, "err", err, "unavailable", redisstore.IsUnavailable(err))
+	return nil
+}
+
+// fencedErr counts (once per poller) and logs a refused token.
+func (p *Poller) fencedErr(op string, err error) error {
+	if !p.fenced {
+		p.fenced = true
+		if m := p.cfg.Metrics; m != nil {
+			m.Fenced.Inc()
+		}
+		p.log.Warn("fenced: a newer leader owns the shard; stepping down", "op", op, "err", err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// pause waits d, or until the poller should end (not woken by wake-ups).
+func (p *Poller) pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return errStop
+		case <-p.cfg.Stop:
+			return errStop
+		case r := <-p.results:
+			if err := p.handle(r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// waitValid holds the next take while leadership is not surely valid (no
+// keep-alive answer for a while): the lease may have expired on the etcd
+// server and another process may lead already.
+func (p *Poller) waitValid(ctx context.Context) error {
+	if p.cfg.ValidUntil == nil {
+		return nil
+	}
+	logged := false
+	for time.Until(p.cfg.ValidUntil()) <= 0 {
+		if !logged {
+			p.log.Warn("etcd lease not confirmed lately; holding takes")
+			logged = true
+		}
+		if err := p.pause(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sleep waits until the shard's next due task or lease deadline (Redis
+// time, relative to the take's Now), at most IdlePoll, or a wake-up, or a
+// batch that Kafka failed.
+func (p *Poller) sleep(ctx context.Context, taken redisstore.Taken, replyAt time.Time, idle bool) error {
+	if p.kafkaFailed {
+		return nil // back off first
+	}
+	d := p.cfg.IdlePoll
+	for _, next := range []time.Time{taken.NextDue, taken.NextLease} {
+		if !next.IsZero() {
+			d = min(d, next.Sub(taken.Now))
+		}
+	}
+	elapsed := time.Since(replyAt)
+	if d-elapsed <= 0 {
+		if !idle {
+			return nil
+		}
+		// Nothing was claimed although something is due by now: do not
+		// spin on Redis.
+		d = elapsed + time.Millisecond
+	}
+	var wake <-chan struct{}
+	if p.cfg.Wake != nil {
+		p.cfg.Wake.Arm(task.Millis(taken.Now.Add(d)))
+		wake = p.cfg.Wake.C()
+	}
+	t := time.NewTimer(d - elapsed)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case <-wake:
+			return nil
+		case <-ctx.Done():
+			return errStop
+		case <-p.cfg.Stop:
+			return errStop
+		case r := <-p.results:
+			if err := p.handle(r); err != nil {
+				return err
+			}
+			if p.kafkaFailed {
+				return nil
+			}
+		}
+	}
+}
+
+// launch starts a batch: produce, ack what Kafka confirmed, release the
+// rest, on its own goroutine; the result comes back on p.results.
+func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, replyAt time.Time) {
+	// The fire time by Redis' clock: the take's TIME plus what passed
+	// since its reply. Never before a due time, whatever the local clock.
+	firedAt := taken.Now.Add(time.Since(replyAt)).Truncate(time.Millisecond)
+	m := p.cfg.Metrics
+	if m != nil {
+		m.BatchSize.Observe(float64(len(taken.Tasks)))
+	}
+	for _, t := range taken.Tasks {
+		if _, again := p.unsettled[t.ID]; again {
+			delete(p.unsettled, t.ID)
+			if m != nil {
+				m.LeaseReclaims.Inc()
+			}
+		}
+	}
+	p.inflight++
+	go func() { p.results <- p.fire(ctx, taken.Tasks, firedAt) }()
+}
+
+// fire produces one take's tasks, acks what Kafka confirmed and releases
+// the rest. It touches no state of Run's goroutine.
+func (p *Poller) fire(ctx context.Context, tasks []*task.Task, firedAt time.Time) batchResult {
+	m := p.cfg.Metrics
+	msgs := make([]kafka.Message, len(tasks))
+	dead := make([]bool, len(tasks))
+	for i, t := range tasks {
+		if t.LastError != "" && t.Type == "" {
+			// The record could not be read: it goes to the dead-letter
+			// topic and is acked, so that it never blocks the shard.
+			msgs[i] = DeadRecord(t, p.cfg.DeadTopic, firedAt, t.LastError)
+			dead[i] = true
+			continue
+		}
+		msgs[i] = Record(t, p.cfg.DefaultTopic, firedAt)
+	}
+
+	var errs []error
+	if ctx.Err() == nil {
+		start := time.Now()
+		errs = p.cfg.Producer.Produce(ctx, msgs)
+		if m != nil {
+			m.ProduceDuration.Observe(time.Since(start).Seconds())
+		}
+		// Records Kafka refuses for good go to the dead-letter topic.
+		var redo []int
+		for i, e := range errs {
+			if e != nil && !dead[i] && IsPermanent(e) {
+				redo = append(redo, i)
+			}
+		}
+		if len(redo) > 0 {
+			dmsgs := make([]kafka.Message, len(redo))
+			for j, i := range redo {
+				dmsgs[j] = DeadRecord(tasks[i], p.cfg.DeadTopic, firedAt, "kafka refused the record: "+errs[i].Error())
+			}
+			derrs := p.cfg.Producer.Produce(ctx, dmsgs)
+			for j, i := range redo {
+				if derrs[j] == nil {
+					errs[i], dead[i] = nil, true
+				}
+			}
+		}
+	} else {
+		errs = make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = ctx.Err()
+		}
+	}
+	if p.hooks.BeforeAck != nil {
+		p.hooks.BeforeAck(ctx, p.cfg.Shard, p.cfg.Token, tasks)
+	}
+
+	var acks, rels []redisstore.Fired
+	for i, t := range tasks {
+		f := redisstore.Fired{ID: t.ID, Gen: t.Gen}
+		if errs[i] == nil {
+			acks = append(acks, f)
+			if m != nil {
+				if dead[i] {
+					m.DeadLettered.Inc()
+				} else {
+					m.Lag.Observe(max(firedAt.Sub(t.DueAt), 0).Seconds())
+				}
+			}
+			continue
+		}
+		rels = append(rels, f)
+	}
+	if m != nil {
+		m.Fired.Add(float64(len(acks)))
+		m.ProduceErrors.Add(float64(len(rels)))
+	}
+	if len(rels) > 0 && ctx.Err() == nil {
+		p.log.Warn("kafka did not confirm records; releasing them to fire again",
+			"failed", len(rels), "of", len(tasks), "err", firstErr(errs))
+	}
+	// The ack and release run even when leadership just ended: the fence
+	// refuses them if a newer leader adopted the shard meanwhile, and
+	// otherwise they spare a duplicate.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.SettleTimeout)
+	defer cancel()
+	r := batchResult{failed: len(rels)}
+	r.err = p.settle(sctx, "ack", p.cfg.Store.Ack, acks, &r.unsettled)
+	if r.err == nil {
+		r.err = p.settle(sctx, "release", p.cfg.Store.Release, rels, &r.unsettled)
+	}
+	return r
+}
+
+type settleFunc func(ctx context.Context, shard int, token int64, fired []redisstore.Fired) (int, error)
+
+// settle acks or releases, retrying a little while Redis is unreachable;
+// claims it could not settle come back when their lease runs out (their ids
+// go to unsettled).
+func (p *Poller) settle(ctx context.Context, op string, f settleFunc, fired []redisstore.Fired, unsettled *[]string) error {
+	if len(fired) == 0 {
+		return nil
+	}
+	retry := backoff{min: 50 * time.Millisecond, max: time.Second}
+	for {
+		_, err := f(ctx, p.cfg.Shard, p.cfg.Token, fired)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, redisstore.ErrFenced) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if m := p.cfg.Metrics; m != nil {
+			m.StoreErrors.Inc()
+		}
+		if ctx.Err() != nil || !sleepFor(ctx, retry.next()) {
+			p.log.Error("could not settle claims; they fire again when their lease ends",
+				"op", op, "tasks", len(fired), "err", err, "lease", p.cfg.Lease)
+			for _, f := range fired {
+				*unsettled = append(*unsettled, f.ID)
+			}
+			return nil
+		}
+	}
+}
+
+func firstErr(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func sleepFor(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// backoff is a capped exponential delay with jitter.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur/2 + time.Duration(rand.Int64N(int64(b.cur/2)+1))
+}
+
+func (b *backoff) reset() { b.cur = 0 }

@@ -1,0 +1,95 @@
+package fire
+
+import (
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/task"
+)
+
+// The Kafka record headers delayq sets (the contract other consumers
+// depend on).
+const (
+	HeaderID          = "dq-id"
+	HeaderType        = "dq-type"
+	HeaderDueAt       = "dq-due-at"   // unix ms, decimal
+	HeaderFiredAt     = "dq-fired-at" // unix ms, decimal
+	HeaderAttempt     = "dq-attempt"  // 1-based
+	HeaderGen         = "dq-gen"
+	HeaderContentType = "dq-content-type"
+	HeaderMaxAttempts = "dq-max-attempts"
+	HeaderTimeoutMS   = "dq-timeout-ms" // only when the task has a timeout
+	HeaderPriority    = "dq-priority"   // only when non-zero
+	HeaderError       = "dq-error"      // dead-letter records: why
+)
+
+func header(k, v string) kafka.Header { return kafka.Header{Key: k, Value: []byte(v)} }
+
+func ms(t time.Time) string { return strconv.FormatInt(task.Millis(t), 10) }
+
+// Record is the Kafka record of a fired task: value = payload bytes
+// unchanged, key = the task's key or id, the dq-* headers then the task's
+// own headers (sorted by name), timestamp = fire time.
+func Record(t *task.Task, defaultTopic string, firedAt time.Time) kafka.Message {
+	topic := t.Topic
+	if topic == "" {
+		topic = defaultTopic
+	}
+	hs := make([]kafka.Header, 0, 10+len(t.Headers))
+	hs = append(hs,
+		header(HeaderID, t.ID),
+		header(HeaderType, t.Type),
+		header(HeaderDueAt, ms(t.DueAt)),
+		header(HeaderFiredAt, ms(firedAt)),
+		header(HeaderAttempt, strconv.Itoa(max(t.Attempt, 1))),
+		header(HeaderGen, strconv.FormatUint(t.Gen, 10)),
+		header(HeaderContentType, t.ContentType()),
+		header(HeaderMaxAttempts, strconv.Itoa(t.Attempts())),
+	)
+	if t.Timeout > 0 {
+		hs = append(hs, header(HeaderTimeoutMS, strconv.FormatInt(t.Timeout.Milliseconds(), 10)))
+	}
+	if t.Priority != 0 {
+		hs = append(hs, header(HeaderPriority, strconv.Itoa(t.Priority)))
+	}
+	if len(t.Headers) > 0 {
+		names := make([]string, 0, len(t.Headers))
+		for k := range t.Headers {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			hs = append(hs, header(k, t.Headers[k]))
+		}
+	}
+	return kafka.Message{
+		Topic:   topic,
+		Key:     []byte(t.KafkaKey()),
+		Value:   t.Payload,
+		Headers: hs,
+		Time:    firedAt,
+	}
+}
+
+// DeadRecord is the dead-letter record of a task that cannot be fired to
+// its own topic: key = id, value = the payload when it could be read,
+// headers dq-id, dq-gen, dq-fired-at, dq-error (and dq-due-at, dq-type when
+// known).
+func DeadRecord(t *task.Task, deadTopic string, firedAt time.Time, reason string) kafka.Message {
+	hs := []kafka.Header{
+		header(HeaderID, t.ID),
+		header(HeaderGen, strconv.FormatUint(t.Gen, 10)),
+		header(HeaderFiredAt, ms(firedAt)),
+		header(HeaderError, reason),
+	}
+	if !t.DueAt.IsZero() {
+		hs = append(hs, header(HeaderDueAt, ms(t.DueAt)))
+	}
+	if t.Type != "" {
+		hs = append(hs, header(HeaderType, t.Type))
+	}
+	return kafka.Message{Topic: deadTopic, Key: []byte(t.ID), Value: t.Payload, Headers: hs, Time: firedAt}
+}

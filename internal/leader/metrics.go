@@ -1,0 +1,37 @@
+package leader
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delayq/delayq/internal/admin"
+)
+
+// Metrics are the leadership metrics of one process.
+type Metrics struct {
+	ShardsLed     prometheus.Gauge
+	LeaderChanges *prometheus.CounterVec // change: acquired, released, lost
+	Sessions      prometheus.Counter
+}
+
+// NewMetrics registers the leadership metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		ShardsLed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: admin.Namespace, Name: "shards_led",
+			Help: "Shards this process currently leads.",
+		}),
+		LeaderChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "leader_changes_total",
+			Help: "Shard leadership changes of this process: acquired, released (given back), lost (session or fencing).",
+		}, []string{"change"}),
+		Sessions: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "etcd_sessions_total",
+			Help: "Etcd sessions (leases) this process created.",
+		}),
+	}
+	for _, c := range []string{"acquired", "released", "lost"} {
+		m.LeaderChanges.WithLabelValues(c)
+	}
+	reg.MustRegister(m.ShardsLed, m.LeaderChanges, m.Sessions)
+	return m
+}
