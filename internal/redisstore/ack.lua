@@ -5,6 +5,7 @@
 local stale = fence(KEYS[2], tonumber(ARGV[1]))
 if stale then return {-1, stale} end
 local acked = 0
+local drop = {}
 for i = 3, #ARGV, 2 do
   local id, g = ARGV[i], tonumber(ARGV[i + 1])
   local bkey = bucket(ARGV[2], id)
@@ -15,9 +16,10 @@ for i = 3, #ARGV, 2 do
       if st == 'f' then
         redis.call('HSET', bkey, id, record('F', gen, att, due, body))
       end
-      redis.call('ZREM', KEYS[1], id)
+      drop[#drop + 1] = id
       acked = acked + 1
     end
   end
 end
+if #drop > 0 then redis.call('ZREM', KEYS[1], unpack(drop)) end
 return {acked}

@@ -32,8 +32,13 @@ var (
 	adoptScript   = script(adoptLua)
 )
 
-// purgePerTake bounds how many expired finished records one take removes.
-const purgePerTake = 100
+// purgePerTake bounds how many expired finished records one take removes;
+// a shard's take looks for them once every purgeEvery calls, so an idle
+// shard costs as few Redis commands as possible.
+const (
+	purgePerTake = 100
+	purgeEvery   = 8
+)
 
 // Taken is what one Take claimed.
 type Taken struct {
@@ -64,7 +69,7 @@ func fencedErr(v any) error {
 func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease time.Duration) (Taken, error) {
 	v, err := s.run(ctx, takeScript,
 		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard)},
-		token, max, lease.Milliseconds(), s.k.prefix[shard], purgePerTake)
+		token, max, lease.Milliseconds(), s.k.prefix[shard], s.purgeBudget(shard))
 	if err != nil {
 		return Taken{}, fmt.Errorf("take shard %d: %w", shard, err)
 	}
@@ -91,13 +96,25 @@ func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease
 		rec, _ := a[i+1].(string)
 		t, err := decodeRecord(id, rec, shard)
 		if err != nil {
-			// A record this build cannot read must not block the shard;
-			// the caller dead-letters it.
-			t = &task.Task{ID: id, Shard: shard, State: task.StateFiring, LastError: err.Error()}
+			// A record this build cannot read must not block the shard:
+			// the caller dead-letters it and acks this generation.
+			if t == nil {
+				t = &task.Task{ID: id, Shard: shard, State: task.StateFiring}
+			}
+			t.Type = ""
+			t.LastError = err.Error()
 		}
 		out.Tasks = append(out.Tasks, t)
 	}
 	return out, nil
+}
+
+// purgeBudget is how many expired records this take of shard may purge.
+func (s *Store) purgeBudget(shard int) int {
+	if s.takes[shard].Add(1)%purgeEvery == 1 {
+		return purgePerTake
+	}
+	return 0
 }
 
 func firedArgs(token int64, prefix string, fired []Fired) []any {

@@ -39,3 +39,13 @@ func FuzzDecodeRecord(f *testing.F) {
 		_, _ = decodeRecord("id", rec, 0)
 	})
 }
+
+// An unreadable body keeps the header, so the poller can ack exactly the
+// generation it dead-letters.
+func TestDecodeRecordKeepsHeaderOfUnreadableBody(t *testing.T) {
+	rec := encodeRecord('f', 9, 3, 1763859000123, &task.Task{Type: "x"})[:recordHeader] + "\x07garbage"
+	got, err := decodeRecord("id", rec, 1)
+	if err == nil || got == nil || got.Gen != 9 || got.Attempt != 3 || got.DueAt.UnixMilli() != 1763859000123 {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+}

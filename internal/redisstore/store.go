@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,7 @@ type Store struct {
 	rdb       redis.UniversalClient
 	k         keys
 	retention time.Duration
+	takes     []atomic.Uint32 // per shard, to purge finished records every few takes
 }
 
 //go:embed common.lua
@@ -71,7 +73,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, o Options) (*Store, err
 	if o.Shards < 1 || o.Shards > 4096 {
 		return nil, fmt.Errorf("shards %d: must be between 1 and 4096", o.Shards)
 	}
-	s := &Store{rdb: rdb, k: newKeys(o.Namespace, o.Shards), retention: o.Retention}
+	s := &Store{rdb: rdb, k: newKeys(o.Namespace, o.Shards), retention: o.Retention, takes: make([]atomic.Uint32, o.Shards)}
 	if err := s.checkMeta(ctx); err != nil {
 		return nil, err
 	}
@@ -126,7 +128,10 @@ var stateNames = map[string]task.State{
 // recordHeader is the size of a record's binary header (see common.lua).
 const recordHeader = 1 + 4 + 2 + 6
 
-// decodeRecord turns a stored record into a task.
+// decodeRecord turns a stored record into a task. When only the body is
+// unreadable, the returned task still carries the header (state,
+// generation, attempt, due time) along with the error, so that a caller can
+// acknowledge or dead-letter that exact generation.
 func decodeRecord(id, rec string, shard int) (*task.Task, error) {
 	if len(rec) < recordHeader {
 		return nil, fmt.Errorf("record of %s: %w: %d bytes", id, task.ErrCorrupt, len(rec))
@@ -141,7 +146,7 @@ func decodeRecord(id, rec string, shard int) (*task.Task, error) {
 	due := int64(binary.BigEndian.Uint16(b[7:9]))<<32 | int64(binary.BigEndian.Uint32(b[9:13]))
 	t := &task.Task{ID: id, State: st, Gen: uint64(gen), Attempt: int(att), DueAt: task.FromMillis(due), Shard: shard}
 	if err := task.DecodeBody(b[recordHeader:], t); err != nil {
-		return nil, fmt.Errorf("record of %s: %w", id, err)
+		return t, fmt.Errorf("record of %s: %w", id, err)
 	}
 	return t, nil
 }
