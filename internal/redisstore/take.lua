@@ -6,7 +6,7 @@
 -- Returns {-1, stored_token} when fenced, else
 -- {now, next_due or -1, next_lease or -1, id1, record1, id2, record2, ...}
 -- where each record already carries state f and the new generation.
--- An idle shard costs TIME, GET, and one ZRANGE on each set.
+-- An idle shard costs TIME, GET, and one ZRANGE on each of due and inflight.
 local token = tonumber(ARGV[1])
 local stale = fence(KEYS[3], token)
 if stale then return {-1, stale} end
@@ -85,6 +85,10 @@ else
 end
 if #leased > 0 then redis.call('ZADD', KEYS[2], unpack(leased)) end
 
-local nl = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if nl[2] then out[3] = tonumber(nl[2]) end
+if #leased > 0 or taken > 0 then
+  local nl = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if nl[2] then out[3] = tonumber(nl[2]) end
+elseif l[2] then
+  out[3] = tonumber(l[2]) -- nothing leased or re-claimed: the earliest lease is unchanged
+end
 return out
