@@ -2,35 +2,35 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/redisstore"
 )
 
 // claims are the execution claims that keep two workers from running the
 // same fired task at once (see the package documentation).
 //
-// Key: dq:{<ns>:<shard>}:run:<id>:<gen>, in the task's shard hash tag, so a
-// claim lives in the same Redis Cluster slot as the task's record. Value:
-// the claiming worker's instance id and a sequence number, so a worker only
-// ever releases its own claim. TTL: the task's timeout plus a margin, so the
-// claim of a worker that crashed expires by itself.
-//
-// A Lua transition inside the store ("fired -> running" with the same
-// generation check as Finish) would be cleaner: one script, no separate key.
+// A claim is taken by the store's claim transition (redisstore.ClaimMany:
+// one Lua script per shard group checks the task's generation and state and
+// sets the run marker dq:{<ns>:<shard>}:run:<id>:<gen> only if absent). The
+// marker's value is the claiming worker's instance id and a sequence
+// number, so a worker only ever releases its own claim. TTL: the task's
+// timeout plus a margin, so the claim of a worker that crashed expires by
+// itself.
 type claims struct {
 	rdb      redis.UniversalClient
-	ns       string
+	store    *redisstore.Store
 	instance string
 	seq      atomic.Uint64
 	later    chan claim // releases sent in batches by releaseLoop
 }
 
-func newClaims(rdb redis.UniversalClient, ns, instance string) *claims {
-	return &claims{rdb: rdb, ns: ns, instance: instance, later: make(chan claim, 4096)}
+func newClaims(rdb redis.UniversalClient, store *redisstore.Store, instance string) *claims {
+	return &claims{rdb: rdb, store: store, instance: instance, later: make(chan claim, 4096)}
 }
 
 // releaseScript deletes a claim only if it is still ours.
@@ -41,36 +41,17 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
-func (c *claims) key(shard int, id string, gen uint64) string {
-	return "dq:{" + c.ns + ":" + strconv.Itoa(shard) + "}:run:" + id + ":" + strconv.FormatUint(gen, 10)
-}
-
 // claim is one execution claim (held or wanted): its key and the value
 // that marks it as ours.
 type claim struct {
 	key, value string
+	id         string
+	gen        uint64
 }
 
 // newClaim names the claim of (id, gen) for one processing of a record.
-func (c *claims) newClaim(shard int, id string, gen uint64) claim {
-	return claim{key: c.key(shard, id, gen), value: c.instance + ":" + strconv.FormatUint(c.seq.Add(1), 10)}
-}
-
-// try sends SET NX PX for cl. With an asynchronous client the command is
-// only queued: its result is read from the returned command, and commands
-// sent after it on the same client run after it in Redis.
-func (c *claims) try(ctx context.Context, cl claim, ttl time.Duration) *redis.BoolCmd {
-	return c.rdb.SetNX(ctx, cl.key, cl.value, ttl)
-}
-
-// mine reports whether cl is held with our value (after a try whose
-// outcome was unknown).
-func (c *claims) mine(ctx context.Context, cl claim) (bool, error) {
-	v, err := c.rdb.Get(ctx, cl.key).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
-	return v == cl.value, err
+func (c *claims) newClaim(id string, gen uint64) claim {
+	return claim{key: c.store.RunKey(id, gen), value: c.instance + ":" + strconv.FormatUint(c.seq.Add(1), 10), id: id, gen: gen}
 }
 
 // extend sets the claim's TTL again (the task's own timeout turned out
@@ -135,20 +116,10 @@ func (c *claims) releaseLoop(ctx context.Context, stop <-chan struct{}) {
 }
 
 func (c *claims) releaseBatch(ctx context.Context, batch []claim) {
-	cmds, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, cl := range batch {
-			releaseScript.EvalSha(ctx, p, []string{cl.key}, cl.value)
-		}
-		return nil
-	})
-	if err == nil {
-		return
+	cs := make([]redisstore.Claim, len(batch))
+	for i, cl := range batch {
+		cs[i] = redisstore.Claim{ID: cl.id, Gen: cl.gen, Owner: cl.value}
 	}
-	// NOSCRIPT after a Redis restart (or a failed pipeline): one by one,
-	// which loads the script again.
-	for i, cmd := range cmds {
-		if cmd.Err() != nil && i < len(batch) {
-			c.release(ctx, batch[i])
-		}
-	}
+	// Errors are ignored: a claim not released expires with its TTL.
+	_, _ = c.store.ReleaseMany(ctx, cs)
 }

@@ -36,11 +36,16 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 	stopReleases := make(chan struct{})
 	var releases sync.WaitGroup
 	releases.Go(func() { w.claims.releaseLoop(context.WithoutCancel(ctx), stopReleases) })
+	stopFinisher := make(chan struct{})
+	var fin sync.WaitGroup
+	fin.Go(func() { w.finisher.run(context.WithoutCancel(ctx), stopFinisher) })
 
 	var handlers sync.WaitGroup
-	sem := make(chan struct{}, w.cfg.Concurrency)
+	w.running = &handlers
+	w.sem = make(chan struct{}, w.cfg.Concurrency+2*maxBatch)
+	w.slots = make(chan struct{}, w.cfg.Concurrency)
 	w.fetching.Store(true)
-	fetchErr := w.fetchLoop(ctx, r, sem, &handlers, workCtx)
+	fetchErr := w.fetchLoop(ctx, r, workCtx)
 	w.fetching.Store(false)
 
 	// 2. wait for running handlers
@@ -54,6 +59,8 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 	}
 	stopBG()
 	bg.Wait()
+	close(stopFinisher)
+	fin.Wait()
 	close(stopReleases)
 	releases.Wait()
 
@@ -88,19 +95,22 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 	}
 }
 
-// fetchLoop fetches until ctx ends. A slot of sem is taken before each
-// fetch, so at most Concurrency records are held at once.
-func (w *Worker) fetchLoop(ctx context.Context, r messageReader, sem chan struct{}, handlers *sync.WaitGroup, workCtx context.Context) error {
+// fetchLoop fetches micro-batches until ctx ends and hands each to a
+// goroutine that claims and dispatches it (see processBatch). A slot of
+// w.sem is taken before each fetch, so at most Concurrency + maxBatch
+// records are held at once (claimed, running or storing their outcome); at
+// most Concurrency handlers run at once.
+func (w *Worker) fetchLoop(ctx context.Context, r messageReader, workCtx context.Context) error {
 	delay := 100 * time.Millisecond
 	for {
 		select {
-		case sem <- struct{}{}:
+		case w.sem <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
-			<-sem
+			<-w.sem
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -115,16 +125,35 @@ func (w *Worker) fetchLoop(ctx context.Context, r messageReader, sem chan struct
 			continue
 		}
 		delay = 100 * time.Millisecond
-		w.offs.start(m.Topic, m.Partition, m.Offset)
-		w.met.running.Inc()
-		handlers.Go(func() {
-			defer func() { <-sem }()
-			defer w.met.running.Dec()
-			if w.handle(workCtx, &m) {
-				w.offs.done(m.Topic, m.Partition, m.Offset)
-			}
-		})
+		batch := w.fetchMore(ctx, r, append(make([]kafka.Message, 0, 16), m))
+		for i := range batch {
+			w.offs.start(batch[i].Topic, batch[i].Partition, batch[i].Offset)
+		}
+		w.met.running.Add(float64(len(batch)))
+		w.running.Go(func() { w.processBatch(workCtx, batch) })
 	}
+}
+
+// fetchMore adds to batch what the reader returns within batchWindow, up to
+// maxBatch records and as long as the hold limit allows. A fetch error
+// ends the batch; the next blocking fetch reports it.
+func (w *Worker) fetchMore(ctx context.Context, r messageReader, batch []kafka.Message) []kafka.Message {
+	fctx, cancel := context.WithTimeout(ctx, batchWindow)
+	defer cancel()
+	for len(batch) < maxBatch {
+		select {
+		case w.sem <- struct{}{}:
+		case <-fctx.Done():
+			return batch
+		}
+		m, err := r.FetchMessage(fctx)
+		if err != nil {
+			<-w.sem
+			return batch
+		}
+		batch = append(batch, m)
+	}
+	return batch
 }
 
 func (w *Worker) commitLoop(ctx context.Context, r messageReader) {

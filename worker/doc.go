@@ -29,11 +29,14 @@
 //     done-marker; it is kept for the store's retention.
 //   - Two workers that receive the same record at the same time (during a
 //     rebalance) do not both run it: before running, a worker claims the
-//     execution with SET NX PX on the key dq:{<ns>:<shard>}:run:<id>:<gen>
-//     (the shard's hash tag, so it works on Redis Cluster) for the task's
-//     timeout plus Config.ClaimMargin. The other worker waits until the claim
-//     is released or expires and then re-reads the task's state. The claim is
-//     released only after the outcome is stored.
+//     execution. One Lua script per shard (redisstore.ClaimMany) checks
+//     that the task's record has the record's generation and is firing or
+//     fired, and sets the run marker dq:{<ns>:<shard>}:run:<id>:<gen> (the
+//     shard's hash tag, so it works on Redis Cluster) for the task's
+//     timeout plus Config.ClaimMargin unless another run holds it; it
+//     returns the task. The other worker waits until the claim is released
+//     or expires and then claims again (and finds the outcome). The claim
+//     is released only after the outcome is stored.
 //
 // What cannot be prevented: a worker that crashes after its handler finished
 // but before the outcome reached Redis leaves the task to run again, and a
@@ -62,12 +65,26 @@
 //
 // # Redis
 //
-// The worker sends its Redis commands through the client's go-redis
-// AutoPipeliner (full duplex, 100µs coalescing), so the commands of many
-// concurrent tasks share round trips; it falls back to the plain client when
-// the client offers none. A run costs about five commands: the claim, the
-// task read (two reads in one pipeline), the outcome script and the claim's
-// release (sent in batches).
+// The worker batches its Redis work. The fetch loop takes a micro-batch:
+// whatever the Kafka reader returns within a millisecond of the first
+// record, up to 256. One pipeline claims every record's execution and reads
+// its task (one script call per shard); when a Limiter is set, one more
+// round trip admits the batch; then the handlers run (at most
+// Config.Concurrency at once). Outcomes are coalesced: one goroutine takes
+// whatever outcomes are queued (up to 256) and stores them in one pipeline
+// (redisstore.FinishMany), without waiting for more when the queue is
+// empty; claims are released in batches afterwards. At most Concurrency +
+// 512 records are held at once (fetched, outcome not yet stored).
+//
+// # Rate limits
+//
+// With Config.Limiter set, each claimed micro-batch is passed to
+// Limiter.Admit. Tasks it defers go back to Redis due at their NotBefore
+// (redisstore.Defer: not a failure, not an attempt; their claims are
+// released, their offsets committed, and the event side fires them again
+// with a new generation). Admitted tasks run and Limiter.Done is called
+// when their handler returns. When Admit fails (Redis down), the whole
+// batch is deferred a second: the worker fails closed and drops nothing.
 //
 // # Dead letters
 //

@@ -11,165 +11,11 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delayq/delayq/internal/redisstore"
-	"github.com/delayq/delayq/internal/task"
 )
 
 // claimPoll is how often a record whose execution another run holds checks
 // again.
 const claimPoll = 200 * time.Millisecond
-
-// handle processes one record and reports whether it finished, i.e.
-// whether its offset may be committed. It returns false only when ctx (the
-// worker's hard shutdown deadline) ended first.
-func (w *Worker) handle(ctx context.Context, m *kafka.Message) bool {
-	rec, err := parseRecord(m, w.cfg.MaxPayload)
-	if err != nil {
-		return w.deadLetterHostile(ctx, m, err.Error())
-	}
-	log := w.log.With("task_id", rec.id, "gen", rec.gen, "topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
-	shard := w.store.Shard(rec.id)
-	timeout := rec.timeout
-	if timeout <= 0 {
-		timeout = w.cfg.DefaultTimeout
-	}
-
-	cl, t, verdict, err := w.claimRun(ctx, log, rec, shard, timeout+w.cfg.ClaimMargin)
-	if err != nil {
-		if isHostile(err) {
-			return w.deadLetterHostile(ctx, m, err.Error())
-		}
-		return false // ctx ended
-	}
-	if verdict != "" {
-		log.Debug("skipped", "reason", verdict)
-		w.met.handled.WithLabelValues(t.Type, verdict).Inc()
-		return true
-	}
-	if t.Timeout > 0 && t.Timeout != timeout {
-		if t.Timeout > timeout {
-			if err := w.claims.extend(ctx, cl, t.Timeout+w.cfg.ClaimMargin); err != nil {
-				log.Warn("extend claim", "err", err)
-			}
-		}
-		timeout = t.Timeout
-	}
-
-	job := &Task{
-		ID: t.ID, Type: t.Type, Payload: t.Payload, ContentType: rec.contentType,
-		Attempt: t.Attempt, MaxAttempts: t.Attempts(), Gen: t.Gen,
-		DueAt: t.DueAt, FiredAt: rec.firedAt, Headers: t.Headers, Priority: t.Priority, Timeout: timeout,
-	}
-	if job.ContentType == "" {
-		job.ContentType = t.ContentType()
-	}
-	if job.FiredAt.IsZero() {
-		job.FiredAt = m.Time
-	}
-	herr := w.execute(ctx, log, job)
-	if ctx.Err() != nil {
-		w.claims.release(context.WithoutCancel(ctx), cl) // runs again elsewhere: at once
-		log.Warn("abandoned at shutdown; the record stays uncommitted", "err", herr)
-		return false
-	}
-	finished := w.report(ctx, log, m, job, herr)
-	if finished {
-		w.claims.releaseLater(ctx, cl)
-	} else {
-		w.claims.release(context.WithoutCancel(ctx), cl)
-	}
-	return finished
-}
-
-// claimRun claims the execution of the record's (id, generation) and reads
-// the task. It returns the task to run with the claim, or a verdict to skip
-// it (skipped_stale, skipped_done), or a hostile error (unknown id,
-// unreadable record), or ctx's error.
-//
-// The claim is sent first and the read second, on the same ordered command
-// stream (one round trip with the autopipelining client): a run that
-// finished stored its outcome before it released its claim, so whoever gets
-// the claim next reads that outcome.
-func (w *Worker) claimRun(ctx context.Context, log *slog.Logger, rec *record, shard int, ttl time.Duration) (claim, *task.Task, string, error) {
-	cl := w.claims.newClaim(shard, rec.id, rec.gen)
-	waited, unsure := false, false
-	delay := 50 * time.Millisecond
-	for {
-		setnx := w.claims.try(ctx, cl, ttl)
-		t, gerr := w.store.Get(ctx, rec.id)
-		held, cerr := setnx.Result()
-		if cerr == nil && !held && unsure {
-			held, cerr = w.claims.mine(ctx, cl) // an earlier try may have set it
-		}
-		if cerr == nil {
-			unsure = false
-		}
-		retry := cerr != nil || (gerr != nil && redisstore.IsUnavailable(gerr))
-		if retry && ctx.Err() == nil {
-			unsure = unsure || cerr != nil
-			log.Warn("redis: claim or read failed; retrying", "claim_err", cerr, "read_err", gerr, "retry_in", delay)
-			if !sleep(ctx, delay) {
-				return claim{}, nil, "", ctx.Err()
-			}
-			delay = min(2*delay, 5*time.Second)
-			continue
-		}
-		if ctx.Err() != nil {
-			if held {
-				w.claims.release(context.WithoutCancel(ctx), cl)
-			}
-			return claim{}, nil, "", ctx.Err()
-		}
-		if gerr != nil {
-			if held {
-				w.claims.release(context.WithoutCancel(ctx), cl)
-			}
-			switch {
-			case errors.Is(gerr, redisstore.ErrNotFound) && !rec.firedAt.IsZero() && time.Since(rec.firedAt) > w.cfg.Retention:
-				// An old record replayed (e.g. after an offset reset): the
-				// task finished and its record expired.
-				return claim{}, &task.Task{Type: rec.typ}, outSkippedDone, nil
-			case errors.Is(gerr, redisstore.ErrNotFound):
-				return claim{}, nil, "", hostile("unknown task id %q", short(rec.id))
-			default:
-				return claim{}, nil, "", hostile("unreadable task record: %v", gerr)
-			}
-		}
-		if v := verdictOf(t, rec); v != "" {
-			if held {
-				w.claims.releaseLater(ctx, cl)
-			}
-			return claim{}, t, v, nil
-		}
-		if held {
-			return cl, t, "", nil
-		}
-		if !waited {
-			waited = true
-			w.met.claimWaits.Inc()
-			log.Info("another run holds this execution; waiting for it to finish or its claim to expire")
-		}
-		if !sleep(ctx, claimPoll) {
-			return claim{}, nil, "", ctx.Err()
-		}
-	}
-}
-
-// verdictOf says whether a fired copy of generation rec.gen is to run.
-func verdictOf(t *task.Task, rec *record) string {
-	if t.Gen != rec.gen {
-		return outSkippedStale // fired again since, or never this generation
-	}
-	switch t.State {
-	case task.StateFiring, task.StateFired:
-		return ""
-	case task.StateSucceeded, task.StateDead, task.StateCancelled, task.StateScheduled, task.StateRetrying:
-		// The outcome of this generation is stored (a retry or redrive
-		// waits with the same generation until it is fired again).
-		return outSkippedDone
-	default:
-		return outSkippedStale
-	}
-}
 
 // execute runs the handler under the task's timeout, recovering a panic.
 func (w *Worker) execute(ctx context.Context, log *slog.Logger, t *Task) error {
@@ -230,7 +76,7 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message,
 		log.Debug("task failed; retrying", "type", t.Type, "attempt", t.Attempt, "delay", d, "err", herr)
 	}
 	err := w.retryRedis(ctx, log, "store outcome", func() error {
-		_, err := w.store.Finish(ctx, f)
+		_, err := w.finisher.finish(ctx, f)
 		if err == nil || errors.Is(err, redisstore.ErrStale) || errors.Is(err, redisstore.ErrConflict) ||
 			errors.Is(err, redisstore.ErrNotFound) || ctx.Err() != nil {
 			return err

@@ -12,6 +12,7 @@ const (
 	outSkippedStale = "skipped_stale"
 	outSkippedDone  = "skipped_done"
 	outHostile      = "hostile"
+	outDeferred     = "deferred" // held back by a rate limit, back in Redis
 )
 
 // typeInvalid is the type label of records that carry no usable type.
@@ -35,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "handled_total",
-			Help: "Records handled, by task type and outcome (succeeded, retry, dead, skipped_stale, skipped_done, hostile)."},
+			Help: "Records handled, by task type and outcome (succeeded, retry, dead, skipped_stale, skipped_done, hostile, deferred)."},
 			[]string{"type", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name:    "handler_duration_seconds",

@@ -57,9 +57,9 @@ type Config struct {
 	Backoff        Backoff       // delays between attempts; defaults 1s..10m, ×2, jitter 0.5
 	MaxPayload     int           // larger records are dead-lettered; default 1 MiB; negative: no limit
 
-	// Redis is delayq's task store; the worker reads task records and stores
-	// outcomes there (through the client's shared AutoPipeliner; closing the
-	// client after Run returned stops it). Namespace, Shards and Retention
+	// Redis is delayq's task store; the worker claims and reads task
+	// records and stores outcomes there, in batched pipelines. Namespace,
+	// Shards and Retention
 	// must match the other delayq processes (defaults "dq", 16, 24h).
 	Redis     redis.UniversalClient
 	Namespace string
@@ -82,6 +82,11 @@ type Config struct {
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
 	RebalanceTimeout  time.Duration
+
+	// Limiter, when set, decides per micro-batch which claimed tasks run
+	// now (per-type rate limits); the others go back to Redis due when
+	// they may pass, without using an attempt. Nil: everything runs.
+	Limiter Limiter
 
 	Logger     *slog.Logger          // default: discard
 	Registerer prometheus.Registerer // metrics are registered here when set
@@ -250,10 +255,14 @@ type Worker struct {
 	fetching atomic.Bool
 
 	// set by Run
-	store  *redisstore.Store
-	claims *claims
-	dead   messageWriter
-	offs   *offsets
+	store    *redisstore.Store
+	claims   *claims
+	finisher *finisher
+	dead     messageWriter
+	offs     *offsets
+	sem      chan struct{}   // one per record held (fetched, not ended): maxHeld
+	slots    chan struct{}   // one per handler running: Concurrency
+	running  *sync.WaitGroup // every goroutine that holds records
 }
 
 // New checks cfg and builds a worker. It does not connect to anything.
@@ -321,9 +330,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("worker: Run called twice")
 	}
 	rdb := w.cfg.Redis
-	if ap, err := rdb.AsyncAutoPipelineWithOptions(autoPipelineOptions()); err == nil {
-		rdb = ap
-	}
 	var store *redisstore.Store
 	err := w.retryRedis(ctx, w.log, "open store", func() error {
 		var err error
@@ -338,20 +344,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: open store: %w", err)
 	}
 	w.store = store
-	w.claims = newClaims(rdb, w.cfg.Namespace, w.cfg.InstanceID)
+	w.claims = newClaims(rdb, store, w.cfg.InstanceID)
+	w.finisher = newFinisher(store)
 	writer := w.cfg.deadWriter()
 	w.dead = writer
 	reader := kafka.NewReader(w.cfg.readerConfig())
 	w.log.Info("worker started", "group", w.cfg.Group, "topics", w.cfg.Topics,
 		"concurrency", w.cfg.Concurrency, "instance", w.cfg.InstanceID)
 	return w.run(ctx, reader, writer)
-}
-
-// autoPipelineOptions: one ordered full-duplex command stream (the claim
-// must run before the read that follows it), with a 100µs coalescing window.
-func autoPipelineOptions() *redis.AutoPipelineOptions {
-	o := redis.DefaultAutoPipelineOptions()
-	o.FullDuplex = true
-	o.MaxFlushDelay = 100 * time.Microsecond
-	return o
 }

@@ -25,6 +25,7 @@ type App struct {
 	worker *worker.Worker
 	srv    *admin.Server
 	client *http.Client // shared by the webhooks
+	limits *limits      // nil without DQ_ETCD_ENDPOINTS
 }
 
 // Run is the work binary: parse args and environment, build, run until ctx
@@ -56,6 +57,23 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 	}
 	rdb := cfg.RedisClient()
 	reg := admin.NewRegistry()
+	var lim *limits
+	var wl worker.Limiter
+	if len(cfg.EtcdEndpoints) > 0 {
+		var err error
+		if lim, err = newLimits(cfg.EtcdEndpoints, cfg.Namespace, rdb, reg, log); err != nil {
+			rdb.Close()
+			return nil, err
+		}
+		wl = lim
+	}
+	fail := func(err error) (*App, error) {
+		if lim != nil {
+			lim.Close()
+		}
+		rdb.Close()
+		return nil, err
+	}
 	w, err := worker.New(worker.Config{
 		Brokers:           cfg.Brokers,
 		Group:             cfg.Group,
@@ -73,28 +91,26 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 		ShutdownTimeout:   cfg.ShutdownGrace,
 		SessionTimeout:    cfg.SessionTimeout,
 		HeartbeatInterval: cfg.Heartbeat,
+		Limiter:           wl,
 		Logger:            log,
 		Registerer:        reg,
 	})
 	if err != nil {
-		rdb.Close()
-		return nil, err
+		return fail(err)
 	}
 	client := NewHTTPClient(cfg.Concurrency)
 	secret := []byte(cfg.WebhookSecret)
 	if cfg.WebhookURL != "" {
 		h, err := NewWebhook(cfg.WebhookURL, 0, secret, client)
 		if err != nil {
-			rdb.Close()
-			return nil, err
+			return fail(err)
 		}
 		w.HandleDefault(h.Handle)
 	}
 	for typ, hc := range cfg.Webhooks {
 		h, err := NewWebhook(hc.URL, hc.Timeout, secret, client)
 		if err != nil {
-			rdb.Close()
-			return nil, fmt.Errorf("type %q: %w", typ, err)
+			return fail(fmt.Errorf("type %q: %w", typ, err))
 		}
 		w.Handle(typ, h.Handle)
 	}
@@ -102,10 +118,9 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 	admin.Mount(mux, reg, w.Ready)
 	srv, err := admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace)
 	if err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
+		return fail(fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err))
 	}
-	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client}, nil
+	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim}, nil
 }
 
 // jitter maps the configured fraction to worker.Backoff's (where 0 means
@@ -127,7 +142,7 @@ func (a *App) Addr() string { return a.srv.Addr() }
 // to DQ_SHUTDOWN_TIMEOUT (then cancels them; their records stay
 // uncommitted), commits finished offsets and closes its Kafka reader and
 // writer; the admin server drains; then the webhooks' idle connections and,
-// last, the Redis client are closed.
+// last, the etcd client (rate-limit rules) and the Redis client are closed.
 func (a *App) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -136,6 +151,9 @@ func (a *App) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	if a.limits != nil {
+		g.Go(func() error { return a.limits.Run(gctx) })
+	}
 	g.Go(func() error {
 		if err := a.srv.Run(gctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
@@ -144,6 +162,11 @@ func (a *App) Run(ctx context.Context) error {
 	})
 	err := g.Wait()
 	a.client.CloseIdleConnections()
+	if a.limits != nil {
+		if cerr := a.limits.Close(); cerr != nil {
+			a.log.Warn("close etcd", "err", cerr)
+		}
+	}
 	if cerr := a.rdb.Close(); cerr != nil && err == nil {
 		a.log.Warn("close redis", "err", cerr)
 	}

@@ -34,6 +34,7 @@ type Config struct {
 	ClaimMargin    time.Duration // DQ_CLAIM_MARGIN
 	SessionTimeout time.Duration // DQ_KAFKA_SESSION_TIMEOUT
 	Heartbeat      time.Duration // DQ_KAFKA_HEARTBEAT
+	EtcdEndpoints  []string      // DQ_ETCD_ENDPOINTS: rate-limit rules; none: no limits
 
 	// Webhooks are the per-type webhooks read from WorkConfig by Load.
 	Webhooks map[string]HookConfig
@@ -66,6 +67,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Duration(&c.ClaimMargin, "claim-margin", "DQ_CLAIM_MARGIN", 10*time.Second, "added to a task's timeout for its execution claim's TTL")
 	b.Duration(&c.SessionTimeout, "kafka-session-timeout", "DQ_KAFKA_SESSION_TIMEOUT", 10*time.Second, "consumer group session timeout")
 	b.Duration(&c.Heartbeat, "kafka-heartbeat", "DQ_KAFKA_HEARTBEAT", time.Second, "consumer group heartbeat interval")
+	b.List(&c.EtcdEndpoints, "etcd-endpoints", "DQ_ETCD_ENDPOINTS", "127.0.0.1:2379",
+		"etcd endpoints holding the per-type rate-limit rules (until etcd answers, no type is limited)")
 }
 
 // ErrNoHandlers is returned when neither a default nor a per-type webhook

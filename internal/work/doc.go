@@ -33,4 +33,21 @@
 // errors. Every other status (3xx — redirects are not followed — and the
 // other 4xx) is a permanent failure: the task goes to the dead letters with
 // the status and the start of the response body as its error.
+//
+// # Rate limits
+//
+// Per-type limits (window quota, token bucket, concurrency; package
+// internal/ratelimit) are read from etcd at DQ_ETCD_ENDPOINTS (default
+// 127.0.0.1:2379; the flag -etcd-endpoints "" turns them off) and enforced
+// in Redis, shared
+// by every work process. Each fetched micro-batch is admitted in one Redis
+// round trip; what is over a limit goes back to Redis due when it may pass
+// (not an attempt, not a failure).
+//
+// etcd is not needed to run: the worker starts without waiting for it, and
+// until the rules have been listed once its rule snapshot is empty, so every
+// type runs unlimited (a warning is logged while the watch retries). Once
+// etcd answers, the rules apply within a second; if etcd becomes
+// unreachable later, the last rules stay in force. When Redis cannot
+// answer the admission check, the batch is deferred a second (fail closed).
 package work

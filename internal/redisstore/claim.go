@@ -1,0 +1,279 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/task"
+)
+
+// The worker's batched transitions: claiming the execution of fired tasks
+// and storing many outcomes in one round trip.
+
+//go:embed claim.lua
+var claimLua string
+
+//go:embed unclaim.lua
+var unclaimLua string
+
+var (
+	claimScript   = script(claimLua)
+	unclaimScript = script(unclaimLua)
+)
+
+// Claim asks for the execution of one fired task: generation Gen of task
+// ID, held by Owner for TTL.
+type Claim struct {
+	ID    string
+	Gen   uint64
+	TTL   time.Duration
+	Owner string
+}
+
+// ClaimCode is what ClaimMany decided for one task.
+type ClaimCode int
+
+// The codes of ClaimMany.
+const (
+	ClaimNotFound ClaimCode = 0 // no record of the task
+	Claimed       ClaimCode = 1 // the marker is ours now (or was already: a retry); Task is set
+	ClaimStale    ClaimCode = 5 // the record has another generation
+	ClaimFinished ClaimCode = 6 // not firing/fired: this generation's outcome is stored
+	ClaimHeld     ClaimCode = 7 // another owner holds the marker
+)
+
+// ClaimResult is the answer for one Claim.
+type ClaimResult struct {
+	Code  ClaimCode
+	State task.State // the record's state when it exists
+	Task  *task.Task // the task when Claimed
+	// Err is set when the task's shard group could not be claimed (Redis
+	// unreachable: see IsUnavailable; the outcome is unknown, retry with
+	// the same Owner) or its record is unreadable (wraps task.ErrCorrupt).
+	Err error
+}
+
+// RunKey is the run marker key of generation gen of task id, in the task's
+// shard hash tag: dq:{<ns>:<shard>}:run:<id>:<gen>.
+func (s *Store) RunKey(id string, gen uint64) string {
+	return s.k.prefix[s.Shard(id)] + "run:" + id + ":" + strconv.FormatUint(gen, 10)
+}
+
+// ClaimMany claims the execution of fired tasks: for each, atomically, the
+// record must exist with that generation in state firing or fired, and the
+// run marker (RunKey) is set with Owner and TTL unless another owner holds
+// it. Tasks are grouped by shard (at most maxPerCall per script call) and
+// all calls go out in one pipeline. Results are in the order of cs. The
+// error is the first group error (those results carry it too).
+func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error) {
+	res := make([]ClaimResult, len(cs))
+	calls := s.groupCalls(len(cs), func(i int) string { return cs[i].ID },
+		func(sh int, idx []int) ([]string, []any) {
+			keys := make([]string, 0, 2*len(idx))
+			args := make([]any, 0, 4*len(idx))
+			for _, i := range idx {
+				c := cs[i]
+				keys = append(keys, s.k.bucket(sh, c.ID), s.RunKey(c.ID, c.Gen))
+				args = append(args, c.ID, c.Gen, max(c.TTL.Milliseconds(), 1), c.Owner)
+			}
+			return keys, args
+		})
+	s.execCalls(ctx, claimScript, calls)
+	var firstErr error
+	for _, c := range calls {
+		err := c.err
+		if err == nil {
+			err = s.fillClaims(res, c.idx, c.shard, cs, c.val)
+		}
+		if err != nil {
+			err = fmt.Errorf("claim on shard %d: %w", c.shard, err)
+			for _, i := range c.idx {
+				res[i] = ClaimResult{Err: err}
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return res, firstErr
+}
+
+func (s *Store) fillClaims(res []ClaimResult, idx []int, shard int, cs []Claim, v any) error {
+	a, ok := v.([]any)
+	if !ok || len(a) != 3*len(idx) {
+		return fmt.Errorf("unexpected claim reply of %d items for %d tasks", len(a), len(idx))
+	}
+	for j, i := range idx {
+		code, _ := a[3*j].(int64)
+		st, _ := a[3*j+1].(string)
+		r := ClaimResult{Code: ClaimCode(code), State: stateNames[st]}
+		if r.Code == Claimed {
+			rec, _ := a[3*j+2].(string)
+			t, err := decodeRecord(cs[i].ID, rec, shard)
+			if err != nil {
+				r.Err = err
+			}
+			r.Task = t
+		}
+		res[i] = r
+	}
+	return nil
+}
+
+// ReleaseMany gives up execution claims: each run marker is deleted only
+// if it still holds its Claim's Owner (ID, Gen and Owner are used). Claims
+// are grouped by shard, all calls in one pipeline. It returns how many
+// markers were deleted and the first error (a claim not released expires
+// with its TTL).
+func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
+	calls := s.groupCalls(len(cs), func(i int) string { return cs[i].ID },
+		func(_ int, idx []int) ([]string, []any) {
+			keys := make([]string, 0, len(idx))
+			args := make([]any, 0, len(idx))
+			for _, i := range idx {
+				keys = append(keys, s.RunKey(cs[i].ID, cs[i].Gen))
+				args = append(args, cs[i].Owner)
+			}
+			return keys, args
+		})
+	s.execCalls(ctx, unclaimScript, calls)
+	n := 0
+	for _, c := range calls {
+		if c.err != nil {
+			return n, fmt.Errorf("release on shard %d: %w", c.shard, c.err)
+		}
+		d, _ := c.val.(int64)
+		n += int(d)
+	}
+	return n, nil
+}
+
+// FinishResult is the answer for one Finish of FinishMany.
+type FinishResult struct {
+	State task.State
+	// Err is what Finish would return: ErrNotFound, ErrStale, a
+	// *StateError, or a Redis error (IsUnavailable: outcome unknown, retry).
+	Err error
+}
+
+// FinishMany stores many outcomes in one pipeline (one finish script call
+// per task, EVALSHA, falling back to EVAL after NOSCRIPT). Results are in
+// the order of fs. The error is the first Redis error (not ErrStale,
+// ErrNotFound or a conflict, which are per task).
+func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
+	res := make([]FinishResult, len(fs))
+	type call struct {
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	calls := make([]call, len(fs))
+	for i, f := range fs {
+		sh := s.Shard(f.ID)
+		calls[i] = call{
+			keys: []string{s.k.inflight(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.bucket(sh, f.ID), s.k.errs(sh)},
+			args: []any{f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048),
+				s.retention.Milliseconds(), s.k.wake, sh},
+		}
+	}
+	// Per-command errors are examined below.
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range calls {
+			calls[i].cmd = finishScript.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
+		}
+		return nil
+	})
+	var firstErr error
+	for i, c := range calls {
+		v, err := c.cmd.Result()
+		if isNoScript(err) {
+			v, err = finishScript.Run(ctx, s.rdb, c.keys, c.args...).Result()
+		}
+		f := fs[i]
+		if err != nil {
+			err = fmt.Errorf("finish %s: %w", f.ID, err)
+			res[i].Err = err
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		r, err := parseReply(v, 0)
+		if err != nil {
+			res[i].Err = err
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		res[i].State = r.state
+		switch r.code {
+		case 1:
+		case 0:
+			res[i].Err = ErrNotFound
+		case 5:
+			res[i].Err = fmt.Errorf("finish %s gen %d: %w", f.ID, f.Gen, ErrStale)
+		default:
+			res[i].Err = conflict(f.ID, r)
+		}
+	}
+	return res, firstErr
+}
+
+// shardCall is one script call over the items of one shard.
+type shardCall struct {
+	shard int
+	idx   []int
+	keys  []string
+	args  []any
+	cmd   *redis.Cmd
+	val   any
+	err   error
+}
+
+// groupCalls groups n items by the shard of their id, at most maxPerCall
+// per call, in order of first appearance.
+func (s *Store) groupCalls(n int, id func(int) string, build func(shard int, idx []int) ([]string, []any)) []*shardCall {
+	var calls []*shardCall
+	open := make(map[int]*shardCall)
+	for i := range n {
+		sh := s.Shard(id(i))
+		c := open[sh]
+		if c == nil || len(c.idx) == maxPerCall {
+			c = &shardCall{shard: sh}
+			open[sh] = c
+			calls = append(calls, c)
+		}
+		c.idx = append(c.idx, i)
+	}
+	for _, c := range calls {
+		c.keys, c.args = build(c.shard, c.idx)
+	}
+	return calls
+}
+
+// execCalls sends every call in one pipeline (EVALSHA), re-sending a call
+// with EVAL after NOSCRIPT, and stores each call's reply or error.
+func (s *Store) execCalls(ctx context.Context, sc *redis.Script, calls []*shardCall) {
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range calls {
+			c.cmd = sc.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		return nil
+	})
+	for _, c := range calls {
+		c.val, c.err = c.cmd.Result()
+		if isNoScript(c.err) {
+			c.val, c.err = sc.Run(ctx, s.rdb, c.keys, c.args...).Result()
+		}
+		if errors.Is(c.err, redis.Nil) {
+			c.val, c.err = nil, nil
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package redisstore
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+// The batched worker transitions, on standalone Redis and on Redis Cluster.
+func TestClaimFinishManyStandalone(t *testing.T) {
+	r := testenv.StartRedis(t)
+	batchSuite(t, r.Client(t))
+}
+
+func TestClaimFinishManyCluster(t *testing.T) {
+	c := testenv.StartRedisCluster(t)
+	batchSuite(t, c.Client(t))
+}
+
+// fireN schedules n tasks due now and takes them; it returns their ids and
+// generations.
+func fireN(t *testing.T, s *Store, prefix string, n int) ([]string, map[string]uint64) {
+	t.Helper()
+	ids := make([]string, n)
+	subs := make([]Submit, n)
+	for i := range n {
+		ids[i] = prefix + strconv.Itoa(i)
+		subs[i] = Submit{Task: mk(ids[i], time.Now().Add(-time.Second))}
+	}
+	if _, err := s.Schedule(t.Context(), subs); err != nil {
+		t.Fatal(err)
+	}
+	gen := map[string]uint64{}
+	for _, tk := range takeAll(t, s, 1) {
+		gen[tk.ID] = tk.Gen
+	}
+	if len(gen) != n {
+		t.Fatalf("took %d of %d", len(gen), n)
+	}
+	return ids, gen
+}
+
+func batchSuite(t *testing.T, rdb redis.UniversalClient) {
+	t.Run("ClaimMany", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		ids, gen := fireN(t, s, "c", 40) // spread over all shards
+		mustFinish(t, s, Finish{ID: ids[1], Gen: gen[ids[1]], Kind: Succeeded})
+		cs := make([]Claim, 0, len(ids)+1)
+		for _, id := range ids {
+			cs = append(cs, Claim{ID: id, Gen: gen[id], TTL: time.Minute, Owner: "w1:1"})
+		}
+		cs[2].Gen++ // stale
+		cs = append(cs, Claim{ID: "nope", Gen: 1, TTL: time.Minute, Owner: "w1:1"})
+		res, err := s.ClaimMany(t.Context(), cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			want := Claimed
+			switch i {
+			case 1:
+				want = ClaimFinished
+			case 2:
+				want = ClaimStale
+			case len(cs) - 1:
+				want = ClaimNotFound
+			}
+			if r.Code != want || r.Err != nil {
+				t.Fatalf("claim %d (%s): %+v, want code %d", i, cs[i].ID, r, want)
+			}
+			if want == Claimed {
+				if r.Task == nil || r.Task.ID != cs[i].ID || r.Task.Gen != cs[i].Gen || r.Task.Type != "order.cancel" ||
+					string(r.Task.Payload) != `{"n":1}` || r.State != task.StateFiring {
+					t.Fatalf("claimed task %d: %+v", i, r.Task)
+				}
+				if ttl := rdb.PTTL(t.Context(), s.RunKey(cs[i].ID, cs[i].Gen)).Val(); ttl <= 0 || ttl > time.Minute {
+					t.Fatalf("marker TTL %v", ttl)
+				}
+			}
+		}
+		if res[1].State != task.StateSucceeded {
+			t.Fatalf("finished state %q", res[1].State)
+		}
+		// the same owner again (a retry after an unknown outcome) keeps it;
+		// another owner is refused
+		again, err := s.ClaimMany(t.Context(), []Claim{
+			{ID: ids[0], Gen: gen[ids[0]], TTL: time.Minute, Owner: "w1:1"},
+			{ID: ids[3], Gen: gen[ids[3]], TTL: time.Minute, Owner: "w2:1"},
+		})
+		if err != nil || again[0].Code != Claimed || again[1].Code != ClaimHeld || again[1].Task != nil {
+			t.Fatalf("second claims: %+v %v", again, err)
+		}
+		// release deletes only markers still held by the given owner
+		n, err := s.ReleaseMany(t.Context(), []Claim{
+			{ID: ids[0], Gen: gen[ids[0]], Owner: "w1:1"},
+			{ID: ids[3], Gen: gen[ids[3]], Owner: "w2:1"}, // not ours
+			{ID: ids[5], Gen: gen[ids[5]], Owner: "w1:1"},
+		})
+		if err != nil || n != 2 {
+			t.Fatalf("release: %d %v, want 2", n, err)
+		}
+		if rdb.Exists(t.Context(), s.RunKey(ids[0], gen[ids[0]])).Val() != 0 || rdb.Exists(t.Context(), s.RunKey(ids[3], gen[ids[3]])).Val() != 1 {
+			t.Fatal("release deleted the wrong markers")
+		}
+		if r, _ := s.ClaimMany(t.Context(), []Claim{{ID: ids[0], Gen: gen[ids[0]], TTL: time.Minute, Owner: "w2:2"}}); r[0].Code != Claimed {
+			t.Fatalf("claim after release: %+v", r[0])
+		}
+		// a marker that expired can be claimed by another owner
+		short := Claim{ID: ids[4], Gen: gen[ids[4]], TTL: 30 * time.Millisecond, Owner: "w3:1"}
+		rdb.Del(t.Context(), s.RunKey(short.ID, short.Gen))
+		if r, _ := s.ClaimMany(t.Context(), []Claim{short}); r[0].Code != Claimed {
+			t.Fatalf("short claim: %+v", r[0])
+		}
+		testenv.WaitFor(t, 5*time.Second, "short marker expired", func() bool {
+			return rdb.Exists(t.Context(), s.RunKey(short.ID, short.Gen)).Val() == 0
+		})
+		short.Owner = "w4:1"
+		if r, _ := s.ClaimMany(t.Context(), []Claim{short}); r[0].Code != Claimed {
+			t.Fatalf("claim after expiry: %+v", r[0])
+		}
+	})
+
+	t.Run("FinishMany", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		ids, gen := fireN(t, s, "f", 6)
+		fs := []Finish{
+			{ID: ids[0], Gen: gen[ids[0]], Kind: Succeeded},
+			{ID: ids[1], Gen: gen[ids[1]], Kind: Defer, Delay: time.Hour, Relative: true},
+			{ID: ids[2], Gen: gen[ids[2]], Kind: Retry, Due: time.Now().Add(time.Hour), Error: "boom"},
+			{ID: ids[3], Gen: gen[ids[3]], Kind: Dead, Error: "gone"},
+			{ID: ids[4], Gen: gen[ids[4]] + 1, Kind: Succeeded},
+			{ID: "nope", Gen: 1, Kind: Succeeded},
+			{ID: ids[0], Gen: gen[ids[0]], Kind: Succeeded}, // duplicate: already finished
+		}
+		res, err := s.FinishMany(t.Context(), fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []task.State{task.StateSucceeded, task.StateScheduled, task.StateRetrying, task.StateDead}
+		for i, st := range want {
+			if res[i].Err != nil || res[i].State != st {
+				t.Fatalf("finish %d: %+v, want %s", i, res[i], st)
+			}
+		}
+		var se *StateError
+		if !errors.Is(res[4].Err, ErrStale) || !errors.Is(res[5].Err, ErrNotFound) ||
+			!errors.As(res[6].Err, &se) || se.State != task.StateSucceeded {
+			t.Fatalf("per-task errors: %v / %v / %v", res[4].Err, res[5].Err, res[6].Err)
+		}
+		got, err := s.Get(t.Context(), ids[1])
+		if err != nil || got.Attempt != 1 || got.State != task.StateScheduled {
+			t.Fatalf("deferred task must keep its attempt: %+v %v", got, err)
+		}
+		got, err = s.Get(t.Context(), ids[2])
+		if err != nil || got.Attempt != 2 || got.LastError != "boom" {
+			t.Fatalf("retried task: %+v %v", got, err)
+		}
+	})
+
+	t.Run("ScriptCacheFlushed", func(t *testing.T) {
+		s := newStore(t, rdb, Options{})
+		ids, gen := fireN(t, s, "n", 3)
+		flush(t, rdb)
+		cs := []Claim{}
+		for _, id := range ids {
+			cs = append(cs, Claim{ID: id, Gen: gen[id], TTL: time.Minute, Owner: "w"})
+		}
+		res, err := s.ClaimMany(t.Context(), cs)
+		if err != nil || res[0].Code != Claimed || res[2].Code != Claimed {
+			t.Fatalf("claim after SCRIPT FLUSH: %+v %v", res, err)
+		}
+		flush(t, rdb)
+		fr, err := s.FinishMany(t.Context(), []Finish{{ID: ids[0], Gen: gen[ids[0]], Kind: Succeeded}})
+		if err != nil || fr[0].State != task.StateSucceeded {
+			t.Fatalf("finish after SCRIPT FLUSH: %+v %v", fr, err)
+		}
+	})
+}

@@ -1,0 +1,90 @@
+package work
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/internal/ratelimit"
+	"github.com/delayq/delayq/worker"
+)
+
+// limits are the per-type rate limits of the work binary: rules watched in
+// etcd (DQ_ETCD_ENDPOINTS), enforced in Redis by ratelimit.Limiter.
+//
+// The worker does not wait for etcd: until the rules watcher has listed the
+// rules once (etcd unreachable at start), its snapshot is empty and every
+// task type runs unlimited; once etcd answers, the rules apply within a
+// second. While etcd is unreachable later, the last rules stay in force.
+// A failing Limiter (Redis down) defers the micro-batch instead (fail
+// closed; see worker.Limiter).
+type limits struct {
+	etcd  *clientv3.Client
+	rules *ratelimit.Rules
+	lim   *ratelimit.Limiter
+	log   *slog.Logger
+}
+
+// newLimits connects lazily (etcd need not be up) to the rules in etcd.
+func newLimits(endpoints []string, ns string, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*limits, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	log = log.With("component", "limits")
+	rules, err := ratelimit.NewRules(cli, ns, log)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	lim, err := ratelimit.NewLimiter(rdb, rules, ratelimit.Options{Namespace: ns, Registerer: reg})
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return &limits{etcd: cli, rules: rules, lim: lim, log: log}, nil
+}
+
+// Run watches the rules until ctx ends.
+func (l *limits) Run(ctx context.Context) error { return l.rules.Run(ctx) }
+
+// Close closes the etcd client (after Run returned).
+func (l *limits) Close() error { return l.etcd.Close() }
+
+// Admit implements worker.Limiter.
+func (l *limits) Admit(ctx context.Context, items []worker.LimitItem) ([]worker.LimitDecision, error) {
+	in := make([]ratelimit.Item, len(items))
+	for i, it := range items {
+		in[i] = ratelimit.Item{ID: it.ID, Type: it.Type, Priority: it.Priority}
+	}
+	ds, err := l.lim.Admit(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]worker.LimitDecision, len(ds))
+	for i, d := range ds {
+		out[i] = worker.LimitDecision{Run: d.Run, NotBefore: d.NotBefore, Reason: d.Reason, Ticket: d}
+	}
+	return out, nil
+}
+
+// Done implements worker.Limiter: it frees the item's concurrency slot.
+func (l *limits) Done(ctx context.Context, it worker.LimitItem, d worker.LimitDecision) {
+	rd, ok := d.Ticket.(ratelimit.Decision)
+	if !ok {
+		return
+	}
+	if err := l.lim.Done(ctx, ratelimit.Item{ID: it.ID, Type: it.Type, Priority: it.Priority}, rd); err != nil {
+		l.log.Debug("free concurrency slot", "task_id", it.ID, "type", it.Type, "err", err)
+	}
+}

@@ -1,0 +1,325 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
+)
+
+// Micro-batches: the fetch loop hands over whatever records FetchMessage
+// returned within batchWindow of the first one (at most maxBatch, and no
+// more than maxHeld records held at once). A batch costs one Redis round trip to
+// claim every record's execution and read its task (redisstore.ClaimMany),
+// one to the Limiter when one is set, then its handlers run in the pool and
+// their outcomes are stored by the finisher, which coalesces concurrent
+// outcomes into one pipeline.
+const (
+	maxBatch    = 256
+	batchWindow = time.Millisecond
+)
+
+// item is one fetched record on its way through a micro-batch.
+type item struct {
+	m       *kafka.Message
+	rec     *record
+	log     *slog.Logger
+	timeout time.Duration // the claim's timeout (header or default)
+	cl      claim
+	t       *task.Task    // set once claimed
+	dec     LimitDecision // set once admitted
+}
+
+func (it *item) limitItem() LimitItem {
+	return LimitItem{ID: it.t.ID, Type: it.t.Type, Priority: it.t.Priority}
+}
+
+// end releases a record's hold; finished records may be committed.
+func (w *Worker) end(m *kafka.Message, finished bool) {
+	if finished {
+		w.offs.done(m.Topic, m.Partition, m.Offset)
+	}
+	w.met.running.Dec()
+	<-w.sem
+}
+
+// processBatch claims, admits and dispatches one micro-batch. Every record
+// ends exactly once with w.end. ctx is the worker's hard shutdown deadline.
+func (w *Worker) processBatch(ctx context.Context, msgs []kafka.Message) {
+	items := make([]*item, 0, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		rec, err := parseRecord(m, w.cfg.MaxPayload)
+		if err != nil {
+			w.hostileLater(ctx, m, err.Error())
+			continue
+		}
+		timeout := rec.timeout
+		if timeout <= 0 {
+			timeout = w.cfg.DefaultTimeout
+		}
+		items = append(items, &item{
+			m: m, rec: rec, timeout: timeout, cl: w.claims.newClaim(rec.id, rec.gen),
+			log: w.log.With("task_id", rec.id, "gen", rec.gen, "topic", m.Topic, "partition", m.Partition, "offset", m.Offset),
+		})
+	}
+	ready, held := w.claimItems(ctx, items)
+	for _, it := range held {
+		w.running.Go(func() { w.waitClaim(ctx, it) })
+	}
+	w.admitAndRun(ctx, ready)
+}
+
+func (w *Worker) hostileLater(ctx context.Context, m *kafka.Message, reason string) {
+	w.running.Go(func() { w.end(m, w.deadLetterHostile(ctx, m, reason)) })
+}
+
+// claimItems claims the execution of every item and reads its task in one
+// round trip (retried while Redis is unreachable). It returns the items
+// claimed and the items whose execution another run holds; every other
+// item (stale, finished, hostile, or ctx ended) is ended here.
+func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*item) {
+	delay := 50 * time.Millisecond
+	cs := make([]redisstore.Claim, 0, len(items))
+	for len(items) > 0 {
+		cs = cs[:0]
+		for _, it := range items {
+			cs = append(cs, redisstore.Claim{ID: it.rec.id, Gen: it.rec.gen, TTL: it.timeout + w.cfg.ClaimMargin, Owner: it.cl.value})
+		}
+		res, err := w.store.ClaimMany(ctx, cs)
+		if ctx.Err() != nil {
+			for _, it := range items {
+				w.claims.release(context.WithoutCancel(ctx), it.cl) // if an answer was lost
+				w.end(it.m, false)
+			}
+			for _, it := range ready {
+				w.claims.release(context.WithoutCancel(ctx), it.cl)
+				w.end(it.m, false)
+			}
+			for _, it := range held {
+				w.end(it.m, false)
+			}
+			return nil, nil
+		}
+		var retry []*item
+		for i, r := range res {
+			it := items[i]
+			switch {
+			case r.Err != nil && errors.Is(r.Err, task.ErrCorrupt):
+				w.claims.releaseLater(ctx, it.cl)
+				w.hostileLater(ctx, it.m, "unreadable task record: "+r.Err.Error())
+			case r.Err != nil && redisstore.IsUnavailable(r.Err):
+				retry = append(retry, it) // same owner: a claim that went through is found again
+			case r.Err != nil:
+				w.claims.releaseLater(ctx, it.cl)
+				w.hostileLater(ctx, it.m, "unreadable task record: "+r.Err.Error())
+			case r.Code == redisstore.Claimed:
+				it.t = r.Task
+				ready = append(ready, it)
+			case r.Code == redisstore.ClaimHeld:
+				held = append(held, it)
+			case r.Code == redisstore.ClaimStale:
+				w.skip(it, outSkippedStale)
+			case r.Code == redisstore.ClaimFinished:
+				// The outcome of this generation is stored (a retry or
+				// redrive waits with the same generation until it is
+				// fired again).
+				w.skip(it, outSkippedDone)
+			case r.Code == redisstore.ClaimNotFound && !it.rec.firedAt.IsZero() && time.Since(it.rec.firedAt) > w.cfg.Retention:
+				// An old record replayed (e.g. after an offset reset): the
+				// task finished and its record expired.
+				w.skip(it, outSkippedDone)
+			default:
+				w.hostileLater(ctx, it.m, "unknown task id \""+short(it.rec.id)+"\"")
+			}
+		}
+		if len(retry) > 0 {
+			w.log.Warn("redis: claim failed; retrying", "err", err, "records", len(retry), "retry_in", delay)
+			if !sleep(ctx, delay) {
+				items = retry
+				continue // ends them above
+			}
+			delay = min(2*delay, 5*time.Second)
+		}
+		items = retry
+	}
+	return ready, held
+}
+
+func (w *Worker) skip(it *item, verdict string) {
+	it.log.Debug("skipped", "reason", verdict)
+	w.met.handled.WithLabelValues(it.rec.typ, verdict).Inc()
+	w.end(it.m, true)
+}
+
+// waitClaim waits until the run that holds an item's execution finished
+// (its outcome is then found) or its claim expired, then goes on with it.
+func (w *Worker) waitClaim(ctx context.Context, it *item) {
+	w.met.claimWaits.Inc()
+	it.log.Info("another run holds this execution; waiting for it to finish or its claim to expire")
+	for {
+		if !sleep(ctx, claimPoll) {
+			w.end(it.m, false)
+			return
+		}
+		ready, held := w.claimItems(ctx, []*item{it})
+		if len(held) == 0 {
+			w.admitAndRun(ctx, ready)
+			return
+		}
+	}
+}
+
+// admitAndRun asks the Limiter (when set) which claimed items may run now,
+// defers the others and starts a handler for each admitted one.
+func (w *Worker) admitAndRun(ctx context.Context, ready []*item) {
+	if len(ready) == 0 {
+		return
+	}
+	var deferred []*item
+	if l := w.cfg.Limiter; l != nil {
+		lis := make([]LimitItem, len(ready))
+		for i, it := range ready {
+			lis[i] = it.limitItem()
+		}
+		decs, err := l.Admit(ctx, lis)
+		if err == nil && len(decs) != len(ready) {
+			err = errors.New("limiter returned a wrong number of decisions")
+		}
+		if err != nil {
+			// Fail closed: the whole batch waits a little, without using
+			// an attempt.
+			w.log.Warn("rate limiter failed; deferring the batch", "err", err, "records", len(ready), "retry_in", limitRetry)
+			decs = make([]LimitDecision, len(ready))
+			for i := range decs {
+				decs[i].Reason = "limiter_error"
+			}
+		}
+		run := ready[:0:0]
+		for i, it := range ready {
+			it.dec = decs[i]
+			if it.dec.Run {
+				run = append(run, it)
+			} else {
+				deferred = append(deferred, it)
+			}
+		}
+		ready = run
+	}
+	for _, it := range ready {
+		w.running.Go(func() { w.runItem(ctx, it) })
+	}
+	if len(deferred) > 0 {
+		w.deferItems(ctx, deferred)
+	}
+}
+
+// deferItems puts items held back by the Limiter back into Redis, due when
+// they may pass: not a failure, not an attempt. Their claims are released.
+func (w *Worker) deferItems(ctx context.Context, items []*item) {
+	fs := make([]redisstore.Finish, len(items))
+	for i, it := range items {
+		f := redisstore.Finish{ID: it.t.ID, Gen: it.t.Gen, Kind: redisstore.Defer, Due: it.dec.NotBefore}
+		if f.Due.IsZero() {
+			f.Relative, f.Delay = true, limitRetry
+		}
+		fs[i] = f
+	}
+	delay := 50 * time.Millisecond
+	for len(items) > 0 {
+		res, err := w.store.FinishMany(ctx, fs)
+		if ctx.Err() != nil {
+			for _, it := range items {
+				w.claims.release(context.WithoutCancel(ctx), it.cl)
+				w.end(it.m, false)
+			}
+			return
+		}
+		var again []*item
+		var againF []redisstore.Finish
+		for i, r := range res {
+			it := items[i]
+			if r.Err != nil && redisstore.IsUnavailable(r.Err) {
+				again, againF = append(again, it), append(againF, fs[i])
+				continue
+			}
+			if r.Err != nil {
+				// fired again, cancelled or finished meanwhile: nothing of ours to store
+				it.log.Warn("deferral not stored", "err", r.Err)
+			} else {
+				it.log.Debug("deferred by rate limit", "type", it.t.Type, "reason", it.dec.Reason, "due", r.State)
+			}
+			w.met.handled.WithLabelValues(it.t.Type, outDeferred).Inc()
+			w.claims.releaseLater(ctx, it.cl)
+			w.end(it.m, true)
+		}
+		if len(again) > 0 {
+			w.log.Warn("redis: storing deferrals failed; retrying", "err", err, "records", len(again), "retry_in", delay)
+			if !sleep(ctx, delay) {
+				items, fs = again, againF
+				continue // ends them above
+			}
+			delay = min(2*delay, 5*time.Second)
+		}
+		items, fs = again, againF
+	}
+}
+
+// runItem runs the handler of a claimed, admitted item and stores its
+// outcome.
+func (w *Worker) runItem(ctx context.Context, it *item) {
+	t, log := it.t, it.log
+	timeout := it.timeout
+	if t.Timeout > 0 && t.Timeout != timeout {
+		if t.Timeout > timeout {
+			if err := w.claims.extend(ctx, it.cl, t.Timeout+w.cfg.ClaimMargin); err != nil {
+				log.Warn("extend claim", "err", err)
+			}
+		}
+		timeout = t.Timeout
+	}
+	job := &Task{
+		ID: t.ID, Type: t.Type, Payload: t.Payload, ContentType: it.rec.contentType,
+		Attempt: t.Attempt, MaxAttempts: t.Attempts(), Gen: t.Gen,
+		DueAt: t.DueAt, FiredAt: it.rec.firedAt, Headers: t.Headers, Priority: t.Priority, Timeout: timeout,
+	}
+	if job.ContentType == "" {
+		job.ContentType = t.ContentType()
+	}
+	if job.FiredAt.IsZero() {
+		job.FiredAt = it.m.Time
+	}
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		w.claims.release(context.WithoutCancel(ctx), it.cl)
+		if l := w.cfg.Limiter; l != nil {
+			l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)
+		}
+		w.end(it.m, false)
+		return
+	}
+	herr := w.execute(ctx, log, job)
+	<-w.slots
+	if l := w.cfg.Limiter; l != nil {
+		l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)
+	}
+	if ctx.Err() != nil {
+		w.claims.release(context.WithoutCancel(ctx), it.cl) // runs again elsewhere: at once
+		log.Warn("abandoned at shutdown; the record stays uncommitted", "err", herr)
+		w.end(it.m, false)
+		return
+	}
+	finished := w.report(ctx, log, it.m, job, herr)
+	if finished {
+		w.claims.releaseLater(ctx, it.cl)
+	} else {
+		w.claims.release(context.WithoutCancel(ctx), it.cl)
+	}
+	w.end(it.m, finished)
+}

@@ -1,0 +1,123 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/worker"
+)
+
+// fakeLimiter fails its first fail calls, then defers every task of type
+// "held" once (NotBefore 200ms ahead) and admits the rest; it counts
+// admissions and Done calls.
+type fakeLimiter struct {
+	mu       sync.Mutex
+	fail     int
+	calls    int
+	deferred map[string]bool
+	admitted map[string]int
+	done     map[string]int
+}
+
+func (l *fakeLimiter) Admit(ctx context.Context, items []worker.LimitItem) ([]worker.LimitDecision, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls++
+	if l.fail > 0 {
+		l.fail--
+		return nil, errors.New("redis down")
+	}
+	out := make([]worker.LimitDecision, len(items))
+	for i, it := range items {
+		if it.Type == "held" && !l.deferred[it.ID] {
+			l.deferred[it.ID] = true
+			out[i] = worker.LimitDecision{NotBefore: time.Now().Add(200 * time.Millisecond), Reason: "test"}
+			continue
+		}
+		l.admitted[it.ID]++
+		out[i] = worker.LimitDecision{Run: true, Ticket: it.ID}
+	}
+	return out, nil
+}
+
+func (l *fakeLimiter) Done(ctx context.Context, it worker.LimitItem, d worker.LimitDecision) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d.Ticket != it.ID {
+		panic(fmt.Sprintf("Done with ticket %v for %s", d.Ticket, it.ID))
+	}
+	l.done[it.ID]++
+}
+
+// A Limiter's deferrals go back to Redis (not an attempt) and run later; a
+// failing Limiter defers the whole batch (fail closed) without dropping it
+// or using an attempt; Done follows every admitted run.
+func TestLimiterDefersAndFailsClosed(t *testing.T) {
+	e := newEnv(t)
+	lim := &fakeLimiter{fail: 3, deferred: map[string]bool{}, admitted: map[string]int{}, done: map[string]int{}}
+	led := newLedger()
+	cfg, reg := e.config(t, "w1")
+	cfg.Limiter = lim
+	r := start(t, cfg, reg, func(w *worker.Worker) {
+		w.HandleDefault(func(ctx context.Context, tk *worker.Task) error {
+			led.record("w1", tk)
+			return nil
+		})
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	var fg sync.WaitGroup
+	fg.Go(func() {
+		if err := e.firer.Run(ctx); err != nil {
+			t.Errorf("firer: %v", err)
+		}
+	})
+	defer func() { cancel(); fg.Wait() }()
+
+	var ids []string
+	var tasks []*task.Task
+	for i := range 20 {
+		typ := "free"
+		if i%2 == 0 {
+			typ = "held"
+		}
+		id := fmt.Sprintf("%s-%d", typ, i)
+		ids = append(ids, id)
+		tasks = append(tasks, newTask(id, typ))
+	}
+	worktest.Schedule(t, e.store, tasks...)
+	e.waitState(t, 20*time.Second, task.StateSucceeded, ids...)
+	testenv.WaitFor(t, 5*time.Second, "Done called for every run", func() bool {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		return len(lim.done) == len(ids)
+	})
+	if tw := led.twice(); len(tw) > 0 {
+		t.Fatalf("ran more than once: %v", tw)
+	}
+	for _, id := range ids {
+		tk, err := e.store.Get(t.Context(), id)
+		if err != nil || tk.Attempt != 1 {
+			t.Fatalf("%s: attempt %d (%v): a deferral must not use an attempt", id, tk.Attempt, err)
+		}
+		if lim.admitted[id] != 1 || lim.done[id] != 1 {
+			t.Fatalf("%s: admitted %d, done %d", id, lim.admitted[id], lim.done[id])
+		}
+		if tk.Type == "held" && tk.Gen < 2 {
+			t.Fatalf("%s: generation %d: the deferred task was not fired again", id, tk.Gen)
+		}
+	}
+	if lim.fail != 0 {
+		t.Fatalf("limiter failures left: %d", lim.fail)
+	}
+	if got := r.handled(t, "deferred"); got < 10 {
+		t.Errorf("deferred metric %v, want at least 10 (plus the failed batches)", got)
+	}
+	t.Logf("Admit calls %d, deferred %v", lim.calls, r.handled(t, "deferred"))
+}
