@@ -4,12 +4,24 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build test test-short lint fmt vet bench bench-write bench-fire bench-work fuzz clean
+.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-write bench-fire bench-work bench-memory fuzz clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# The README's first command: the whole system in one process.
+dev:
+	@command -v redis-server >/dev/null 2>&1 || { s=""; [ "$$(id -u)" = 0 ] || s=sudo; $$s apt-get update -qq && $$s apt-get install -y -qq redis-server; }
+	$(GO) run ./cmd/dq dev --demo
+
+# Images built locally (no registry needed): delayq:dev, delayq-dev:dev, delayq-redis:dev.
+image:
+	deploy/build-images.sh
+
+test-integration:
+	DQ_REQUIRE_DOCKER=1 $(GO) test -race -count=1 -timeout 15m ./integration
 
 # The README's test command: vet, then every test with the race detector
 # against real redis-server, embedded etcd and kfake.
@@ -29,10 +41,13 @@ lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # Benchmarks print their method and figures; results go to docs/benchmarks.md.
-bench: bench-write bench-fire bench-work
+bench: bench-memory bench-write bench-fire bench-work
+
+bench-memory:
+	$(GO) test ./internal/redisstore -run '^$$' -bench BenchmarkMemoryPerTask -benchtime 1x -count 1
 
 bench-write:
-	$(GO) test ./internal/daemon -run '^$$' -bench 'BenchmarkWrite' -benchtime 1x -count 1 -timeout 20m
+	$(GO) test ./internal/daemon -run '^$$' -bench 'BenchmarkWrite' -benchtime 5s -count 1 -timeout 20m
 
 bench-fire:
 	$(GO) test ./internal/event -run '^$$' -bench 'BenchmarkFire' -benchtime 1x -count 1 -timeout 20m

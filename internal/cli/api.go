@@ -1,0 +1,444 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/delayq/delayq/client"
+)
+
+// DefaultAddr is the daemon dq talks to when neither --addr nor DQ_ADDR is set.
+const DefaultAddr = "http://127.0.0.1:7070"
+
+// apiFlags are the flags every API command shares.
+type apiFlags struct {
+	addr   string
+	token  string
+	output string
+}
+
+func bindAPI(fs *flag.FlagSet, env Env) *apiFlags {
+	f := &apiFlags{}
+	fs.StringVar(&f.addr, "addr", envOr(env, "DQ_ADDR", DefaultAddr), "daemon base URL (env DQ_ADDR)")
+	fs.StringVar(&f.token, "token", envOr(env, "DQ_API_TOKEN", ""), "bearer token (env DQ_API_TOKEN)")
+	fs.StringVar(&f.output, "o", "text", "output: text or json")
+	return f
+}
+
+func (f *apiFlags) check() error {
+	if f.output != "text" && f.output != "json" {
+		return fmt.Errorf("-o %q: text or json", f.output)
+	}
+	if !strings.Contains(f.addr, "://") {
+		f.addr = "http://" + f.addr
+	}
+	return nil
+}
+
+func (f *apiFlags) client() *client.Client {
+	return client.New(f.addr, client.WithToken(f.token))
+}
+
+// printJSON writes v indented.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// headerFlags collects repeated --header name=value.
+type headerFlags map[string]string
+
+func (h headerFlags) String() string { return fmt.Sprint(map[string]string(h)) }
+func (h headerFlags) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want name=value", s)
+	}
+	h[k] = v
+	return nil
+}
+
+func runSchedule(ctx context.Context, env Env, args []string) error {
+	fs := newFlagSet("schedule", env)
+	api := bindAPI(fs, env)
+	var t client.Task
+	var in, at, timeout, payload, payloadFile string
+	var binary bool
+	headers := headerFlags{}
+	fs.StringVar(&t.ID, "id", "", "task id (idempotency key); empty: the daemon generates one")
+	fs.StringVar(&t.Type, "type", "", "task type (or the first argument)")
+	fs.StringVar(&in, "in", "", "delay from now, e.g. 90s, 24h")
+	fs.StringVar(&at, "at", "", "due time, RFC 3339 (e.g. 2030-01-02T15:04:05Z)")
+	fs.StringVar(&payload, "payload", "", "payload: a JSON value (or raw bytes with --binary)")
+	fs.StringVar(&payloadFile, "payload-file", "", "read the payload from this file (- for stdin)")
+	fs.BoolVar(&binary, "binary", false, "send the payload as bytes (base64 on the wire), not JSON")
+	fs.StringVar(&t.Topic, "topic", "", "Kafka topic (default: the daemon's default topic)")
+	fs.StringVar(&t.Key, "key", "", "Kafka key (default: the id)")
+	fs.Var(headers, "header", "extra Kafka header name=value (repeatable)")
+	fs.IntVar(&t.MaxAttempts, "max-attempts", 0, "attempts before the task is dead (0: default)")
+	fs.StringVar(&timeout, "timeout", "", "handler timeout, e.g. 30s")
+	fs.IntVar(&t.Priority, "priority", 0, "priority -1000..1000")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := api.check(); err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 1 && t.Type == "":
+		t.Type = pos[0]
+	case len(pos) > 0:
+		return fmt.Errorf("schedule: unexpected argument %q", pos[len(pos)-1])
+	}
+	if t.Type == "" {
+		return errors.New("schedule: a task type is required (dq schedule TYPE)")
+	}
+	if in != "" && at != "" {
+		return errors.New("schedule: give --in or --at, not both")
+	}
+	if in != "" {
+		if t.Delay, err = time.ParseDuration(in); err != nil {
+			return fmt.Errorf("--in: %w", err)
+		}
+	}
+	if at != "" {
+		if t.DueAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
+			return fmt.Errorf("--at: %w", err)
+		}
+	}
+	if timeout != "" {
+		if t.Timeout, err = time.ParseDuration(timeout); err != nil {
+			return fmt.Errorf("--timeout: %w", err)
+		}
+	}
+	if len(headers) > 0 {
+		t.Headers = headers
+	}
+	body := []byte(payload)
+	if payloadFile != "" {
+		if payload != "" {
+			return errors.New("schedule: give --payload or --payload-file, not both")
+		}
+		if body, err = readFileOrStdin(payloadFile, env.Stdin); err != nil {
+			return err
+		}
+	}
+	if len(body) > 0 || payloadFile != "" {
+		if binary {
+			t.PayloadBytes = body
+		} else {
+			if !json.Valid(body) {
+				return errors.New("schedule: the payload is not valid JSON (use --binary for raw bytes)")
+			}
+			t.Payload = body
+		}
+	}
+	res, err := api.client().Schedule(ctx, t)
+	if err != nil {
+		return err
+	}
+	if api.output == "json" {
+		return printJSON(env.Stdout, res)
+	}
+	if res.Journaled() {
+		fmt.Fprintf(env.Stdout, "%s journaled: Redis is unreachable; the daemon keeps the task and writes it when Redis is back\n", res.ID)
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "%s %s (%s), due %s, shard %d\n", res.ID, res.State, res.Outcome, dueText(res.DueAt), res.Shard)
+	return nil
+}
+
+func readFileOrStdin(name string, stdin io.Reader) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(stdin)
+	}
+	return os.ReadFile(name)
+}
+
+// dueText is "2030-01-02T15:04:05.000Z (in 1h2m)".
+func dueText(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Until(t).Round(time.Second)
+	rel := "now"
+	switch {
+	case d > 0:
+		rel = "in " + d.String()
+	case d < 0:
+		rel = (-d).String() + " ago"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + rel + ")"
+}
+
+// oneID parses an API command taking exactly one id.
+func oneID(name string, fs *flag.FlagSet, args []string) (string, error) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", fmt.Errorf("%s: exactly one task id expected, got %d arguments", name, len(pos))
+	}
+	return pos[0], nil
+}
+
+func runGet(ctx context.Context, env Env, args []string) error {
+	fs := newFlagSet("get", env)
+	api := bindAPI(fs, env)
+	id, err := oneID("get", fs, args)
+	if err != nil {
+		return err
+	}
+	if err := api.check(); err != nil {
+		return err
+	}
+	if api.output == "json" {
+		// The daemon's own JSON, as it sent it.
+		b, err := rawCall(ctx, api, http.DefaultClient, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil)
+		if err != nil {
+			return err
+		}
+		return printRaw(env.Stdout, b)
+	}
+	t, err := api.client().Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	printTask(env.Stdout, t)
+	return nil
+}
+
+func printTask(w io.Writer, t *client.TaskInfo) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	row("id", t.ID)
+	row("type", t.Type)
+	row("state", t.State)
+	row("due", dueText(t.DueAt))
+	row("attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts))
+	row("shard", t.Shard)
+	if t.Topic != "" {
+		row("topic", t.Topic)
+	}
+	if t.Key != "" {
+		row("key", t.Key)
+	}
+	for k, v := range t.Headers {
+		row("header "+k, v)
+	}
+	if t.Timeout != 0 {
+		row("timeout", time.Duration(t.Timeout))
+	}
+	if t.Priority != 0 {
+		row("priority", t.Priority)
+	}
+	switch {
+	case len(t.Payload) > 0:
+		row("payload", string(t.Payload))
+	case len(t.PayloadBytes) > 0:
+		row("payload", fmt.Sprintf("%d bytes (binary)", len(t.PayloadBytes)))
+	}
+	if t.LastError != "" {
+		row("last error", t.LastError)
+	}
+	tw.Flush()
+}
+
+func runReschedule(ctx context.Context, env Env, args []string) error {
+	fs := newFlagSet("reschedule", env)
+	api := bindAPI(fs, env)
+	var in, at string
+	fs.StringVar(&in, "in", "", "new delay from now, e.g. 10m")
+	fs.StringVar(&at, "at", "", "new due time, RFC 3339")
+	id, err := oneID("reschedule", fs, args)
+	if err != nil {
+		return err
+	}
+	if err := api.check(); err != nil {
+		return err
+	}
+	var due time.Time
+	switch {
+	case (in == "") == (at == ""):
+		return errors.New("reschedule: give exactly one of --in and --at")
+	case in != "":
+		d, err := time.ParseDuration(in)
+		if err != nil {
+			return fmt.Errorf("--in: %w", err)
+		}
+		due, err = api.client().RescheduleIn(ctx, id, d)
+		if err != nil {
+			return err
+		}
+	default:
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return fmt.Errorf("--at: %w", err)
+		}
+		due, err = api.client().Reschedule(ctx, id, t)
+		if err != nil {
+			return err
+		}
+	}
+	if api.output == "json" {
+		return printJSON(env.Stdout, map[string]any{"id": id, "due_at": due})
+	}
+	fmt.Fprintf(env.Stdout, "%s rescheduled: due %s\n", id, dueText(due))
+	return nil
+}
+
+func runCancel(ctx context.Context, env Env, args []string) error {
+	fs := newFlagSet("cancel", env)
+	api := bindAPI(fs, env)
+	id, err := oneID("cancel", fs, args)
+	if err != nil {
+		return err
+	}
+	if err := api.check(); err != nil {
+		return err
+	}
+	if err := api.client().Cancel(ctx, id); err != nil {
+		return err
+	}
+	if api.output == "json" {
+		return printJSON(env.Stdout, map[string]string{"id": id, "state": "cancelled"})
+	}
+	fmt.Fprintf(env.Stdout, "%s cancelled\n", id)
+	return nil
+}
+
+func runStats(ctx context.Context, env Env, args []string) error {
+	fs := newFlagSet("stats", env)
+	api := bindAPI(fs, env)
+	all := fs.Bool("shards", false, "list every shard, not only the busy ones")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	if err := api.check(); err != nil {
+		return err
+	}
+	s, err := api.client().Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if api.output == "json" {
+		return printJSON(env.Stdout, s)
+	}
+	w := env.Stdout
+	redis := "up"
+	if !s.RedisUp {
+		redis = "DOWN: " + s.RedisError
+	}
+	fmt.Fprintf(w, "namespace %s, %d shards, redis %s, journal %d\n", s.Namespace, s.ShardCount, redis, s.JournalDepth)
+	fmt.Fprintf(w, "scheduled %d, firing %d, dead %d\n", s.Totals.Scheduled, s.Totals.Firing, s.Totals.Dead)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shard\tscheduled\tfiring\tdead\tleader token\tearliest due\t")
+	for _, sh := range s.Shards {
+		if !*all && sh.Scheduled == 0 && sh.Firing == 0 && sh.Dead == 0 {
+			continue
+		}
+		due := "-"
+		if sh.EarliestDue != nil {
+			due = dueText(*sh.EarliestDue)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%s\t\n", sh.Shard, sh.Scheduled, sh.Firing, sh.Dead, sh.LeaderToken, due)
+	}
+	return tw.Flush()
+}
+
+func runDead(ctx context.Context, env Env, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return errors.New("dead: list, redrive ID or delete ID")
+	}
+	sub, args := args[0], args[1:]
+	fs := newFlagSet("dead "+sub, env)
+	api := bindAPI(fs, env)
+	switch sub {
+	case "list":
+		limit := fs.Int("limit", 100, "at most this many, most recent first")
+		if err := parseNoArgs(fs, args); err != nil {
+			return err
+		}
+		if err := api.check(); err != nil {
+			return err
+		}
+		if api.output == "json" {
+			b, err := rawCall(ctx, api, http.DefaultClient, http.MethodGet, "/v1/dead?limit="+strconv.Itoa(*limit), nil)
+			if err != nil {
+				return err
+			}
+			return printRaw(env.Stdout, b)
+		}
+		dead, err := api.client().ListDead(ctx, *limit)
+		if err != nil {
+			return err
+		}
+		if len(dead) == 0 {
+			fmt.Fprintln(env.Stdout, "no dead tasks")
+			return nil
+		}
+		tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTYPE\tATTEMPTS\tDIED\tLAST ERROR")
+		for _, d := range dead {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.ID, d.Type, d.Attempt, d.DiedAt.UTC().Format(time.RFC3339), oneLine(d.LastError, 80))
+		}
+		return tw.Flush()
+	case "redrive":
+		id, err := oneID("dead redrive", fs, args)
+		if err != nil {
+			return err
+		}
+		if err := api.check(); err != nil {
+			return err
+		}
+		due, err := api.client().Redrive(ctx, id)
+		if err != nil {
+			return err
+		}
+		if api.output == "json" {
+			return printJSON(env.Stdout, map[string]any{"id": id, "state": "scheduled", "due_at": due})
+		}
+		fmt.Fprintf(env.Stdout, "%s redriven: due %s\n", id, dueText(due))
+		return nil
+	case "delete":
+		id, err := oneID("dead delete", fs, args)
+		if err != nil {
+			return err
+		}
+		if err := api.check(); err != nil {
+			return err
+		}
+		if err := api.client().DeleteDead(ctx, id); err != nil {
+			return err
+		}
+		if api.output == "json" {
+			return printJSON(env.Stdout, map[string]string{"id": id, "state": "deleted"})
+		}
+		fmt.Fprintf(env.Stdout, "%s deleted\n", id)
+		return nil
+	default:
+		return fmt.Errorf("dead %q: list, redrive ID or delete ID", sub)
+	}
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		s = s[:max-1] + "…"
+	}
+	return s
+}

@@ -1,0 +1,115 @@
+//go:build !dqslim
+
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/client"
+)
+
+// TestDevAllInOne: dq dev --demo starts Redis, etcd, Kafka and the three
+// applications in one process; the demo's five tasks are delivered to the
+// built-in receiver; a task scheduled through the API the banner names is
+// delivered too; cancelling the context stops everything cleanly.
+func TestDevAllInOne(t *testing.T) {
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb syncBuffer
+	env := Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	apiURL := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- devAll(ctx, env, devOptions{apiAddr: addr, shards: 4, demo: true, redis: "redis-server"}, func(u string) { apiURL <- u })
+	}()
+	var api string
+	select {
+	case api = <-apiURL:
+	case err := <-done:
+		t.Fatalf("dq dev stopped: %v\n%s\n%s", err, out.String(), errb.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("dq dev not up within 60s\n%s\n%s", out.String(), errb.String())
+	}
+	for _, want := range []string{"API             " + api, "/metrics", "curl -s " + api + "/v1/tasks"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("banner lacks %q:\n%s", want, out.String())
+		}
+	}
+	if _, err := client.New(api).Schedule(t.Context(), client.Task{ID: "dev-own", Type: "mine", Delay: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(out.String(), `msg="task delivered"`) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not all 6 tasks delivered within 30s:\n%s\n--- stderr ---\n%s", out.String(), errb.String())
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval of a bounded wait
+	}
+	if !strings.Contains(out.String(), "task_id=dev-own") || strings.Count(out.String(), "demo: scheduled") != 5 {
+		t.Errorf("output:\n%s", out.String())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("dq dev: %v\n%s", err, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("dq dev did not stop within 30s of cancellation")
+	}
+	if !strings.HasSuffix(out.String(), "delayq stopped\n") {
+		t.Errorf("no stop message:\n%s", lastLines(out.String(), 3))
+	}
+}
+
+// TestDevWithoutRedis: a missing redis-server is a clear message saying
+// how to install it.
+func TestDevWithoutRedis(t *testing.T) {
+	_, _, err := runDQ(t, nil, "dev", "--redis-server", "/nonexistent/redis-server")
+	if err == nil || !strings.Contains(err.Error(), "apt-get install -y redis-server") {
+		t.Errorf("got %v, want the install hint", err)
+	}
+}
+
+// TestDevInfraCommands: dq dev etcd and dq dev kafka (what the delayq-dev
+// image runs) serve until cancelled and say where.
+func TestDevInfraCommands(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		ready string
+		probe func(addr string) error
+	}{
+		{[]string{"dev", "etcd", "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, "etcd ready: listening on 127.0.0.1:",
+			func(addr string) error { _, err := probeHTTP(t.Context(), addr+"/health"); return err }},
+		{[]string{"dev", "kafka", "--listen", "127.0.0.1:0", "--topics", "a,b", "--data-dir", t.TempDir()}, "kafka ready: listening on 127.0.0.1:",
+			func(addr string) error { return probeKafka(t.Context(), addr) }},
+	} {
+		ctx, cancel := context.WithCancel(t.Context())
+		var errb syncBuffer
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, tc.args, Env{Stdout: &errb, Stderr: &errb}) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(errb.String(), tc.ready) {
+			if time.Now().After(deadline) {
+				t.Fatalf("dq %v: not ready within 30s: %s", tc.args, errb.String())
+			}
+			time.Sleep(20 * time.Millisecond) // poll interval of a bounded wait
+		}
+		// "... listening on 127.0.0.1:PORT, advertising ADDR, ..."
+		adv := strings.TrimSuffix(strings.Fields(strings.SplitN(errb.String(), ", advertising ", 2)[1])[0], ",")
+		if err := tc.probe(adv); err != nil {
+			t.Errorf("dq %v: advertised %s does not answer: %v", tc.args, adv, err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dq %v: %v", tc.args, err)
+		}
+	}
+}

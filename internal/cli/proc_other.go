@@ -1,0 +1,7 @@
+//go:build !linux && !dqslim
+
+package cli
+
+import "syscall"
+
+func childProcAttr() *syscall.SysProcAttr { return nil }
