@@ -33,18 +33,7 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time, dela
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reschedule %s: %w", id, err)
 	}
-	r, err := parseReply(v, 0)
-	if err != nil {
-		return time.Time{}, err
-	}
-	switch r.code {
-	case 1:
-		return r.due, nil
-	case 0:
-		return time.Time{}, ErrNotFound
-	default:
-		return time.Time{}, conflict(id, r)
-	}
+	return codeResult(id, v)
 }
 
 // Cancel cancels a waiting task. Its record stays readable for the
@@ -56,18 +45,8 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", id, err)
 	}
-	r, err := parseReply(v, 0)
-	if err != nil {
-		return err
-	}
-	switch r.code {
-	case 1:
-		return nil
-	case 0:
-		return ErrNotFound
-	default:
-		return conflict(id, r)
-	}
+	_, err = codeResult(id, v)
+	return err
 }
 
 // Get reads one task with its state and last error.
