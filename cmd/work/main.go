@@ -5,26 +5,8 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/work"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := work.Run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-	stop()
-	if errors.Is(err, config.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "work:", err)
-		os.Exit(1)
-	}
-}
+func main() { config.Main("work", work.Run) }
