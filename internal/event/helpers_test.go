@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,19 +31,12 @@ import (
 var eventBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "delayq-event-test")
+	bin, cleanup, err := testenv.BuildBinary("github.com/delayq/delayq/cmd/event")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	eventBin = filepath.Join(dir, "event")
-	build := exec.Command("go", "build", "-o", eventBin, "github.com/delayq/delayq/cmd/event")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build cmd/event:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	eventBin = bin
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -53,7 +44,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

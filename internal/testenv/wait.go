@@ -1,7 +1,11 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -60,4 +64,22 @@ func poll(timeout time.Duration, cond func() bool) bool {
 		}
 		<-ticker.C
 	}
+}
+
+// BuildBinary builds the Go package pkg (e.g. "github.com/delayq/delayq/cmd/event")
+// into a fresh temporary directory, for TestMain of packages whose tests run
+// real processes. It returns the binary's path and a cleanup that removes it.
+func BuildBinary(pkg string) (path string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "delayq-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	path = filepath.Join(dir, filepath.Base(pkg))
+	build := exec.Command("go", "build", "-o", path, pkg)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	return path, func() { os.RemoveAll(dir) }, nil
 }
