@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delayq/delayq/internal/fault"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 )
@@ -92,6 +93,7 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 			cs = append(cs, redisstore.Claim{ID: it.rec.id, Gen: it.rec.gen, TTL: it.timeout + w.cfg.ClaimMargin, Owner: it.cl.value})
 		}
 		res, err := w.store.ClaimMany(ctx, cs)
+		fault.Point("after-claim")
 		if ctx.Err() != nil {
 			for _, it := range items {
 				w.claims.release(context.WithoutCancel(ctx), it.cl) // if an answer was lost
@@ -305,6 +307,7 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 		return
 	}
 	herr := w.execute(ctx, log, job)
+	fault.Point("after-handle")
 	<-w.slots
 	if l := w.cfg.Limiter; l != nil {
 		l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)

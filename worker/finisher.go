@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 
+	"github.com/delayq/delayq/internal/fault"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 )
@@ -71,6 +72,7 @@ func (c *finisher) run(ctx context.Context, stop <-chan struct{}) {
 		for _, r := range reqs {
 			fs = append(fs, r.f)
 		}
+		fault.Point("before-finish")
 		res, _ := c.store.FinishMany(ctx, fs) // per-task errors in res
 		for i, r := range reqs {
 			r.reply <- res[i]

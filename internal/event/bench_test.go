@@ -1,10 +1,12 @@
 package event
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -94,6 +97,7 @@ func benchSteady(b *testing.B) {
 	ctx := b.Context()
 	payload := []byte(strings.Repeat("x", 100))
 	cpu0 := redisCPU(b, w)
+	_, sc0, su0 := commandStats(b, w.store.Client())
 	ticker := time.NewTicker(tick)
 	start := time.Now()
 	var n int
@@ -120,6 +124,7 @@ func benchSteady(b *testing.B) {
 	ticker.Stop()
 	scheduled := time.Since(start)
 	redisBusy := redisCPU(b, w) - cpu0
+	_, sc1, su1 := commandStats(b, w.store.Client())
 	// Read everything back with an independent client.
 	lags := readLags(b, w, task.DefaultTopic, n)
 	p50, p99, mx := quantiles(lags)
@@ -133,7 +138,9 @@ func benchSteady(b *testing.B) {
 		n, float64(n)/scheduled.Seconds(), scheduled.Round(time.Millisecond), lateTicks)
 	say(b, "(a) firing lag at the Kafka record timestamp: p50=%v p99=%v max=%v; %.2f%% over 5ms (target p99 <= 5ms)",
 		p50, p99, mx, 100*float64(over5)/float64(len(lags)))
+	say(b, "(a) lag distribution: %s", lagHistogram(lags))
 	say(b, "(a) redis-server CPU: %v in %v (%.0f%% of one core, scheduling included)", redisBusy.Round(time.Millisecond), scheduled.Round(time.Millisecond), 100*redisBusy.Seconds()/scheduled.Seconds())
+	say(b, "(a) redis by command: %s", commandDelta(sc0, su0, sc1, su1))
 	say(b, "(a) takes with tasks %v, mean batch %.1f, mean produce %.2fms",
 		metric(b, a.Addr(), "delayq_fire_batch_size_count"),
 		metric(b, a.Addr(), "delayq_fire_batch_size_sum")/max(1, metric(b, a.Addr(), "delayq_fire_batch_size_count")),
@@ -185,6 +192,7 @@ func benchBurst(b *testing.B) {
 	say(b, "(b) scheduled %d tasks (all due at once) in %v", n, time.Since(t0).Round(time.Millisecond))
 
 	cpu0 := redisCPU(b, w)
+	_, bc0, bu0 := commandStats(b, w.store.Client())
 	var first atomic.Int64
 	hooks := &fire.Hooks{BeforeTake: func(int, int64) { first.CompareAndSwap(0, time.Now().UnixNano()) }}
 	a := w.startAppConfig(benchConfig(w, "bench-burst"), WithFireHooks(hooks))
@@ -200,6 +208,7 @@ func benchBurst(b *testing.B) {
 	}
 	drain := end.Sub(time.Unix(0, first.Load()))
 	redisBusy := redisCPU(b, w) - cpu0
+	_, bc1, bu1 := commandStats(b, w.store.Client())
 	drainRate := float64(n) / drain.Seconds()
 	batches := metric(b, a.Addr(), "delayq_fire_batch_size_count")
 	a.stop(b)
@@ -247,6 +256,7 @@ func benchBurst(b *testing.B) {
 	_ = p.Close()
 	say(b, "(b) drain of %d due tasks: %v, %.0f tasks/s (%v takes, mean batch %.0f)", n, drain.Round(time.Millisecond), drainRate, batches, float64(n)/max(batches, 1))
 	say(b, "(b) redis-server CPU during the drain: %v (%.0f%% of one core): take and ack scripts", redisBusy.Round(time.Millisecond), 100*redisBusy.Seconds()/drain.Seconds())
+	say(b, "(b) redis by command: %s", commandDelta(bc0, bu0, bc1, bu1))
 	say(b, "(b) raw kafka-go to the same broker, same writer settings and records: %.0f records/s with 16 writers of 500-record batches, %.0f with one writer", raw16, raw1)
 	say(b, "(b) drain rate = %.0f%% of the raw 16-writer rate (target >= 50%%)", 100*drainRate/raw16)
 	b.ReportMetric(drainRate, "drain-tasks/s")
@@ -258,29 +268,10 @@ func benchIdle(b *testing.B) {
 	a := w.startAppConfig(benchConfig(w, "bench-idle"))
 	w.waitBalanced(15*time.Second, a)
 	rdb := w.redis.Client(b)
-	ctx := b.Context()
 	settle := time.NewTimer(2 * time.Second) // let campaigns and adopts pass
 	<-settle.C
 	stat := func() (int64, map[string]int64) {
-		info, err := rdb.Info(ctx, "stats", "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		var total int64
-		per := map[string]int64{}
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
-				total, _ = strconv.ParseInt(v, 10, 64)
-			}
-			if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
-				name, fields, _ := strings.Cut(rest, ":")
-				for _, f := range strings.Split(fields, ",") {
-					if v, ok := strings.CutPrefix(f, "calls="); ok {
-						per[name], _ = strconv.ParseInt(v, 10, 64)
-					}
-				}
-			}
-		}
+		total, per, _ := commandStats(b, rdb)
 		return total, per
 	}
 	const window = 10 * time.Second
@@ -300,6 +291,76 @@ func benchIdle(b *testing.B) {
 		total, window, perSec, perSec/16, strings.Join(parts, " "))
 	b.ReportMetric(perSec/16, "idle-cmds/shard/s")
 	a.stop(b)
+}
+
+// lagHistogram is the share of lags per millisecond bucket.
+func lagHistogram(lags []time.Duration) string {
+	edges := []time.Duration{0, 1, 2, 3, 4, 5, 10, 20, 50}
+	counts := make([]int, len(edges)+1)
+	for _, l := range lags {
+		i, _ := slices.BinarySearch(edges, l/time.Millisecond) // first edge >= l
+		counts[i]++
+	}
+	var parts []string
+	for i, c := range counts {
+		label := fmt.Sprintf("<=%dms", edges[min(i, len(edges)-1)])
+		if i == len(edges) {
+			label = fmt.Sprintf(">%dms", edges[len(edges)-1])
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f%%", label, 100*float64(c)/float64(max(len(lags), 1))))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// commandStats reads INFO stats and commandstats: total commands processed,
+// calls per command and microseconds spent per command.
+func commandStats(tb testing.TB, rdb interface {
+	Info(context.Context, ...string) *redis.StringCmd
+}) (int64, map[string]int64, map[string]int64) {
+	info, err := rdb.Info(tb.Context(), "stats", "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total int64
+	calls, usec := map[string]int64{}, map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			total, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
+			name, fields, _ := strings.Cut(rest, ":")
+			for _, f := range strings.Split(fields, ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					calls[name], _ = strconv.ParseInt(v, 10, 64)
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					usec[name], _ = strconv.ParseInt(v, 10, 64)
+				}
+			}
+		}
+	}
+	return total, calls, usec
+}
+
+// commandDelta formats calls and time per command between two reads,
+// busiest first.
+func commandDelta(c0, u0, c1, u1 map[string]int64) string {
+	type row struct {
+		name        string
+		calls, usec int64
+	}
+	var rows []row
+	for name, c := range c1 {
+		if d := c - c0[name]; d > 0 {
+			rows = append(rows, row{name, d, u1[name] - u0[name]})
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.usec, a.usec) })
+	var parts []string
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("%s %d calls %.1fus/call", r.name, r.calls, float64(r.usec)/float64(r.calls)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func pollEvery(timeout, every time.Duration, cond func() bool) bool {

@@ -40,7 +40,7 @@ func (c *Config) bind(b *config.Binder) {
 	b.Duration(&c.SessionTTL, "session-ttl", "DQ_SESSION_TTL", 3*time.Second, "etcd session lease TTL (whole seconds): a dead process' shards are taken over after about this long")
 	b.Int(&c.FireBatch, "fire-batch", "DQ_FIRE_BATCH", 500, "most tasks per take and Kafka batch")
 	b.Duration(&c.Lease, "lease", "DQ_LEASE", 30*time.Second, "claim lease: a claim not acked within it fires again")
-	b.Duration(&c.IdlePoll, "idle-poll", "DQ_IDLE_POLL", time.Second, "longest sleep of an idle shard poller (covers lost wake-ups)")
+	b.Duration(&c.IdlePoll, "idle-poll", "DQ_IDLE_POLL", 5*time.Second, "longest sleep of an idle shard poller (covers lost wake-ups)")
 	b.String(&c.ProcessID, "process-id", "DQ_PROCESS_ID", "", "unique name of this process in etcd (default hostname-pid-random)")
 	b.Bool(&c.KafkaAutoCreate, "kafka-auto-create", "DQ_KAFKA_AUTO_CREATE", false, "let the broker create missing topics")
 	b.Duration(&c.KafkaBatchWait, "kafka-batch-timeout", "DQ_KAFKA_BATCH_TIMEOUT", time.Millisecond, "kafka-go BatchTimeout: how long a partition batch waits to fill")

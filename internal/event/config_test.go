@@ -31,7 +31,7 @@ func TestConfigDefaultsEnvAndFlags(t *testing.T) {
 		t.Errorf("ttl %v batch %d id %q", c.SessionTTL, c.FireBatch, c.ProcessID)
 	case c.HTTPAddr != ":7071" || c.DefaultTopic != "dq.tasks" || c.DeadTopic != "dq.dead":
 		t.Errorf("defaults: http %q topics %q %q", c.HTTPAddr, c.DefaultTopic, c.DeadTopic)
-	case c.Lease != 30*time.Second || c.IdlePoll != time.Second || c.KafkaAutoCreate:
+	case c.Lease != 30*time.Second || c.IdlePoll != 5*time.Second || c.KafkaAutoCreate:
 		t.Errorf("defaults: lease %v idle %v auto-create %v", c.Lease, c.IdlePoll, c.KafkaAutoCreate)
 	case strings.Join(c.KafkaBrokers, ",") != "127.0.0.1:9092":
 		t.Errorf("kafka brokers %v", c.KafkaBrokers)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delayq/delayq/internal/fault"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 )
@@ -51,7 +52,7 @@ type Config struct {
 	// Lease is how long a claim lasts before another take may re-claim it
 	// (default 30s).
 	Lease time.Duration
-	// IdlePoll is the longest sleep between takes (default 1s).
+	// IdlePoll is the longest sleep between takes (default 5s).
 	IdlePoll time.Duration
 	// DefaultTopic is used for tasks without a topic; DeadTopic receives
 	// records that cannot be fired to their own.
@@ -100,13 +101,13 @@ func NewPoller(cfg Config) *Poller {
 		cfg.Batch = 500
 	}
 	if cfg.Depth <= 0 {
-		cfg.Depth = 2
+		cfg.Depth = 4
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
 	}
 	if cfg.IdlePoll <= 0 {
-		cfg.IdlePoll = time.Second
+		cfg.IdlePoll = 5 * time.Second
 	}
 	if cfg.DefaultTopic == "" {
 		cfg.DefaultTopic = task.DefaultTopic
@@ -451,10 +452,16 @@ func (p *Poller) fire(ctx context.Context, tasks []*task.Task, firedAt time.Time
 		msgs[i] = Record(t, p.cfg.DefaultTopic, firedAt)
 	}
 
+	fault.Point("after-take")
+	if fault.Plant("earlyack") {
+		// planted bug (test builds only): ack before Kafka confirmed
+		_, _ = p.cfg.Store.Ack(ctx, p.cfg.Shard, p.cfg.Token, fireds(tasks))
+	}
 	var errs []error
 	if ctx.Err() == nil {
 		start := time.Now()
 		errs = p.cfg.Producer.Produce(ctx, msgs)
+		fault.Point("after-produce")
 		if m != nil {
 			m.ProduceDuration.Observe(time.Since(start).Seconds())
 		}
@@ -486,6 +493,7 @@ func (p *Poller) fire(ctx context.Context, tasks []*task.Task, firedAt time.Time
 	if p.hooks.BeforeAck != nil {
 		p.hooks.BeforeAck(ctx, p.cfg.Shard, p.cfg.Token, tasks)
 	}
+	fault.Point("before-ack")
 
 	var acks, rels []redisstore.Fired
 	for i, t := range tasks {
@@ -554,6 +562,14 @@ func (p *Poller) settle(ctx context.Context, op string, f settleFunc, fired []re
 			return nil
 		}
 	}
+}
+
+func fireds(tasks []*task.Task) []redisstore.Fired {
+	out := make([]redisstore.Fired, len(tasks))
+	for i, t := range tasks {
+		out[i] = redisstore.Fired{ID: t.ID, Gen: t.Gen}
+	}
+	return out
 }
 
 func firstErr(errs []error) error {

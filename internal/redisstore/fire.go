@@ -4,8 +4,10 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/delayq/delayq/internal/fault"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -26,11 +28,20 @@ var releaseLua string
 var adoptLua string
 
 var (
-	takeScript    = script(takeLua)
+	takeScript    = script(plantLocalClock(takeLua))
 	ackScript     = script(ackLua)
 	releaseScript = script(releaseLua)
 	adoptScript   = script(adoptLua)
 )
+
+// plantLocalClock is a planted bug (test builds only): the take trusts the
+// process clock (ARGV[6], fault.Now) instead of Redis TIME.
+func plantLocalClock(src string) string {
+	if fault.Plant("localclock") {
+		return strings.Replace(src, "local now = now_ms()", "local now = tonumber(ARGV[6])", 1)
+	}
+	return src
+}
 
 // purgePerTake bounds how many expired finished records one take removes;
 // a shard's take looks for them once every purgeEvery calls, so an idle
@@ -67,9 +78,13 @@ func fencedErr(v any) error {
 // Take claims up to max due tasks of a shard (and tasks whose lease ran
 // out) with a lease, and says when the next task is due.
 func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease time.Duration) (Taken, error) {
+	args := []any{token, max, lease.Milliseconds(), s.k.prefix[shard], s.purgeBudget(shard)}
+	if fault.Plant("localclock") {
+		args = append(args, task.Millis(fault.Now()))
+	}
 	v, err := s.run(ctx, takeScript,
 		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard)},
-		token, max, lease.Milliseconds(), s.k.prefix[shard], s.purgeBudget(shard))
+		args...)
 	if err != nil {
 		return Taken{}, fmt.Errorf("take shard %d: %w", shard, err)
 	}

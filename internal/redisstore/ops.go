@@ -33,7 +33,22 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time, dela
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reschedule %s: %w", id, err)
 	}
-	return codeResult(id, v)
+	due, err := codeResult(id, v)
+	return due, s.firedOrFiring(ctx, err)
+}
+
+// firedOrFiring tells a conflict on a fired task from one on a task still
+// being fired: both are stored as state f, and only a fired one has no
+// lease left in the in-flight set (see ack.lua).
+func (s *Store) firedOrFiring(ctx context.Context, err error) error {
+	var se *StateError
+	if !errors.As(err, &se) || se.State != task.StateFiring {
+		return err
+	}
+	if e := s.rdb.ZScore(ctx, s.k.inflight(s.Shard(se.ID)), se.ID).Err(); errors.Is(e, redis.Nil) {
+		se.State = task.StateFired
+	}
+	return err
 }
 
 // Cancel cancels a waiting task. Its record stays readable for the
@@ -46,16 +61,18 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 		return fmt.Errorf("cancel %s: %w", id, err)
 	}
 	_, err = codeResult(id, v)
-	return err
+	return s.firedOrFiring(ctx, err)
 }
 
 // Get reads one task with its state and last error.
 func (s *Store) Get(ctx context.Context, id string) (*task.Task, error) {
 	sh := s.Shard(id)
 	var rec, lastErr *redis.StringCmd
+	var lease *redis.FloatCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		rec = p.HGet(ctx, s.k.bucket(sh, id), id)
 		lastErr = p.HGet(ctx, s.k.errs(sh), id)
+		lease = p.ZScore(ctx, s.k.inflight(sh), id)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -73,6 +90,10 @@ func (s *Store) Get(ctx context.Context, id string) (*task.Task, error) {
 		return nil, err
 	}
 	t.LastError, _ = lastErr.Result()
+	if t.State == task.StateFiring && errors.Is(lease.Err(), redis.Nil) {
+		// The ack keeps state f and only drops the lease (see ack.lua).
+		t.State = task.StateFired
+	}
 	return t, nil
 }
 

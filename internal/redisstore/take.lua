@@ -6,7 +6,9 @@
 -- Returns {-1, stored_token} when fenced, else
 -- {now, next_due or -1, next_lease or -1, id1, record1, id2, record2, ...}
 -- where each record already carries state f and the new generation.
--- An idle shard costs TIME, GET, and one ZRANGE on each of due and inflight.
+-- The fence is checked on every take, idle or not, so that a deposed leader
+-- learns it at its next take: an idle shard costs TIME, GET and one ZRANGE on
+-- each of due and inflight.
 local token = tonumber(ARGV[1])
 local stale = fence(KEYS[3], token)
 if stale then return {-1, stale} end
@@ -33,15 +35,17 @@ end
 
 local out = {now, -1, -1}
 local leased = {}
+local until_ms = now + lease
+-- claim rewrites only the header's state and generation (the attempt, due
+-- time and body bytes are copied as they are).
 local function claim(id, expired)
   local bkey = bucket(prefix, id)
   local v = redis.call('HGET', bkey, id)
   if not v then return false end
-  local st, gen, att, due, body = parse(v)
-  if expired and st ~= 'f' then return false end
-  local rec = record('f', gen + 1, att, due, body)
+  if expired and string.sub(v, 1, 1) ~= 'f' then return false end
+  local rec = 'f' .. struct.pack('>I4', struct.unpack('>I4', v, 2) + 1) .. string.sub(v, 6)
   redis.call('HSET', bkey, id, rec)
-  leased[#leased + 1] = now + lease
+  leased[#leased + 1] = until_ms
   leased[#leased + 1] = id
   out[#out + 1] = id
   out[#out + 1] = rec
@@ -61,28 +65,17 @@ if l[2] and tonumber(l[2]) <= now then
   taken = #expired
 end
 
--- due tasks, and the next due time from the same read
+-- due tasks: only what is due is read (the future part of the set can be
+-- long); the head tells whether anything is due and when the next one is.
 local left = max - taken
-if left > 0 then
-  local due = redis.call('ZRANGE', KEYS[1], '-inf', '+inf', 'BYSCORE', 'LIMIT', 0, left + 1, 'WITHSCORES')
-  local ids = {}
-  for i = 1, #due, 2 do
-    local score = tonumber(due[i + 1])
-    if score <= now and #ids < left then
-      ids[#ids + 1] = due[i]
-    else
-      out[2] = score
-      break
-    end
-  end
-  if #ids > 0 then
-    redis.call('ZREM', KEYS[1], unpack(ids))
-    for _, id in ipairs(ids) do claim(id, false) end
-  end
-else
-  local h = head(KEYS[1])
-  if h then out[2] = h end
+local h = head(KEYS[1])
+if h and h <= now and left > 0 then
+  local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, left)
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  for _, id in ipairs(ids) do claim(id, false) end
+  if #ids < left then h = head(KEYS[1]) end
 end
+if h then out[2] = h end
 if #leased > 0 then redis.call('ZADD', KEYS[2], unpack(leased)) end
 
 if #leased > 0 or taken > 0 then
