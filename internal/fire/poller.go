@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -450,6 +451,10 @@ func (p *Poller) fire(ctx context.Context, tasks []*task.Task, firedAt time.Time
 			continue
 		}
 		msgs[i] = Record(t, p.cfg.DefaultTopic, firedAt)
+	}
+	shard, token := header(HeaderShard, strconv.Itoa(p.cfg.Shard)), header(HeaderToken, strconv.FormatInt(p.cfg.Token, 10))
+	for i := range msgs {
+		msgs[i].Headers = append(msgs[i].Headers, shard, token)
 	}
 
 	fault.Point("after-take")

@@ -24,6 +24,11 @@ const (
 	HeaderTimeoutMS   = "dq-timeout-ms" // only when the task has a timeout
 	HeaderPriority    = "dq-priority"   // only when non-zero
 	HeaderError       = "dq-error"      // dead-letter records: why
+	// HeaderShard and HeaderToken name the shard and the fencing token of
+	// the leader that fired the record (for audits: a record whose token is
+	// lower than one its shard fired earlier came from a deposed leader).
+	HeaderShard = "dq-shard"
+	HeaderToken = "dq-token"
 )
 
 func header(k, v string) kafka.Header { return kafka.Header{Key: k, Value: []byte(v)} }
