@@ -433,12 +433,13 @@ func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, replyAt tim
 		}
 	}
 	p.inflight++
-	go func() { p.results <- p.fire(ctx, taken.Tasks, firedAt) }()
+	go func() { p.results <- p.fire(ctx, taken, firedAt) }()
 }
 
 // fire produces one take's tasks, acks what Kafka confirmed and releases
 // the rest. It touches no state of Run's goroutine.
-func (p *Poller) fire(ctx context.Context, tasks []*task.Task, firedAt time.Time) batchResult {
+func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.Time) batchResult {
+	tasks := taken.Tasks
 	m := p.cfg.Metrics
 	msgs := make([]kafka.Message, len(tasks))
 	dead := make([]bool, len(tasks))
@@ -460,7 +461,7 @@ func (p *Poller) fire(ctx context.Context, tasks []*task.Task, firedAt time.Time
 	fault.Point("after-take")
 	if fault.Plant("earlyack") {
 		// planted bug (test builds only): ack before Kafka confirmed
-		_, _ = p.cfg.Store.Ack(ctx, p.cfg.Shard, p.cfg.Token, fireds(tasks))
+		_, _ = p.cfg.Store.Ack(ctx, p.cfg.Shard, p.cfg.Token, taken.Fired())
 	}
 	var errs []error
 	if ctx.Err() == nil {
@@ -502,7 +503,7 @@ func (p *Poller) fire(ctx context.Context, tasks []*task.Task, firedAt time.Time
 
 	var acks, rels []redisstore.Fired
 	for i, t := range tasks {
-		f := redisstore.Fired{ID: t.ID, Gen: t.Gen}
+		f := redisstore.Fired{ID: t.ID, Gen: t.Gen, Until: taken.Until}
 		if errs[i] == nil {
 			acks = append(acks, f)
 			if m != nil {
@@ -567,14 +568,6 @@ func (p *Poller) settle(ctx context.Context, op string, f settleFunc, fired []re
 			return nil
 		}
 	}
-}
-
-func fireds(tasks []*task.Task) []redisstore.Fired {
-	out := make([]redisstore.Fired, len(tasks))
-	for i, t := range tasks {
-		out[i] = redisstore.Fired{ID: t.ID, Gen: t.Gen}
-	}
-	return out
 }
 
 func firstErr(errs []error) error {

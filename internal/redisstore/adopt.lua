@@ -16,7 +16,7 @@ for _, id in ipairs(ids) do
     local st, gen, att, due, body = parse(v)
     if st == 'f' then
       redis.call('HSET', bkey, id, record(waiting(att), gen, att, due, body))
-      redis.call('ZADD', KEYS[2], due, id)
+      redis.call('ZADD', KEYS[2], due_score(due, bkey), id)
     end
   end
 end

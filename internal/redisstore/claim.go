@@ -162,65 +162,63 @@ type FinishResult struct {
 	Err error
 }
 
-// FinishMany stores many outcomes in one pipeline (one finish script call
-// per task, EVALSHA, falling back to EVAL after NOSCRIPT). Results are in
-// the order of fs. The error is the first Redis error (not ErrStale,
-// ErrNotFound or a conflict, which are per task).
+// FinishMany stores many outcomes: one finish script call per shard (and
+// at most maxPerCall outcomes), all in one pipeline. Results are in the
+// order of fs. The error is the first Redis error (not ErrStale,
+// ErrNotFound or a conflict, which are per task); the tasks of a call that
+// failed carry it too.
 func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
 	res := make([]FinishResult, len(fs))
-	type call struct {
-		keys []string
-		args []any
-		cmd  *redis.Cmd
-	}
-	calls := make([]call, len(fs))
-	for i, f := range fs {
-		sh := s.Shard(f.ID)
-		calls[i] = call{
-			keys: []string{s.k.inflight(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.bucket(sh, f.ID), s.k.errs(sh)},
-			args: []any{f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048),
-				s.retention.Milliseconds(), s.k.wake, sh},
+	calls := s.groupCalls(len(fs), func(i int) string { return fs[i].ID }, func(sh int, idx []int) ([]string, []any) {
+		keys := make([]string, 0, 5+len(idx))
+		keys = append(keys, s.k.inflight(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
+		args := make([]any, 0, 3+5*len(idx))
+		args = append(args, s.retention.Milliseconds(), s.k.wake, sh)
+		for _, i := range idx {
+			f := fs[i]
+			keys = append(keys, s.k.bucket(sh, f.ID))
+			args = append(args, f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048))
 		}
-	}
-	// Per-command errors are examined below.
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range calls {
-			calls[i].cmd = finishScript.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
-		}
-		return nil
+		return keys, args
 	})
+	s.execCalls(ctx, finishScript, calls)
 	var firstErr error
-	for i, c := range calls {
-		v, err := c.cmd.Result()
-		if isNoScript(err) {
-			v, err = finishScript.Run(ctx, s.rdb, c.keys, c.args...).Result()
+	for _, c := range calls {
+		err := c.err
+		var a []any
+		if err == nil {
+			var ok bool
+			if a, ok = c.val.([]any); !ok || len(a) != 3*len(c.idx) {
+				err = fmt.Errorf("unexpected finish reply %v", c.val)
+			}
 		}
-		f := fs[i]
 		if err != nil {
-			err = fmt.Errorf("finish %s: %w", f.ID, err)
-			res[i].Err = err
+			err = fmt.Errorf("finish on shard %d: %w", c.shard, err)
+			for _, i := range c.idx {
+				res[i].Err = err
+			}
 			if firstErr == nil {
 				firstErr = err
 			}
 			continue
 		}
-		r, err := parseReply(v, 0)
-		if err != nil {
-			res[i].Err = err
-			if firstErr == nil {
-				firstErr = err
+		for j, i := range c.idx {
+			f := fs[i]
+			r, err := parseReply(a, 3*j)
+			if err != nil {
+				res[i].Err = err
+				continue
 			}
-			continue
-		}
-		res[i].State = r.state
-		switch r.code {
-		case 1:
-		case 0:
-			res[i].Err = ErrNotFound
-		case 5:
-			res[i].Err = fmt.Errorf("finish %s gen %d: %w", f.ID, f.Gen, ErrStale)
-		default:
-			res[i].Err = conflict(f.ID, r)
+			res[i].State = r.state
+			switch r.code {
+			case 1:
+			case 0:
+				res[i].Err = ErrNotFound
+			case 5:
+				res[i].Err = fmt.Errorf("finish %s gen %d: %w", f.ID, f.Gen, ErrStale)
+			default:
+				res[i].Err = conflict(f.ID, r)
+			}
 		}
 	}
 	return res, firstErr

@@ -45,9 +45,26 @@ local function wake(due_key, channel, shard, due, old_head)
   end
 end
 
+-- A due-set score is the due time in ms plus the record's bucket / 1024,
+-- so that a take reads each record's bucket from its score instead of
+-- hashing the id (the hash was the costliest step of a take). The fraction
+-- needs 10 of the double's 53 bits: exact for due times before 2^43 ms
+-- (year 2248). Written with 4 decimals (Lua would print only 14 digits);
+-- the bucket is recovered by rounding. A task is due when its score is
+-- below now + 1.
+local function due_score(due, bkey)
+  return string.format('%.4f', due + tonumber(string.match(bkey, '%d+$')) / 1024)
+end
+
+-- due_of_score splits a score into the due time and the bucket key.
+local function due_of_score(prefix, score)
+  local due = math.floor(score)
+  return due, prefix .. 't:' .. math.floor((score - due) * 1024 + 0.5)
+end
+
 local function head(due_key)
   local h = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
-  if h[2] then return tonumber(h[2]) end
+  if h[2] then return math.floor(tonumber(h[2])) end
   return nil
 end
 

@@ -57,28 +57,11 @@ type Finish struct {
 // record has another generation); or a *StateError when the task already
 // finished (a duplicate delivery).
 func (s *Store) Finish(ctx context.Context, f Finish) (task.State, error) {
-	sh := s.Shard(f.ID)
-	v, err := s.run(ctx, finishScript,
-		[]string{s.k.inflight(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.bucket(sh, f.ID), s.k.errs(sh)},
-		f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048),
-		s.retention.Milliseconds(), s.k.wake, sh)
-	if err != nil {
-		return "", fmt.Errorf("finish %s: %w", f.ID, err)
-	}
-	r, err := parseReply(v, 0)
+	res, err := s.FinishMany(ctx, []Finish{f})
 	if err != nil {
 		return "", err
 	}
-	switch r.code {
-	case 1:
-		return r.state, nil
-	case 0:
-		return "", ErrNotFound
-	case 5:
-		return r.state, fmt.Errorf("finish %s gen %d: %w", f.ID, f.Gen, ErrStale)
-	default:
-		return r.state, conflict(f.ID, r)
-	}
+	return res[0].State, res[0].Err
 }
 
 func truncate(s string, n int) string {

@@ -1,44 +1,69 @@
--- finish: a worker reports the outcome of one fired task.
--- KEYS[1] inflight, KEYS[2] due, KEYS[3] done, KEYS[4] dead, KEYS[5] bucket hash, KEYS[6] err hash
--- ARGV[1] id, ARGV[2] gen, ARGV[3] outcome: S succeeded | r retry (attempt+1) |
---   w wait (defer without using an attempt) | d dead
--- ARGV[4] due for r/w (absolute ms, or "+<ms>" from Redis TIME), ARGV[5] error text,
--- ARGV[6] retention ms, ARGV[7] wake channel, ARGV[8] shard
--- Returns {code, state, due}: 1 done, 0 not found, 5 stale generation,
--- 6 not in a fired state (already finished).
-local id, g, outcome = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local v = redis.call('HGET', KEYS[5], id)
-if not v then return {0, '', 0} end
-local st, gen, att, due, body = parse(v)
-if gen ~= g then return {5, st, due} end
-if st ~= 'f' and st ~= 'F' then return {6, st, due} end
-redis.call('ZREM', KEYS[1], id)
-local now = now_ms()
-if outcome == 'S' then
-  redis.call('HSET', KEYS[5], id, record('S', gen, att, due, body))
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), id)
-  redis.call('HDEL', KEYS[6], id)
-  return {1, 'S', due}
-end
-if outcome == 'd' then
-  redis.call('HSET', KEYS[5], id, record('d', gen, att, due, body))
-  redis.call('ZADD', KEYS[4], now, id)
-  redis.call('HSET', KEYS[6], id, ARGV[5])
-  return {1, 'd', due}
-end
-local ndue
-if string.sub(ARGV[4], 1, 1) == '+' then
-  ndue = now + tonumber(string.sub(ARGV[4], 2))
-else
-  ndue = tonumber(ARGV[4])
-end
-if outcome == 'r' then
-  att = att + 1
-  redis.call('HSET', KEYS[6], id, ARGV[5])
-end
+-- finish: workers report the outcomes of fired tasks of one shard.
+-- KEYS[1] inflight, KEYS[2] due, KEYS[3] done, KEYS[4] dead, KEYS[5] err hash,
+-- KEYS[5+i] bucket hash of task i
+-- ARGV[1] retention ms, ARGV[2] wake channel, ARGV[3] shard, then per task
+-- 5 values: id, gen, outcome (S succeeded | r retry (attempt+1) |
+-- w wait (defer without using an attempt) | d dead), due for r/w (absolute
+-- ms, or "+<ms>" from Redis TIME), error text.
+-- Returns per task {code, state, due}: 1 done, 0 not found, 5 stale
+-- generation, 6 not in a fired state (already finished).
+-- One call per shard and batch: the fixed cost of a script call is paid
+-- once for all the outcomes a worker has ready.
 local old_head = head(KEYS[2])
-local nst = waiting(att)
-redis.call('HSET', KEYS[5], id, record(nst, gen, att, ndue, body))
-redis.call('ZADD', KEYS[2], ndue, id)
-wake(KEYS[2], ARGV[7], ARGV[8], ndue, old_head)
-return {1, nst, ndue}
+local now = nil
+local min_new = nil
+local out = {}
+local drop = {}
+local n = (#ARGV - 3) / 5
+for i = 1, n do
+  local id, g, outcome, spec, errtext = ARGV[5 * i - 1], tonumber(ARGV[5 * i]), ARGV[5 * i + 1], ARGV[5 * i + 2], ARGV[5 * i + 3]
+  local bkey = KEYS[5 + i]
+  local code, state, rdue = 1, '', 0
+  local v = redis.call('HGET', bkey, id)
+  if not v then
+    code = 0
+  else
+    local st, gen, att, due, body = parse(v)
+    state, rdue = st, due
+    if gen ~= g then
+      code = 5
+    elseif st ~= 'f' and st ~= 'F' then
+      code = 6
+    else
+      drop[#drop + 1] = id
+      now = now or now_ms()
+      if outcome == 'S' then
+        state = 'S'
+        redis.call('HSET', bkey, id, record('S', gen, att, due, body))
+        redis.call('ZADD', KEYS[3], now + tonumber(ARGV[1]), id)
+        redis.call('HDEL', KEYS[5], id)
+      elseif outcome == 'd' then
+        state = 'd'
+        redis.call('HSET', bkey, id, record('d', gen, att, due, body))
+        redis.call('ZADD', KEYS[4], now, id)
+        redis.call('HSET', KEYS[5], id, errtext)
+      else
+        local ndue
+        if string.sub(spec, 1, 1) == '+' then
+          ndue = now + tonumber(string.sub(spec, 2))
+        else
+          ndue = tonumber(spec)
+        end
+        if outcome == 'r' then
+          att = att + 1
+          redis.call('HSET', KEYS[5], id, errtext)
+        end
+        state, rdue = waiting(att), ndue
+        redis.call('HSET', bkey, id, record(state, gen, att, ndue, body))
+        redis.call('ZADD', KEYS[2], due_score(ndue, bkey), id)
+        if min_new == nil or ndue < min_new then min_new = ndue end
+      end
+    end
+  end
+  out[#out + 1] = code
+  out[#out + 1] = state
+  out[#out + 1] = rdue
+end
+if #drop > 0 then redis.call('ZREM', KEYS[1], unpack(drop)) end
+if min_new ~= nil then wake(KEYS[2], ARGV[2], ARGV[3], min_new, old_head) end
+return out

@@ -56,13 +56,25 @@ type Taken struct {
 	Now       time.Time    // Redis' clock when the script ran
 	NextDue   time.Time    // earliest due time still waiting (zero: none)
 	NextLease time.Time    // earliest lease deadline in flight (zero: none)
+	Until     time.Time    // the lease deadline of every claim of this take
 	Tasks     []*task.Task // state firing, Gen already incremented
 }
 
-// Fired names one fired copy of a task.
+// Fired names one fired copy of a task: its generation (for Release) and
+// the lease deadline of the take that claimed it (for Ack).
 type Fired struct {
-	ID  string
-	Gen uint64
+	ID    string
+	Gen   uint64
+	Until time.Time
+}
+
+// Fired lists the claims of t, for Ack or Release.
+func (t Taken) Fired() []Fired {
+	out := make([]Fired, len(t.Tasks))
+	for i, tk := range t.Tasks {
+		out[i] = Fired{ID: tk.ID, Gen: tk.Gen, Until: t.Until}
+	}
+	return out
 }
 
 func fencedErr(v any) error {
@@ -98,7 +110,7 @@ func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease
 	now, _ := a[0].(int64)
 	next, _ := a[1].(int64)
 	lease2, _ := a[2].(int64)
-	out := Taken{Now: task.FromMillis(now)}
+	out := Taken{Now: task.FromMillis(now), Until: task.FromMillis(now + lease.Milliseconds())}
 	if next >= 0 {
 		out.NextDue = task.FromMillis(next)
 	}
@@ -141,6 +153,15 @@ func firedArgs(token int64, prefix string, fired []Fired) []any {
 	return args
 }
 
+func ackArgs(token int64, fired []Fired) []any {
+	args := make([]any, 0, 1+2*len(fired))
+	args = append(args, token)
+	for _, f := range fired {
+		args = append(args, f.ID, task.Millis(f.Until))
+	}
+	return args
+}
+
 func count(v any) int {
 	if a, ok := v.([]any); ok && len(a) >= 1 {
 		n, _ := a[0].(int64)
@@ -149,10 +170,12 @@ func count(v any) int {
 	return 0
 }
 
-// Ack marks tasks that Kafka confirmed as fired and drops their lease.
+// Ack records that Kafka confirmed these claims: it drops each lease that
+// is still the one of the claiming take (Fired.Until), which makes the task
+// fired. It returns how many leases it dropped.
 func (s *Store) Ack(ctx context.Context, shard int, token int64, fired []Fired) (int, error) {
 	v, err := s.run(ctx, ackScript, []string{s.k.inflight(shard), s.k.fence(shard)},
-		firedArgs(token, s.k.prefix[shard], fired)...)
+		ackArgs(token, fired)...)
 	if err != nil {
 		return 0, fmt.Errorf("ack shard %d: %w", shard, err)
 	}

@@ -10,6 +10,6 @@ local now = now_ms()
 local old_head = head(KEYS[2])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], record('s', gen, 1, now, body))
-redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('ZADD', KEYS[2], due_score(now, KEYS[3]), ARGV[1])
 wake(KEYS[2], ARGV[2], ARGV[3], now, old_head)
 return {1, 's', now}

@@ -15,7 +15,7 @@ for i = 3, #ARGV, 2 do
     if gen == g and st == 'f' then
       redis.call('HSET', bkey, id, record(waiting(att), gen, att, due, body))
       redis.call('ZREM', KEYS[1], id)
-      redis.call('ZADD', KEYS[2], due, id)
+      redis.call('ZADD', KEYS[2], due_score(due, bkey), id)
       n = n + 1
     end
   end

@@ -14,6 +14,6 @@ else
 end
 local old_head = head(KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], record(st, gen, att, due, body))
-redis.call('ZADD', KEYS[1], due, ARGV[1])
+redis.call('ZADD', KEYS[1], due_score(due, KEYS[2]), ARGV[1])
 wake(KEYS[1], ARGV[3], ARGV[4], due, old_head)
 return {1, st, due}

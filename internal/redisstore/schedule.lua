@@ -39,7 +39,7 @@ for i = 1, n do
     end
   end
   if code == 1 or code == 3 then
-    zadd[#zadd + 1] = due
+    zadd[#zadd + 1] = due_score(due, bkey)
     zadd[#zadd + 1] = id
     if min_new == nil or due < min_new then min_new = due end
   end

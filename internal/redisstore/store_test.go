@@ -171,15 +171,15 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		}
 		taken := takeAll(t, s, 1)
 		gen := map[string]uint64{}
+		fired := map[string]Fired{}
 		for _, tk := range taken {
 			gen[tk.ID] = tk.Gen
+			fired[tk.ID] = tk
 		}
-		if _, err := s.Ack(t.Context(), s.Shard("fired"), 1, []Fired{{"fired", gen["fired"]}}); err != nil {
-			t.Fatal(err)
-		}
-		ackOn(t, s, "succ", gen)
-		ackOn(t, s, "retry", gen)
-		ackOn(t, s, "dead", gen)
+		ackOn(t, s, "fired", fired)
+		ackOn(t, s, "succ", fired)
+		ackOn(t, s, "retry", fired)
+		ackOn(t, s, "dead", fired)
 		mustFinish(t, s, Finish{ID: "succ", Gen: gen["succ"], Kind: Succeeded})
 		mustFinish(t, s, Finish{ID: "retry", Gen: gen["retry"], Kind: Retry, Due: future, Error: "boom"})
 		mustFinish(t, s, Finish{ID: "dead", Gen: gen["dead"], Kind: Dead, Error: "gone"})
@@ -287,7 +287,7 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		if _, err := s.Take(t.Context(), sh, 10, 10, time.Minute); !errors.Is(err, ErrFenced) {
 			t.Fatalf("stale take: %v", err)
 		}
-		f := []Fired{{"x", taken.Tasks[0].Gen}}
+		f := taken.Fired()
 		if _, err := s.Ack(t.Context(), sh, 10, f); !errors.Is(err, ErrFenced) {
 			t.Fatalf("stale ack: %v", err)
 		}
@@ -328,7 +328,7 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		if second.Tasks[0].Gen != first.Tasks[0].Gen+1 {
 			t.Fatalf("gen %d after %d", second.Tasks[0].Gen, first.Tasks[0].Gen)
 		}
-		n, err := s.Release(t.Context(), r.Shard, 1, []Fired{{"l", second.Tasks[0].Gen}})
+		n, err := s.Release(t.Context(), r.Shard, 1, second.Fired())
 		if err != nil || n != 1 {
 			t.Fatalf("release: %d %v", n, err)
 		}
@@ -339,7 +339,10 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		if len(third.Tasks) != 1 {
 			t.Fatal("released task not taken again")
 		}
-		if n, err := s.Ack(t.Context(), r.Shard, 1, []Fired{{"l", third.Tasks[0].Gen}}); err != nil || n != 1 {
+		if n, err := s.Ack(t.Context(), r.Shard, 1, first.Fired()); err != nil || n != 0 {
+			t.Fatalf("ack of the first, expired claim dropped the current lease: %d %v", n, err)
+		}
+		if n, err := s.Ack(t.Context(), r.Shard, 1, third.Fired()); err != nil || n != 1 {
 			t.Fatalf("ack: %d %v", n, err)
 		}
 		if st, _ := s.Stats(t.Context()); st[r.Shard].Firing != 0 {
@@ -485,18 +488,18 @@ func expectWake(t *testing.T, ch <-chan *redis.Message, want string) {
 	}
 }
 
-func takeAll(t *testing.T, s *Store, token int64) []*task.Task {
+func takeAll(t *testing.T, s *Store, token int64) []Fired {
 	t.Helper()
-	var all []*task.Task
+	var all []Fired
 	for sh := range s.Shards() {
-		all = append(all, mustTake(t, s, sh, token).Tasks...)
+		all = append(all, mustTake(t, s, sh, token).Fired()...)
 	}
 	return all
 }
 
-func ackOn(t *testing.T, s *Store, id string, gen map[string]uint64) {
+func ackOn(t *testing.T, s *Store, id string, fired map[string]Fired) {
 	t.Helper()
-	if n, err := s.Ack(t.Context(), s.Shard(id), 1, []Fired{{id, gen[id]}}); err != nil || n != 1 {
+	if n, err := s.Ack(t.Context(), s.Shard(id), 1, []Fired{fired[id]}); err != nil || n != 1 {
 		t.Fatalf("ack %s: %d %v", id, n, err)
 	}
 }

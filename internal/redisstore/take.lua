@@ -38,8 +38,7 @@ local leased = {}
 local until_ms = now + lease
 -- claim rewrites only the header's state and generation (the attempt, due
 -- time and body bytes are copied as they are).
-local function claim(id, expired)
-  local bkey = bucket(prefix, id)
+local function claim(id, bkey, expired)
   local v = redis.call('HGET', bkey, id)
   if not v then return false end
   if expired and string.sub(v, 1, 1) ~= 'f' then return false end
@@ -59,7 +58,7 @@ if l[2] and tonumber(l[2]) <= now then
   local expired = redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', 'LIMIT', 0, max)
   local gone = {}
   for _, id in ipairs(expired) do
-    if not claim(id, true) then gone[#gone + 1] = id end
+    if not claim(id, bucket(prefix, id), true) then gone[#gone + 1] = id end
   end
   if #gone > 0 then redis.call('ZREM', KEYS[2], unpack(gone)) end
   taken = #expired
@@ -70,9 +69,15 @@ end
 local left = max - taken
 local h = head(KEYS[1])
 if h and h <= now and left > 0 then
-  local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, left)
+  -- the scores carry each record's bucket (see due_score)
+  local due = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. string.format('%d', now + 1), 'BYSCORE', 'LIMIT', 0, left, 'WITHSCORES')
+  local ids = {}
+  for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
   redis.call('ZREM', KEYS[1], unpack(ids))
-  for _, id in ipairs(ids) do claim(id, false) end
+  for i = 1, #due, 2 do
+    local _, bkey = due_of_score(prefix, tonumber(due[i + 1]))
+    claim(due[i], bkey, false)
+  end
   if #ids < left then h = head(KEYS[1]) end
 end
 if h then out[2] = h end

@@ -96,7 +96,7 @@ func (f *Firer) Once(ctx context.Context) (int, error) {
 					continue
 				}
 				msgs = append(msgs, Message(t, tk.Now))
-				fired = append(fired, redisstore.Fired{ID: t.ID, Gen: t.Gen})
+				fired = append(fired, redisstore.Fired{ID: t.ID, Gen: t.Gen, Until: tk.Until})
 			}
 			if err := f.Writer.WriteMessages(ctx, msgs...); err != nil {
 				return n, fmt.Errorf("produce: %w", err)
