@@ -4,7 +4,7 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-write bench-fire bench-work bench-memory fuzz clean
+.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-write bench-fire bench-work bench-memory fuzz clean
 
 all: build
 
@@ -27,6 +27,8 @@ test-integration:
 # against real redis-server, embedded etcd and kfake.
 test: vet
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) -C bench vet ./...
+	$(GO) -C bench test -count=1 ./...
 
 test-short:
 	$(GO) test -race -short -count=1 $(PKGS)
@@ -41,7 +43,17 @@ lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # Benchmarks print their method and figures; results go to docs/benchmarks.md.
-bench: bench-memory bench-write bench-fire bench-work
+# make bench: delayq next to asynq on the same redis-server (bench/, its own
+# module); writes docs/bench/results.json, the charts and the table in
+# docs/benchmarks.md. bench-short: the same in under 2 minutes.
+bench:
+	$(GO) -C bench run ./cmd/compare
+
+bench-short:
+	$(GO) -C bench run ./cmd/compare -short
+
+# delayq's own benchmarks, each against its issue's target.
+bench-internal: bench-memory bench-write bench-fire bench-work
 
 bench-memory:
 	$(GO) test ./internal/redisstore -run '^$$' -bench BenchmarkMemoryPerTask -benchtime 1x -count 1

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/delayq/delayq/bench/internal/report"
+	"github.com/delayq/delayq/bench/internal/systems"
+)
+
+func describeMachine(ctx context.Context, in *systems.Infra) report.Machine {
+	m := report.Machine{
+		CPUs:         runtime.NumCPU(),
+		CPUModel:     cpuModel(),
+		OS:           runtime.GOOS + "/" + runtime.GOARCH,
+		GoVersion:    runtime.Version(),
+		AsynqVersion: "unknown",
+		LoadStart:    loadAverage(),
+	}
+	if v, err := in.RedisVersion(ctx); err == nil {
+		m.RedisVersion = v
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/hibiken/asynq" {
+				m.AsynqVersion = d.Version
+			}
+		}
+	}
+	return m
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// loadAverage is the 1, 5 and 15 minute load average.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

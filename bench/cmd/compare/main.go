@@ -1,0 +1,155 @@
+// Command compare runs the same workloads against delayq and hibiken/asynq
+// on one redis-server, in one run, and publishes the figures (issue #5):
+//
+//	cd bench && go run ./cmd/compare [-short] [-out FILE] [-charts DIR] [-md FILE]
+//
+// It writes the JSON results, the SVG charts and the section between the
+// compare markers of docs/benchmarks.md. See bench/README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/delayq/delayq/bench/internal/report"
+	"github.com/delayq/delayq/bench/internal/systems"
+	"github.com/delayq/delayq/bench/internal/tbenv"
+)
+
+func main() {
+	short := flag.Bool("short", false, "small task counts and durations (under 2 minutes)")
+	out := flag.String("out", "", "JSON results file (default <repo>/docs/bench/results.json)")
+	charts := flag.String("charts", "", "directory of the SVG charts (default <repo>/docs/bench)")
+	md := flag.String("md", "", "Markdown file whose compare section is replaced (default <repo>/docs/benchmarks.md)")
+	format := flag.String("format", "svg", "chart format: svg or png")
+	only := flag.String("only", "", "comma-separated workloads to run (throughput,memory,steady,spike,churn; default all) — for development")
+	flag.Parse()
+	if *format != "svg" && *format != "png" {
+		fmt.Fprintln(os.Stderr, "compare: -format must be svg or png")
+		os.Exit(2)
+	}
+
+	root, err := repoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(2)
+	}
+	*out = orDefault(*out, filepath.Join(root, "docs", "bench", "results.json"))
+	*charts = orDefault(*charts, filepath.Join(root, "docs", "bench"))
+	*md = orDefault(*md, filepath.Join(root, "docs", "benchmarks.md"))
+
+	tb := tbenv.New("compare", os.Stderr)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		tb.Fatalf("interrupted by %v: stopping", s)
+	}()
+
+	start := time.Now()
+	p := fullPlan
+	if *short {
+		p = shortPlan
+	}
+	r := &report.Results{Short: *short, Started: start, Command: command()}
+	in := systems.StartInfra(tb)
+	r.Machine = describeMachine(tb.Context(), in)
+	fmt.Printf("# %s\n# machine: %d CPUs (%s), %s, %s, redis-server %s, asynq %s, load average %s\n",
+		r.Command, r.Machine.CPUs, r.Machine.CPUModel, r.Machine.OS, r.Machine.GoVersion, r.Machine.RedisVersion, r.Machine.AsynqVersion, r.Machine.LoadStart)
+	r.Settings = settings(p)
+
+	b := &bench{tb: tb, in: in, p: p, r: r}
+	for _, w := range []struct {
+		name string
+		run  func()
+	}{
+		{"throughput", b.throughput},
+		{"memory", b.memory},
+		{"steady", b.steady},
+		{"spike", b.spike},
+		{"churn", b.churn},
+	} {
+		if *only != "" && !containsWord(*only, w.name) {
+			continue
+		}
+		t0 := time.Now()
+		fmt.Printf("\n## %s\n", w.name)
+		w.run()
+		fmt.Printf("## %s done in %v\n", w.name, time.Since(t0).Round(100*time.Millisecond))
+	}
+	r.Machine.LoadEnd = loadAverage()
+	b.verdict()
+	r.Notes = append(r.Notes, b.notes...)
+	r.ElapsedS = time.Since(start).Seconds()
+
+	if err := report.WriteJSON(*out, r); err != nil {
+		tb.Fatalf("write %s: %v", *out, err)
+	}
+	if err := report.WriteCharts(*charts, *format, r); err != nil {
+		tb.Fatalf("charts in %s: %v", *charts, err)
+	}
+	rel, err := filepath.Rel(filepath.Dir(*md), *charts)
+	if err != nil {
+		rel = *charts
+	}
+	if err := report.ReplaceSection(*md, r.Markdown(filepath.ToSlash(rel), *format)); err != nil {
+		tb.Fatalf("update %s: %v", *md, err)
+	}
+	tb.Close()
+	fmt.Printf("\nwrote %s, charts in %s, section of %s\nelapsed %v\n", *out, *charts, *md, time.Since(start).Round(time.Second))
+	if tb.Failed() {
+		os.Exit(1)
+	}
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func containsWord(list, w string) bool {
+	for _, x := range strings.Split(list, ",") {
+		if strings.TrimSpace(x) == w {
+			return true
+		}
+	}
+	return false
+}
+
+// command is the exact command line, as run from the repository root.
+func command() string {
+	args := append([]string{"go", "-C", "bench", "run", "./cmd/compare"}, os.Args[1:]...)
+	return strings.Join(args, " ")
+}
+
+// repoRoot walks up from the working directory to the directory whose
+// go.mod declares module github.com/delayq/delayq.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), "module github.com/delayq/delayq\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of github.com/delayq/delayq above the working directory; run from the repository or bench/")
+		}
+		dir = parent
+	}
+}
+
+// ctx is the context of a workload's calls.
+func (b *bench) ctx() context.Context { return b.tb.Context() }

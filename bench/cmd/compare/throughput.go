@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+
+	"github.com/delayq/delayq/bench/internal/report"
+	"github.com/delayq/delayq/bench/internal/systems"
+	"github.com/delayq/delayq/client"
+)
+
+// throughput is workload 1: tasks due in 1 h, scheduled as fast as each
+// method allows; a fresh Redis (FLUSHALL) and a fresh daemon per method.
+func (b *bench) throughput() {
+	p := b.p
+	b.dqThroughput(report.LabelDQHTTPSingle, fmt.Sprintf("API POST /v1/tasks, %d clients", singleWorkers), singleWorkers, p.SingleTasks, 1,
+		func(d *systems.DelayQ, n int) func(int) error {
+			bodies := make([][]byte, n)
+			for i := range bodies {
+				bodies[i] = dqBody("1h")
+			}
+			return func(i int) error { return post(d.HTTP, d.Base+"/v1/tasks", bodies[i], http.StatusCreated) }
+		})
+	b.dqThroughput(report.LabelDQHTTPBatch, fmt.Sprintf("API POST /v1/tasks/batch, %d tasks/request, %d clients", batchSize, batchWorkers), batchWorkers, p.BatchTasks, batchSize,
+		func(d *systems.DelayQ, n int) func(int) error {
+			bodies := make([][]byte, n)
+			for i := range bodies {
+				bodies[i] = dqBatchBody(batchSize, "1h")
+			}
+			return func(i int) error { return post(d.HTTP, d.Base+"/v1/tasks/batch", bodies[i], http.StatusOK) }
+		})
+	b.dqThroughput(report.LabelDQClientSingle, fmt.Sprintf("Go client Schedule, %d goroutines", singleWorkers), singleWorkers, p.SingleTasks, 1,
+		func(d *systems.DelayQ, n int) func(int) error {
+			tasks := make([]client.Task, n)
+			for i := range tasks {
+				tasks[i] = dqTask(time.Time{}, time.Hour)
+			}
+			return func(i int) error {
+				r, err := d.Client.Schedule(b.ctx(), tasks[i])
+				if err == nil && r.Journaled() {
+					err = fmt.Errorf("task %s journaled", r.ID)
+				}
+				return err
+			}
+		})
+	b.dqThroughput(report.LabelDQClientBatch, fmt.Sprintf("Go client ScheduleBatch, %d tasks/call, %d goroutines", batchSize, batchWorkers), batchWorkers, p.BatchTasks, batchSize,
+		func(d *systems.DelayQ, n int) func(int) error {
+			batches := make([][]client.Task, n)
+			for i := range batches {
+				batches[i] = make([]client.Task, batchSize)
+				for j := range batches[i] {
+					batches[i][j] = dqTask(time.Time{}, time.Hour)
+				}
+			}
+			return func(i int) error { return scheduleBatch(b, d.Client, batches[i]) }
+		})
+	b.aqThroughput(report.LabelAQEnqueue16, fmt.Sprintf("Enqueue + ProcessIn(1h), %d goroutines", singleWorkers), singleWorkers, p.SingleTasks)
+	b.aqThroughput(report.LabelAQEnqueue64, fmt.Sprintf("Enqueue + ProcessIn(1h), %d goroutines (no batch API in asynq %s)", asynqWideConc, b.r.Machine.AsynqVersion), asynqWideConc, p.BatchTasks)
+}
+
+// dqThroughput measures one delayq method: prepare builds the calls
+// (before the clock starts) for calls of perCall tasks.
+func (b *bench) dqThroughput(label, method string, workers, tasks, perCall int, prepare func(d *systems.DelayQ, calls int) func(int) error) {
+	scope := b.scope("throughput-" + label)
+	defer scope.Close()
+	d := systems.StartDelayQ(scope, b.in, systems.DelayQOptions{})
+	n := tasks / perCall
+	fn := prepare(d, n)
+	c := run(workers, n, fn)
+	stored := int64(-1)
+	if st, err := d.Client.Stats(b.ctx()); err == nil {
+		stored = st.Totals.Scheduled
+	}
+	b.addThroughput(report.DelayQ, label, method, workers, n*perCall, perCall, c, stored)
+}
+
+func (b *bench) aqThroughput(label, method string, workers, tasks int) {
+	scope := b.scope("throughput-" + label)
+	defer scope.Close()
+	a := systems.StartAsynq(scope, b.in, systems.AsynqOptions{PoolSize: asynqPool})
+	tasksIDs := make([]string, tasks)
+	for i := range tasksIDs {
+		tasksIDs[i] = uuid.NewString()
+	}
+	c := run(workers, tasks, func(i int) error {
+		_, err := a.Client.EnqueueContext(b.ctx(), aqTask(), asynq.TaskID(tasksIDs[i]), asynq.ProcessIn(time.Hour))
+		return err
+	})
+	stored := int64(-1)
+	if qi, err := a.Inspector.GetQueueInfo(a.Queue); err == nil {
+		stored = int64(qi.Scheduled)
+	}
+	b.addThroughput(report.Asynq, label, method, workers, tasks, 1, c, stored)
+}
+
+func (b *bench) addThroughput(system, label, method string, workers, tasks, perCall int, c calls, stored int64) {
+	p50, p99 := c.quantilesMs()
+	t := report.Throughput{
+		System: system, Method: method, Label: label, Tasks: tasks, Workers: workers, PerCall: perCall,
+		TasksPerSec: float64(tasks-c.errs*perCall) / c.elapsed.Seconds(),
+		CallP50ms:   p50, CallP99ms: p99, Errors: c.errs, Stored: stored,
+	}
+	b.r.Throughput = append(b.r.Throughput, t)
+	fmt.Printf("%-8s %-70s %8.0f tasks/s  call p50 %.2fms p99 %.2fms  errors %d  stored %d\n", system, method, t.TasksPerSec, p50, p99, c.errs, stored)
+	if c.errs > 0 {
+		b.note("%s %s: %d of %d calls failed, first: %v", system, method, c.errs, len(c.lat), c.firstErr)
+	}
+	if stored >= 0 && stored != int64(tasks-c.errs*perCall) {
+		b.note("%s %s: %d tasks stored after scheduling %d", system, method, stored, tasks)
+	}
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"github.com/delayq/delayq/bench/internal/report"
+)
+
+// verdict adds the notes that explain the figures: the targets as
+// met or not met by this run, and what asynq cannot do.
+func (b *bench) verdict() {
+	r := b.r
+	notMet := false
+	defer func() {
+		if notMet {
+			b.note("Load average on this run: %s at the start, %s at the end, on %d CPUs shared by every process of both systems and the load generator. CPU contention inflates latency figures most; rerun on a quiet machine before quoting a target as not met.", r.Machine.LoadStart, r.Machine.LoadEnd, r.Machine.CPUs)
+		}
+	}()
+	lagRow := func(system, config string, rate int) *report.Lag {
+		for i := range r.Steady {
+			if l := &r.Steady[i]; l.System == system && l.Config == config && l.Rate == rate {
+				return l
+			}
+		}
+		return nil
+	}
+	for _, rate := range b.p.Rates {
+		dq, aq := lagRow(report.DelayQ, report.ConfigEvent1, rate), lagRow(report.Asynq, report.ConfigDefault, rate)
+		if dq == nil || aq == nil || dq.Lag.P99ms <= 0 {
+			continue
+		}
+		x := aq.Lag.P99ms / dq.Lag.P99ms
+		status := "met"
+		if x < 100 {
+			status, notMet = "NOT met on this run", true
+		}
+		b.note("Target \"firing lag p99 at least 100x lower than asynq's default\" at %d tasks/s: %s (%.1f ms vs %.0f ms = %.0fx).", rate, status, dq.Lag.P99ms, aq.Lag.P99ms, x)
+	}
+	var dqMem, aqMem float64
+	for _, m := range r.Memory {
+		if m.System == report.DelayQ {
+			dqMem = m.BytesPerTask
+		} else {
+			aqMem = m.BytesPerTask
+		}
+	}
+	if dqMem > 0 && aqMem > 0 {
+		status := "met"
+		if dqMem >= aqMem {
+			status, notMet = "NOT met on this run", true
+		}
+		b.note("Target \"less memory per pending task\": %s (%.0f vs %.0f bytes).", status, dqMem, aqMem)
+	}
+	var dqBatch, aqBest, dqSingle, aqSingle float64
+	for _, t := range r.Throughput {
+		switch {
+		case t.Label == report.LabelDQHTTPBatch:
+			dqBatch = t.TasksPerSec
+		case t.Label == report.LabelDQClientSingle:
+			dqSingle = t.TasksPerSec
+		case t.Label == report.LabelAQEnqueue16:
+			aqSingle = t.TasksPerSec
+		}
+		if t.System == report.Asynq {
+			aqBest = max(aqBest, t.TasksPerSec)
+		}
+	}
+	if dqBatch > 0 && aqBest > 0 {
+		status := "met"
+		if dqBatch <= aqBest {
+			status, notMet = "NOT met on this run", true
+		}
+		b.note("Target \"faster batch scheduling\": %s (%.0f vs asynq's best %.0f tasks/s).", status, dqBatch, aqBest)
+	}
+	if dqSingle > 0 && aqSingle > dqSingle {
+		b.note("One task per call asynq is faster (%.0f vs %.0f tasks/s): its client runs one Lua script on Redis directly, while a delayq producer goes through the daemon (HTTP + JSON, then the script). delayq's answer is the batch API.", aqSingle, dqSingle)
+	}
+	b.note("asynq keeps due times as whole Unix seconds (the scheduled ZSET score is ProcessAt.Unix()) and its forwarder moves every task whose second has begun, so a task can run up to 1 s before its ProcessAt time; the \"early\" columns count them. The shorter the check interval, the more tasks run early. delayq compares due times in milliseconds against Redis TIME and never fires early.")
+	b.note("asynq %s has no batch enqueue API: its batch figure is concurrent Enqueue calls (%d goroutines), its fastest way to schedule many tasks.", r.Machine.AsynqVersion, asynqWideConc)
+	b.note("asynq has no reschedule: the churn workload emulates it with Inspector.DeleteTask then Enqueue with the same TaskID (two calls, not atomic: a producer that dies between them loses the task, and DeleteTask fails once the task is running).")
+	b.note("asynq's lag includes its two polling intervals (forwarder: DelayedTaskCheckInterval; idle workers: TaskCheckInterval, jittered 0.5-1.5x); delayq's pollers sleep until the shard's earliest due time and are woken over Redis pub/sub when an earlier task arrives.")
+	b.note("delayq's lag is taken where a Kafka consumer sees the record (franz-go PollFetches return), asynq's at handler start; delayq's figure at the record timestamp (dq-fired-at, before the produce) is in the last column of the steady table.")
+}

@@ -1,0 +1,142 @@
+// Package report holds the comparison's results and writes them out: the
+// JSON file, the Markdown section of docs/benchmarks.md (between the
+// compare markers, nothing else in the file is touched) and the charts.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/delayq/delayq/bench/internal/stats"
+)
+
+// Results is everything one run measured.
+type Results struct {
+	Machine    Machine      `json:"machine"`
+	Command    string       `json:"command"`
+	Short      bool         `json:"short"`
+	Started    time.Time    `json:"started"`
+	ElapsedS   float64      `json:"elapsed_s"`
+	Settings   []string     `json:"settings"`
+	Throughput []Throughput `json:"throughput"`
+	Memory     []Memory     `json:"memory"`
+	Steady     []Lag        `json:"steady"`
+	Spike      []Spike      `json:"spike"`
+	Churn      []Churn      `json:"churn"`
+	Notes      []string     `json:"notes"`
+}
+
+// Machine describes where the figures were taken.
+type Machine struct {
+	CPUs         int    `json:"cpus"`
+	CPUModel     string `json:"cpu_model"`
+	OS           string `json:"os"`
+	GoVersion    string `json:"go_version"`
+	RedisVersion string `json:"redis_version"`
+	AsynqVersion string `json:"asynq_version"`
+	LoadStart    string `json:"load_average_start"`
+	LoadEnd      string `json:"load_average_end"`
+}
+
+// Throughput is one scheduling method (workload 1).
+type Throughput struct {
+	System      string  `json:"system"`
+	Method      string  `json:"method"`
+	Label       string  `json:"label"` // short, for the chart
+	Tasks       int     `json:"tasks"`
+	Workers     int     `json:"workers"`
+	PerCall     int     `json:"tasks_per_call"`
+	TasksPerSec float64 `json:"tasks_per_s"`
+	CallP50ms   float64 `json:"call_p50_ms"`
+	CallP99ms   float64 `json:"call_p99_ms"`
+	Errors      int     `json:"errors"`
+	Stored      int64   `json:"stored"` // tasks found in Redis afterwards
+}
+
+// Memory is Redis bytes per pending task (workload 2).
+type Memory struct {
+	System       string  `json:"system"`
+	Tasks        int     `json:"tasks"`
+	Stored       int64   `json:"stored"`
+	UsedBefore   int64   `json:"used_memory_before"`
+	UsedAfter    int64   `json:"used_memory_after"`
+	BytesPerTask float64 `json:"bytes_per_task"`
+	TasksPerSec  float64 `json:"tasks_per_s"`
+	Method       string  `json:"method"`
+}
+
+// Lag is one steady-load firing run (workload 3).
+type Lag struct {
+	System       string         `json:"system"`
+	Config       string         `json:"config"`
+	Rate         int            `json:"rate_per_s"`
+	DurationS    float64        `json:"duration_s"`
+	AheadS       float64        `json:"ahead_s"`
+	Scheduled    int            `json:"scheduled"`
+	SendErrors   int            `json:"send_errors"`
+	ScheduleRate float64        `json:"achieved_schedule_rate"`
+	LateSends    int            `json:"sends_done_after_due"` // tasks whose schedule call returned after their due time
+	MeasuredAt   string         `json:"lag_measured_at"`
+	Lag          stats.Summary  `json:"lag"`
+	RecordTS     *stats.Summary `json:"lag_at_record_timestamp,omitempty"`
+	Missing      int            `json:"missing"`
+	Duplicates   int            `json:"duplicates"`
+	CDF          []stats.Point  `json:"cdf"`
+}
+
+// Spike is one "all due at once" run (workloads 4 and 6).
+type Spike struct {
+	System     string        `json:"system"`
+	Config     string        `json:"config"`
+	Events     int           `json:"event_processes,omitempty"`
+	Tasks      int           `json:"tasks"`
+	ScheduleS  float64       `json:"schedule_s"`
+	SlackS     float64       `json:"slack_s"`             // due instant - end of scheduling
+	FirstS     float64       `json:"first_s"`             // first task visible - due instant
+	DrainS     float64       `json:"drain_s"`             // last task visible - due instant
+	DrainRate  float64       `json:"drain_tasks_per_s"`   // tasks / drain
+	FlowRate   float64       `json:"first_to_last_per_s"` // tasks / (last - first visible)
+	RedisCPU   float64       `json:"redis_cpu_cores"`     // redis-server CPU time / (last visible - due)
+	MeasuredAt string        `json:"lag_measured_at"`
+	Lag        stats.Summary `json:"lag"`
+	Missing    int           `json:"missing"`
+	Duplicates int           `json:"duplicates"`
+	CDF        []stats.Point `json:"cdf"`
+}
+
+// Churn is one cancel/reschedule run (workload 5).
+type Churn struct {
+	System         string  `json:"system"`
+	Tasks          int     `json:"tasks"`
+	Cancelled      int     `json:"cancelled"`
+	Rescheduled    int     `json:"rescheduled"`
+	RescheduleHow  string  `json:"reschedule_how"`
+	OpsPerSec      float64 `json:"ops_per_s"`
+	OpErrors       int     `json:"op_errors"`
+	OpsBeforeDue   bool    `json:"ops_done_before_first_due"`
+	CancelledFired int     `json:"cancelled_fired"`
+	ReschedOnce    int     `json:"rescheduled_fired_once_on_time"`
+	ReschedTwice   int     `json:"rescheduled_fired_more_than_once"`
+	ReschedEarly   int     `json:"rescheduled_fired_early"`       // before the new due time, less than 1s
+	ReschedOldTime int     `json:"rescheduled_fired_at_old_time"` // 1s or more before the new due time
+	ReschedMissing int     `json:"rescheduled_missing"`
+	KeptMissing    int     `json:"kept_missing"`
+	KeptEarly      int     `json:"kept_early"`
+	Duplicates     int     `json:"duplicates"`
+	LagP99ms       float64 `json:"lag_p99_ms"`
+}
+
+// WriteJSON writes r to path (directories created).
+func WriteJSON(path string, r *Results) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
