@@ -227,3 +227,48 @@ func msClock(ms int64) string {
 	}
 	return time.UnixMilli(ms).Format("15:04:05.000")
 }
+
+// groupWatch notes every change of the work processes' consumer group
+// (state, generation, members, assigned partitions) as kfake sees it, for
+// the timeline printed with the summary: a work tier that stops consuming
+// shows up there.
+type groupWatch struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func watchGroup(t *testing.T, k *testenv.Kafka, group string, start time.Time) *groupWatch {
+	g := &groupWatch{}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		last := ""
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			s := "absent"
+			if gi := k.Cluster.GroupInfo(group); gi != nil {
+				s = fmt.Sprintf("%s generation %d, %d members, %d partitions assigned", gi.State, gi.Epoch, len(gi.Members), gi.NumAssigned())
+			}
+			if s != last {
+				last = s
+				g.mu.Lock()
+				g.lines = append(g.lines, fmt.Sprintf("%7.2fs group  %s", time.Since(start).Seconds(), s))
+				g.mu.Unlock()
+			}
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return g
+}
+
+func (g *groupWatch) timeline() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.lines...)
+}
