@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +72,6 @@ func TestChaos(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.run(ctx) })
 	n := newNemesis(t, c, s.seed)
-	gw := watchGroup(t, c.kafka, c.ns+"-work", n.start)
 	n.run(start.Add(s.duration))
 	faultsEnd := time.Now()
 	c.restore(60 * time.Second)
@@ -84,7 +82,7 @@ func TestChaos(t *testing.T) {
 	v := check(hist.snapshot(), recs, c.sink.snapshot(), checkOptions{handled: true, faultsEnd: faultsEnd.UnixMilli()})
 	crashes, fenced := c.crashCounts()
 	t.Log("\n" + summary(s, n.counts, crashes, fenced, v, settle, time.Since(start)))
-	t.Logf("chaos: nemesis timeline\n%s", strings.Join(mergeTimelines(n.timeline, gw.timeline()), "\n"))
+	t.Logf("chaos: nemesis timeline\n%s", strings.Join(n.timeline, "\n"))
 
 	if bad := v.violations(); len(bad) > 0 {
 		t.Errorf("chaos: %d violations with seed %d; replay with:\n  %s\nfirst ones:\n  %s",
@@ -103,18 +101,6 @@ func TestChaos(t *testing.T) {
 			t.Errorf("chaos: no process crashed at a fault-injection point (seed %d)", s.seed)
 		}
 	}
-}
-
-// mergeTimelines merges lines that start with their offset in seconds.
-func mergeTimelines(a, b []string) []string {
-	out := append(append([]string(nil), a...), b...)
-	sort.SliceStable(out, func(i, j int) bool { return lineAt(out[i]) < lineAt(out[j]) })
-	return out
-}
-
-func lineAt(s string) float64 {
-	f, _ := strconv.ParseFloat(strings.TrimSuffix(strings.Fields(s)[0], "s"), 64)
-	return f
 }
 
 // waitSettled waits until every task that must fire has been seen in Kafka

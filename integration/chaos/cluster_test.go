@@ -124,7 +124,7 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 		}
 		if t.Failed() {
 			for _, p := range c.procs {
-				t.Logf("--- %s output tail ---\n%s", p.name, p.out.Tail(12000))
+				t.Logf("--- %s output tail ---\n%s", p.name, p.out.Tail(5000))
 			}
 		}
 	})
