@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,9 +71,9 @@ func BenchmarkThroughput(b *testing.B) {
 		fmt.Printf("  raw kafka-go Reader (group, FetchMessage + CommitMessages, CommitInterval 100ms): %8.0f msgs/s\n", raw)
 		b.ReportMetric(raw, "raw_msgs/s")
 		for _, c := range concurrency {
-			cpu0, t0 := redisCPU(b, rdb), time.Now()
+			cpu0, t0 := testenv.RedisCPU(b, rdb), time.Now()
 			rate := workerConsume(b, k.Brokers, rdb, ns, "bench.c"+strconv.Itoa(c), n, c)
-			busy := (redisCPU(b, rdb) - cpu0) / time.Since(t0).Seconds()
+			busy := (testenv.RedisCPU(b, rdb) - cpu0).Seconds() / time.Since(t0).Seconds()
 			fmt.Printf("  worker, no-op handler, concurrency %3d:                                          %8.0f tasks/s = %3.0f%% of raw (redis-server CPU %3.0f%% of a core)\n",
 				c, rate, 100*rate/raw, 100*busy)
 			b.ReportMetric(rate, "c"+strconv.Itoa(c)+"_tasks/s")
@@ -166,21 +165,4 @@ func workerConsume(b *testing.B, brokers []string, rdb redisClient, ns, topic st
 		b.Fatal(err)
 	}
 	return rate
-}
-
-// redisCPU is redis-server's CPU time so far (user + sys), in seconds.
-func redisCPU(b *testing.B, rdb redisClient) float64 {
-	info, err := rdb.Info(b.Context(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	total := 0.0
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return total
 }

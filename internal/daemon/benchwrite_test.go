@@ -231,32 +231,15 @@ func usedMemory(b *testing.B, info string) int64 {
 // measure starts the clock and the CPU counters for tasks tasks; the
 // returned func reports tasks/s, redis-µs/task and go-µs/task.
 func measure(b *testing.B, rdb *redis.Client, tasks int) func() {
-	redis0 := redisCPU(b, rdb)
+	redis0 := testenv.RedisCPU(b, rdb)
 	self0 := selfCPU()
 	start := time.Now()
 	return func() {
 		el := time.Since(start)
 		b.ReportMetric(float64(tasks)/el.Seconds(), "tasks/s")
-		b.ReportMetric((redisCPU(b, rdb)-redis0).Seconds()*1e6/float64(tasks), "redis-µs/task")
+		b.ReportMetric((testenv.RedisCPU(b, rdb)-redis0).Seconds()*1e6/float64(tasks), "redis-µs/task")
 		b.ReportMetric((selfCPU()-self0).Seconds()*1e6/float64(tasks), "go-µs/task")
 	}
-}
-
-func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.WithoutCancel(b.Context()), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, l := range strings.Split(info, "\r\n") {
-		for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-			if v, ok := strings.CutPrefix(l, k); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				total += f
-			}
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }
 
 func selfCPU() time.Duration {

@@ -23,6 +23,7 @@ import (
 	"github.com/delayq/delayq/internal/fire"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // BenchmarkFire measures the event process on this machine, with a real
@@ -96,7 +97,7 @@ func benchSteady(b *testing.B) {
 
 	ctx := b.Context()
 	payload := []byte(strings.Repeat("x", 100))
-	cpu0 := redisCPU(b, w)
+	cpu0 := testenv.RedisCPU(b, w.store.Client())
 	_, sc0, su0 := commandStats(b, w.store.Client())
 	ticker := time.NewTicker(tick)
 	start := time.Now()
@@ -123,7 +124,7 @@ func benchSteady(b *testing.B) {
 	}
 	ticker.Stop()
 	scheduled := time.Since(start)
-	redisBusy := redisCPU(b, w) - cpu0
+	redisBusy := testenv.RedisCPU(b, w.store.Client()) - cpu0
 	_, sc1, su1 := commandStats(b, w.store.Client())
 	// Read everything back with an independent client.
 	lags := readLags(b, w, task.DefaultTopic, n)
@@ -191,7 +192,7 @@ func benchBurst(b *testing.B) {
 	w.schedule(tasks)
 	say(b, "(b) scheduled %d tasks (all due at once) in %v", n, time.Since(t0).Round(time.Millisecond))
 
-	cpu0 := redisCPU(b, w)
+	cpu0 := testenv.RedisCPU(b, w.store.Client())
 	_, bc0, bu0 := commandStats(b, w.store.Client())
 	var first atomic.Int64
 	hooks := &fire.Hooks{BeforeTake: func(int, int64) { first.CompareAndSwap(0, time.Now().UnixNano()) }}
@@ -207,7 +208,7 @@ func benchBurst(b *testing.B) {
 		b.Fatalf("burst not drained: %v fired", metric(b, a.Addr(), "delayq_fired_total"))
 	}
 	drain := end.Sub(time.Unix(0, first.Load()))
-	redisBusy := redisCPU(b, w) - cpu0
+	redisBusy := testenv.RedisCPU(b, w.store.Client()) - cpu0
 	_, bc1, bu1 := commandStats(b, w.store.Client())
 	drainRate := float64(n) / drain.Seconds()
 	batches := metric(b, a.Addr(), "delayq_fire_batch_size_count")
@@ -382,22 +383,4 @@ func counterValue(c prometheus.Counter) float64 {
 	var m dto.Metric
 	_ = c.Write(&m)
 	return m.Counter.GetValue()
-}
-
-// redisCPU is the CPU time redis-server used so far (user + sys).
-func redisCPU(tb testing.TB, w *world) time.Duration {
-	info, err := w.store.Client().Info(tb.Context(), "cpu").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(line, k); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				total += f
-			}
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }

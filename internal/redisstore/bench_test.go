@@ -104,7 +104,7 @@ func BenchmarkTakeAck(b *testing.B) {
 			fired []Fired
 		}
 		var all []took
-		cpu0 := redisCPU(b, rdb)
+		cpu0 := testenv.RedisCPU(b, rdb)
 		taken := 0
 		for sh := range shards {
 			for {
@@ -120,7 +120,7 @@ func BenchmarkTakeAck(b *testing.B) {
 				taken += len(fs)
 			}
 		}
-		cpu1 := redisCPU(b, rdb)
+		cpu1 := testenv.RedisCPU(b, rdb)
 		acked := 0
 		for _, t := range all {
 			k, err := s.Ack(b.Context(), t.shard, 1, t.fired)
@@ -129,7 +129,7 @@ func BenchmarkTakeAck(b *testing.B) {
 			}
 			acked += k
 		}
-		cpu2 := redisCPU(b, rdb)
+		cpu2 := testenv.RedisCPU(b, rdb)
 		takeUS := float64((cpu1 - cpu0).Microseconds()) / n
 		ackUS := float64((cpu2 - cpu1).Microseconds()) / n
 		if taken != n || acked != n {
@@ -139,22 +139,4 @@ func BenchmarkTakeAck(b *testing.B) {
 		b.ReportMetric(ackUS, "ack-redis-us/task")
 		b.Logf("method: %d tasks due now, takes of %d then acks, redis-server CPU (INFO cpu) per task: take %.2f us, ack %.2f us", n, batch, takeUS, ackUS)
 	}
-}
-
-// redisCPU is redis-server's CPU time so far (user + sys).
-func redisCPU(tb testing.TB, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(tb.Context(), "cpu").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(line, k); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				total += f
-			}
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }

@@ -37,16 +37,12 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time, dela
 	return due, s.firedOrFiring(ctx, err)
 }
 
-// firedOrFiring tells a conflict on a fired task from one on a task still
-// being fired: both are stored as state f, and only a fired one has no
-// lease left in the in-flight set (see ack.lua).
+// firedOrFiring refines a conflict on state firing into fired when the
+// task holds no lease any more (see refineFiring).
 func (s *Store) firedOrFiring(ctx context.Context, err error) error {
 	var se *StateError
-	if !errors.As(err, &se) || se.State != task.StateFiring {
-		return err
-	}
-	if e := s.rdb.ZScore(ctx, s.k.inflight(s.Shard(se.ID)), se.ID).Err(); errors.Is(e, redis.Nil) {
-		se.State = task.StateFired
+	if errors.As(err, &se) && se.State == task.StateFiring {
+		s.refineFiring(ctx, []Result{{ID: se.ID, Shard: s.Shard(se.ID), State: se.State, Err: err}})
 	}
 	return err
 }

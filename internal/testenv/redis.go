@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os/exec"
@@ -264,4 +265,26 @@ func redisPing(addr, password string) error {
 		return fmt.Errorf("PING: %s", strings.TrimSpace(line))
 	}
 	return nil
+}
+
+// RedisCPU is the CPU time a redis-server used so far (INFO cpu,
+// used_cpu_user + used_cpu_sys): benchmarks read it around a phase to
+// report Redis' own cost per task, which hardly depends on what else the
+// machine runs.
+func RedisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
+	tb.Helper()
+	info, err := rdb.Info(context.WithoutCancel(tb.Context()), "cpu").Result()
+	if err != nil {
+		tb.Fatalf("testenv: INFO cpu: %v", err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
