@@ -47,7 +47,7 @@ func TestAPI(t *testing.T) {
 		if got == nil {
 			t.Fatalf("take: %s was not taken", id)
 		}
-		return redisstore.Fired{ID: id, Gen: got.Gen, Until: tk.Until}
+		return redisstore.Fired{ID: id, Gen: got.Gen, Lease: tk.Lease}
 	}
 
 	type step struct {

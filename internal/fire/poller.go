@@ -21,8 +21,7 @@ import (
 type Store interface {
 	Adopt(ctx context.Context, shard int, token int64) (int, error)
 	Take(ctx context.Context, shard int, token int64, max int, lease time.Duration) (redisstore.Taken, error)
-	Ack(ctx context.Context, shard int, token int64, fired []redisstore.Fired) (int, error)
-	Release(ctx context.Context, shard int, token int64, fired []redisstore.Fired) (int, error)
+	Settle(ctx context.Context, shard int, token int64, lease string, failed []redisstore.Fired) (fired, released int, err error)
 }
 
 // Hooks let tests watch and pause pollers. Every field may be nil.
@@ -31,7 +30,7 @@ type Hooks struct {
 	Started func(shard int, token int64)
 	// BeforeTake runs before every take.
 	BeforeTake func(shard int, token int64)
-	// BeforeAck runs after Kafka answered, before the ack; it may block
+	// BeforeAck runs after Kafka answered, before the settle; it may block
 	// (a paused leader). It runs on the batch's goroutine.
 	BeforeAck func(ctx context.Context, shard int, token int64, tasks []*task.Task)
 	// Stopped runs when Run returns, after every batch finished.
@@ -65,7 +64,7 @@ type Config struct {
 	// ValidUntil says until when leadership is surely valid; the poller
 	// starts no take past it. nil: always.
 	ValidUntil func() time.Time
-	// SettleTimeout bounds the ack or release after a produce (default 5s).
+	// SettleTimeout bounds the settle after a produce (default 5s).
 	SettleTimeout time.Duration
 	Metrics       *Metrics
 	Log           *slog.Logger
@@ -81,7 +80,7 @@ type Poller struct {
 	// The fields below belong to Run's goroutine.
 	results  chan batchResult // finished batches; buffered Depth
 	inflight int
-	// unsettled are claims whose ack or release did not reach Redis; if a
+	// unsettled are claims whose settle did not reach Redis; if a
 	// take returns them again, their lease expired: a reclaim.
 	unsettled   map[string]struct{}
 	kafkaFailed bool // a batch came back with records Kafka did not confirm
@@ -92,7 +91,7 @@ type Poller struct {
 // batchResult is what a batch in flight reports when it is done.
 type batchResult struct {
 	failed    int   // records Kafka did not confirm (released)
-	err       error // wraps redisstore.ErrFenced when the ack was refused
+	err       error // wraps redisstore.ErrFenced when the settle was refused
 	unsettled []string
 }
 
@@ -249,7 +248,7 @@ func (p *Poller) handle(r batchResult) error {
 	}
 	if r.err != nil {
 		if errors.Is(r.err, redisstore.ErrFenced) {
-			return p.fencedErr("ack", r.err)
+			return p.fencedErr("settle", r.err)
 		}
 		return r.err
 	}
@@ -414,8 +413,9 @@ func (p *Poller) sleep(ctx context.Context, taken redisstore.Taken, replyAt time
 	}
 }
 
-// launch starts a batch: produce, ack what Kafka confirmed, release the
-// rest, on its own goroutine; the result comes back on p.results.
+// launch starts a batch: produce, then settle (release what Kafka did not
+// confirm, the rest is fired), on its own goroutine; the result comes back
+// on p.results.
 func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, replyAt time.Time) {
 	// The fire time by Redis' clock: the take's TIME plus what passed
 	// since its reply. Never before a due time, whatever the local clock.
@@ -436,8 +436,9 @@ func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, replyAt tim
 	go func() { p.results <- p.fire(ctx, taken, firedAt) }()
 }
 
-// fire produces one take's tasks, acks what Kafka confirmed and releases
-// the rest. It touches no state of Run's goroutine.
+// fire produces one take's tasks, then settles the take: what Kafka did
+// not confirm is released, the rest is fired. It touches no state of Run's
+// goroutine.
 func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.Time) batchResult {
 	tasks := taken.Tasks
 	m := p.cfg.Metrics
@@ -461,7 +462,7 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 	fault.Point("after-take")
 	if fault.Plant("earlyack") {
 		// planted bug (test builds only): ack before Kafka confirmed
-		_, _ = p.cfg.Store.Ack(ctx, p.cfg.Shard, p.cfg.Token, taken.Fired())
+		_, _, _ = p.cfg.Store.Settle(ctx, p.cfg.Shard, p.cfg.Token, taken.Lease, nil)
 	}
 	var errs []error
 	if ctx.Err() == nil {
@@ -501,11 +502,11 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 	}
 	fault.Point("before-ack")
 
-	var acks, rels []redisstore.Fired
+	var rels []redisstore.Fired
+	acked := 0
 	for i, t := range tasks {
-		f := redisstore.Fired{ID: t.ID, Gen: t.Gen, Until: taken.Until}
 		if errs[i] == nil {
-			acks = append(acks, f)
+			acked++
 			if m != nil {
 				if dead[i] {
 					m.DeadLettered.Inc()
@@ -515,55 +516,48 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 			}
 			continue
 		}
-		rels = append(rels, f)
+		rels = append(rels, redisstore.Fired{ID: t.ID, Gen: t.Gen, Lease: taken.Lease})
 	}
 	if m != nil {
-		m.Fired.Add(float64(len(acks)))
+		m.Fired.Add(float64(acked))
 		m.ProduceErrors.Add(float64(len(rels)))
 	}
 	if len(rels) > 0 && ctx.Err() == nil {
 		p.log.Warn("kafka did not confirm records; releasing them to fire again",
 			"failed", len(rels), "of", len(tasks), "err", firstErr(errs))
 	}
-	// The ack and release run even when leadership just ended: the fence
-	// refuses them if a newer leader adopted the shard meanwhile, and
-	// otherwise they spare a duplicate.
+	// The settle runs even when leadership just ended: the fence refuses
+	// it if a newer leader adopted the shard meanwhile, and otherwise it
+	// spares a duplicate.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.SettleTimeout)
 	defer cancel()
 	r := batchResult{failed: len(rels)}
-	r.err = p.settle(sctx, "ack", p.cfg.Store.Ack, acks, &r.unsettled)
-	if r.err == nil {
-		r.err = p.settle(sctx, "release", p.cfg.Store.Release, rels, &r.unsettled)
-	}
+	r.err = p.settle(sctx, taken, rels, &r.unsettled)
 	return r
 }
 
-type settleFunc func(ctx context.Context, shard int, token int64, fired []redisstore.Fired) (int, error)
-
-// settle acks or releases, retrying a little while Redis is unreachable;
-// claims it could not settle come back when their lease runs out (their ids
-// go to unsettled).
-func (p *Poller) settle(ctx context.Context, op string, f settleFunc, fired []redisstore.Fired, unsettled *[]string) error {
-	if len(fired) == 0 {
-		return nil
-	}
+// settle releases the claims Kafka did not confirm and makes the rest of
+// the take fired (Store.Settle: one script call), retrying a little while
+// Redis is unreachable; claims it could not settle come back when their
+// lease runs out (their ids go to unsettled).
+func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []redisstore.Fired, unsettled *[]string) error {
 	retry := backoff{min: 50 * time.Millisecond, max: time.Second}
 	for {
-		_, err := f(ctx, p.cfg.Shard, p.cfg.Token, fired)
+		_, _, err := p.cfg.Store.Settle(ctx, p.cfg.Shard, p.cfg.Token, taken.Lease, failed)
 		if err == nil {
 			return nil
 		}
 		if errors.Is(err, redisstore.ErrFenced) {
-			return fmt.Errorf("%s: %w", op, err)
+			return fmt.Errorf("settle: %w", err)
 		}
 		if m := p.cfg.Metrics; m != nil {
 			m.StoreErrors.Inc()
 		}
 		if ctx.Err() != nil || !sleepFor(ctx, retry.next()) {
 			p.log.Error("could not settle claims; they fire again when their lease ends",
-				"op", op, "tasks", len(fired), "err", err, "lease", p.cfg.Lease)
-			for _, f := range fired {
-				*unsettled = append(*unsettled, f.ID)
+				"tasks", len(taken.Tasks), "released", len(failed), "err", err, "lease", p.cfg.Lease)
+			for _, t := range taken.Tasks {
+				*unsettled = append(*unsettled, t.ID)
 			}
 			return nil
 		}

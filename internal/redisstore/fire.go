@@ -27,11 +27,15 @@ var releaseLua string
 //go:embed adopt.lua
 var adoptLua string
 
+//go:embed settle.lua
+var settleLua string
+
 var (
 	takeScript    = script(plantLocalClock(takeLua))
 	ackScript     = script(ackLua)
 	releaseScript = script(releaseLua)
 	adoptScript   = script(adoptLua)
+	settleScript  = script(settleLua)
 )
 
 // plantLocalClock is a planted bug (test builds only): the take trusts the
@@ -53,26 +57,30 @@ const (
 
 // Taken is what one Take claimed.
 type Taken struct {
-	Now       time.Time    // Redis' clock when the script ran
-	NextDue   time.Time    // earliest due time still waiting (zero: none)
-	NextLease time.Time    // earliest lease deadline in flight (zero: none)
-	Until     time.Time    // the lease deadline of every claim of this take
-	Tasks     []*task.Task // state firing, Gen already incremented
+	Now       time.Time // Redis' clock when the script ran
+	NextDue   time.Time // earliest due time still waiting (zero: none)
+	NextLease time.Time // earliest lease deadline in flight (zero: none)
+	Until     time.Time // the lease deadline of every claim of this take
+	// Lease is the lease score every claim of this take holds in the
+	// shard's in-flight set: Until in ms plus a fraction no other take in
+	// flight has (see take.lua). Settle and Ack name the take by it.
+	Lease string
+	Tasks []*task.Task // state firing, Gen already incremented
 }
 
 // Fired names one fired copy of a task: its generation (for Release) and
-// the lease deadline of the take that claimed it (for Ack).
+// the lease score of the take that claimed it (for Ack and Settle).
 type Fired struct {
 	ID    string
 	Gen   uint64
-	Until time.Time
+	Lease string
 }
 
 // Fired lists the claims of t, for Ack or Release.
 func (t Taken) Fired() []Fired {
 	out := make([]Fired, len(t.Tasks))
 	for i, tk := range t.Tasks {
-		out[i] = Fired{ID: tk.ID, Gen: tk.Gen, Until: t.Until}
+		out[i] = Fired{ID: tk.ID, Gen: tk.Gen, Lease: t.Lease}
 	}
 	return out
 }
@@ -95,7 +103,7 @@ func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease
 		args = append(args, task.Millis(fault.Now()))
 	}
 	v, err := s.run(ctx, takeScript,
-		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard)},
+		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard), s.k.leaseSeq(shard)},
 		args...)
 	if err != nil {
 		return Taken{}, fmt.Errorf("take shard %d: %w", shard, err)
@@ -104,21 +112,22 @@ func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease
 		return Taken{}, err
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) < 3 || (len(a)-3)%2 != 0 {
+	if !ok || len(a) < 4 || (len(a)-4)%2 != 0 {
 		return Taken{}, fmt.Errorf("take shard %d: unexpected reply %v", shard, v)
 	}
 	now, _ := a[0].(int64)
 	next, _ := a[1].(int64)
 	lease2, _ := a[2].(int64)
-	out := Taken{Now: task.FromMillis(now), Until: task.FromMillis(now + lease.Milliseconds())}
+	score, _ := a[3].(string)
+	out := Taken{Now: task.FromMillis(now), Until: task.FromMillis(now + lease.Milliseconds()), Lease: score}
 	if next >= 0 {
 		out.NextDue = task.FromMillis(next)
 	}
 	if lease2 >= 0 {
 		out.NextLease = task.FromMillis(lease2)
 	}
-	out.Tasks = make([]*task.Task, 0, (len(a)-3)/2)
-	for i := 3; i < len(a); i += 2 {
+	out.Tasks = make([]*task.Task, 0, (len(a)-4)/2)
+	for i := 4; i < len(a); i += 2 {
 		id, _ := a[i].(string)
 		rec, _ := a[i+1].(string)
 		t, err := decodeRecord(id, rec, shard)
@@ -157,7 +166,7 @@ func ackArgs(token int64, fired []Fired) []any {
 	args := make([]any, 0, 1+2*len(fired))
 	args = append(args, token)
 	for _, f := range fired {
-		args = append(args, f.ID, task.Millis(f.Until))
+		args = append(args, f.ID, f.Lease)
 	}
 	return args
 }
@@ -171,8 +180,9 @@ func count(v any) int {
 }
 
 // Ack records that Kafka confirmed these claims: it drops each lease that
-// is still the one of the claiming take (Fired.Until), which makes the task
-// fired. It returns how many leases it dropped.
+// is still the one of the claiming take (Fired.Lease), which makes the task
+// fired. It returns how many leases it dropped. A poller settles a whole
+// take with Settle instead.
 func (s *Store) Ack(ctx context.Context, shard int, token int64, fired []Fired) (int, error) {
 	v, err := s.run(ctx, ackScript, []string{s.k.inflight(shard), s.k.fence(shard)},
 		ackArgs(token, fired)...)
@@ -197,6 +207,34 @@ func (s *Store) Release(ctx context.Context, shard int, token int64, fired []Fir
 		return 0, err
 	}
 	return count(v), nil
+}
+
+// Settle records the outcome of a take's produce: the claims in failed
+// (Kafka did not confirm them) go back to the due set at their due time,
+// then every other claim the take (named by its lease score, Taken.Lease)
+// still holds becomes fired, in one range removal instead of one check per
+// task. Claims re-taken since (their lease ran out) are left alone. It
+// returns how many tasks became fired and how many were released.
+func (s *Store) Settle(ctx context.Context, shard int, token int64, lease string, failed []Fired) (fired, released int, err error) {
+	args := make([]any, 0, 3+2*len(failed))
+	args = append(args, token, s.k.prefix[shard], lease)
+	for _, f := range failed {
+		args = append(args, f.ID, f.Gen)
+	}
+	v, err := s.run(ctx, settleScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard)}, args...)
+	if err != nil {
+		return 0, 0, fmt.Errorf("settle shard %d: %w", shard, err)
+	}
+	if err := fencedErr(v); err != nil {
+		return 0, 0, err
+	}
+	a, _ := v.([]any)
+	if len(a) != 2 {
+		return 0, 0, fmt.Errorf("settle shard %d: unexpected reply %v", shard, v)
+	}
+	f, _ := a[0].(int64)
+	r, _ := a[1].(int64)
+	return int(f), int(r), nil
 }
 
 // Adopt is a new leader's first act: store its token as the shard's fence

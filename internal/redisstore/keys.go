@@ -39,6 +39,7 @@ func (k keys) done(shard int) string     { return k.prefix[shard] + "done" }
 func (k keys) dead(shard int) string     { return k.prefix[shard] + "dead" }
 func (k keys) fence(shard int) string    { return k.prefix[shard] + "fence" }
 func (k keys) errs(shard int) string     { return k.prefix[shard] + "err" }
+func (k keys) leaseSeq(shard int) string { return k.prefix[shard] + "leaseq" }
 
 // bucket is the hash that holds the record of id. The Lua scripts compute
 // the same function (see bucketLua) when they only know the id.

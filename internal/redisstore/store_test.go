@@ -350,6 +350,82 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		}
 	})
 
+	t.Run("SettleReleasesFailedThenFiresTheRest", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{Shards: 1})
+		past := time.Now().Add(-time.Millisecond)
+		for _, id := range []string{"a", "b", "c"} {
+			schedule1(t, s, mk(id, past))
+		}
+		first := mustTake(t, s, 0, 1)
+		if len(first.Tasks) != 3 || first.Lease == "" {
+			t.Fatalf("take: %+v", first)
+		}
+		// an empty take right after has no lease; a second take with
+		// claims gets a lease score no other take in flight has
+		schedule1(t, s, mk("d", past))
+		second := mustTake(t, s, 0, 1)
+		if len(second.Tasks) != 1 || second.Lease == first.Lease {
+			t.Fatalf("second take %d tasks, lease %q after %q", len(second.Tasks), second.Lease, first.Lease)
+		}
+		var b Fired
+		for _, f := range first.Fired() {
+			if f.ID == "b" {
+				b = f
+			}
+		}
+		fired, released, err := s.Settle(t.Context(), 0, 1, first.Lease, []Fired{b})
+		if err != nil || fired != 2 || released != 1 {
+			t.Fatalf("settle: fired %d released %d %v", fired, released, err)
+		}
+		want := map[string]task.State{"a": task.StateFired, "b": task.StateScheduled, "c": task.StateFired, "d": task.StateFiring}
+		for id, st := range want {
+			if got, err := s.Get(t.Context(), id); err != nil || got.State != st {
+				t.Fatalf("%s after settle: %+v %v (want %s)", id, got, err, st)
+			}
+		}
+		// settling the same take again (a retry after a lost reply)
+		// changes nothing, and leaves the other take alone
+		if fired, released, err := s.Settle(t.Context(), 0, 1, first.Lease, []Fired{b}); err != nil || fired != 0 || released != 0 {
+			t.Fatalf("repeated settle: fired %d released %d %v", fired, released, err)
+		}
+		if _, _, err := s.Settle(t.Context(), 0, 0, second.Lease, nil); !errors.Is(err, ErrFenced) {
+			t.Fatalf("settle with a lower token: %v", err)
+		}
+		if got, _ := s.Get(t.Context(), "d"); got.State != task.StateFiring {
+			t.Fatalf("a fenced settle changed d: %s", got.State)
+		}
+		if fired, _, err := s.Settle(t.Context(), 0, 1, second.Lease, nil); err != nil || fired != 1 {
+			t.Fatalf("settle of the second take: %d %v", fired, err)
+		}
+		if st, _ := s.Stats(t.Context()); st[0].Firing != 0 || st[0].Scheduled != 1 {
+			t.Fatalf("stats after settles: %+v", st[0])
+		}
+	})
+
+	t.Run("SettleLeavesAClaimRetakenAfterItsLeaseRanOut", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{Shards: 1})
+		schedule1(t, s, mk("x", time.Now().Add(-time.Millisecond)))
+		first, err := s.Take(t.Context(), 0, 1, 10, 20*time.Millisecond)
+		if err != nil || len(first.Tasks) != 1 {
+			t.Fatalf("take: %+v %v", first, err)
+		}
+		var second Taken
+		testenv.WaitFor(t, 5*time.Second, "expired lease re-claimed", func() bool {
+			second = mustTake(t, s, 0, 1)
+			return len(second.Tasks) == 1
+		})
+		// the late settle of the first take must not fire the re-claimed
+		// copy, whose record Kafka has not confirmed
+		if fired, _, err := s.Settle(t.Context(), 0, 1, first.Lease, first.Fired()); err != nil || fired != 0 {
+			t.Fatalf("late settle fired %d: %v", fired, err)
+		}
+		if got, _ := s.Get(t.Context(), "x"); got.State != task.StateFiring || got.Gen != second.Tasks[0].Gen {
+			t.Fatalf("after the late settle: %s gen %d", got.State, got.Gen)
+		}
+	})
+
 	t.Run("FinishOutcomesAndDeadSet", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, rdb, Options{})

@@ -1,11 +1,15 @@
 -- take: a shard leader claims due tasks (due -> inflight with a lease) and
 -- re-claims tasks whose lease expired. Fenced.
--- KEYS[1] due, KEYS[2] inflight (id -> lease deadline ms), KEYS[3] fence, KEYS[4] done, KEYS[5] err
+-- KEYS[1] due, KEYS[2] inflight (id -> lease score), KEYS[3] fence, KEYS[4] done, KEYS[5] err,
+-- KEYS[6] lease sequence (a counter)
 -- ARGV[1] token, ARGV[2] max tasks, ARGV[3] lease ms, ARGV[4] key prefix,
 -- ARGV[5] max finished records to purge (0: no purge this time)
 -- Returns {-1, stored_token} when fenced, else
--- {now, next_due or -1, next_lease or -1, id1, record1, id2, record2, ...}
+-- {now, next_due or -1, next_lease or -1, lease score or '', id1, record1, id2, record2, ...}
 -- where each record already carries state f and the new generation.
+-- Every claim of one take has the same lease score: the deadline in ms plus
+-- a fraction that no other take in flight shares (a counter mod 1000, /1000),
+-- so that settle.lua drops the take's leases with one ZREMRANGEBYSCORE.
 -- The fence is checked on every take, idle or not, so that a deposed leader
 -- learns it at its next take: an idle shard costs TIME, GET and one ZRANGE on
 -- each of due and inflight.
@@ -33,9 +37,10 @@ if purge > 0 then
   if #old > 0 then redis.call('ZREM', KEYS[4], unpack(old)) end
 end
 
-local out = {now, -1, -1}
+local out = {now, -1, -1, ''}
 local leased = {}
 local until_ms = now + lease
+local score = nil -- the lease score, made on the first claim
 -- claim rewrites only the header's state and generation (the attempt, due
 -- time and body bytes are copied as they are).
 local function claim(id, bkey, expired)
@@ -44,7 +49,11 @@ local function claim(id, bkey, expired)
   if expired and string.sub(v, 1, 1) ~= 'f' then return false end
   local rec = 'f' .. struct.pack('>I4', struct.unpack('>I4', v, 2) + 1) .. string.sub(v, 6)
   redis.call('HSET', bkey, id, rec)
-  leased[#leased + 1] = until_ms
+  if not score then
+    score = string.format('%d.%03d', until_ms, redis.call('INCR', KEYS[6]) % 1000)
+    out[4] = score
+  end
+  leased[#leased + 1] = score
   leased[#leased + 1] = id
   out[#out + 1] = id
   out[#out + 1] = rec
@@ -71,14 +80,14 @@ local h = head(KEYS[1])
 if h and h <= now and left > 0 then
   -- the scores carry each record's bucket (see due_score)
   local due = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. string.format('%d', now + 1), 'BYSCORE', 'LIMIT', 0, left, 'WITHSCORES')
-  local ids = {}
-  for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
-  redis.call('ZREM', KEYS[1], unpack(ids))
+  -- what was read is the lowest-ranked part of the set: drop it by rank
+  local k = #due / 2
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, k - 1)
   for i = 1, #due, 2 do
     local _, bkey = due_of_score(prefix, tonumber(due[i + 1]))
     claim(due[i], bkey, false)
   end
-  if #ids < left then h = head(KEYS[1]) end
+  if k < left then h = head(KEYS[1]) end
 end
 if h then out[2] = h end
 if #leased > 0 then redis.call('ZADD', KEYS[2], unpack(leased)) end

@@ -90,18 +90,16 @@ func (f *Firer) Once(ctx context.Context) (int, error) {
 				break
 			}
 			msgs := make([]kafka.Message, 0, len(tk.Tasks))
-			fired := make([]redisstore.Fired, 0, len(tk.Tasks))
 			for _, t := range tk.Tasks {
 				if t.LastError != "" {
 					continue
 				}
 				msgs = append(msgs, Message(t, tk.Now))
-				fired = append(fired, redisstore.Fired{ID: t.ID, Gen: t.Gen, Until: tk.Until})
 			}
 			if err := f.Writer.WriteMessages(ctx, msgs...); err != nil {
 				return n, fmt.Errorf("produce: %w", err)
 			}
-			if _, err := f.Store.Ack(ctx, sh, token, fired); err != nil {
+			if _, _, err := f.Store.Settle(ctx, sh, token, tk.Lease, nil); err != nil {
 				return n, err
 			}
 			n += len(msgs)
