@@ -226,7 +226,7 @@ func (w *Worker) admitAndRun(ctx context.Context, ready []*item) {
 func (w *Worker) deferItems(ctx context.Context, items []*item) {
 	fs := make([]redisstore.Finish, len(items))
 	for i, it := range items {
-		f := redisstore.Finish{ID: it.t.ID, Gen: it.t.Gen, Kind: redisstore.Defer, Due: it.dec.NotBefore}
+		f := redisstore.Finish{ID: it.t.ID, Gen: it.t.Gen, Kind: redisstore.Defer, Due: it.dec.NotBefore, Owner: it.cl.value}
 		if f.Due.IsZero() {
 			f.Relative, f.Delay = true, limitRetry
 		}
@@ -257,8 +257,7 @@ func (w *Worker) deferItems(ctx context.Context, items []*item) {
 				it.log.Debug("deferred by rate limit", "type", it.t.Type, "reason", it.dec.Reason, "due", r.State)
 			}
 			w.met.handled.WithLabelValues(it.t.Type, outDeferred).Inc()
-			w.claims.releaseLater(ctx, it.cl)
-			w.end(it.m, true)
+			w.end(it.m, true) // the finish gave the claim up
 		}
 		if len(again) > 0 {
 			w.log.Warn("redis: storing deferrals failed; retrying", "err", err, "records", len(again), "retry_in", delay)
@@ -318,10 +317,9 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 		w.end(it.m, false)
 		return
 	}
-	finished := w.report(ctx, log, it.m, job, herr)
-	if finished {
-		w.claims.releaseLater(ctx, it.cl)
-	} else {
+	// a stored outcome gives the claim up in the same script call
+	finished := w.report(ctx, log, it.m, job, herr, it.cl.value)
+	if !finished {
 		w.claims.release(context.WithoutCancel(ctx), it.cl)
 	}
 	w.end(it.m, finished)

@@ -36,7 +36,8 @@
 //     timeout plus Config.ClaimMargin unless another run holds it; it
 //     returns the task. The other worker waits until the claim is released
 //     or expires and then claims again (and finds the outcome). The claim
-//     is released only after the outcome is stored.
+//     is released by the script that stores the outcome (FinishMany with
+//     the claim's owner), so never before the outcome is stored.
 //
 // What cannot be prevented: a worker that crashes after its handler finished
 // but before the outcome reached Redis leaves the task to run again, and a
@@ -72,9 +73,10 @@
 // round trip admits the batch; then the handlers run (at most
 // Config.Concurrency at once). Outcomes are coalesced: one goroutine takes
 // whatever outcomes are queued (up to 256) and stores them in one pipeline
-// (redisstore.FinishMany), without waiting for more when the queue is
-// empty; claims are released in batches afterwards. At most Concurrency +
-// 512 records are held at once (fetched, outcome not yet stored).
+// (redisstore.FinishMany, which also gives up their claims), up to four
+// pipelines in flight, without waiting for more when the queue is empty.
+// At most Concurrency + 512 records are held at once (fetched, outcome not
+// yet stored).
 //
 // # Rate limits
 //

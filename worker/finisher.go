@@ -2,19 +2,27 @@ package worker
 
 import (
 	"context"
+	"sync"
 
 	"github.com/delayq/delayq/internal/fault"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 )
 
-// maxFinishBatch bounds the outcomes one pipeline stores.
-const maxFinishBatch = 256
+// maxFinishBatch bounds the outcomes one pipeline stores; maxFinishPipes
+// bounds the pipelines in flight at once.
+const (
+	maxFinishBatch = 256
+	maxFinishPipes = 4
+)
 
 // finisher coalesces the outcomes of concurrent tasks: one goroutine takes
 // whatever outcomes are queued (up to maxFinishBatch) and stores them in
-// one pipeline (redisstore.FinishMany). It never waits for more when the
-// queue is empty, so an outcome alone costs one round trip as before.
+// one pipeline (redisstore.FinishMany), with up to maxFinishPipes pipelines
+// in flight (one at a time made the finisher the worker's bottleneck: the
+// handlers of a busy worker spent their time waiting for its round trip).
+// It never waits for more when the queue is empty, so an outcome alone
+// costs one round trip.
 type finisher struct {
 	store *redisstore.Store
 	reqs  chan finishReq
@@ -48,17 +56,23 @@ func (c *finisher) finish(ctx context.Context, f redisstore.Finish) (task.State,
 }
 
 // run stores queued outcomes until stop is closed (after every caller
-// returned). ctx bounds each pipeline.
+// returned), then waits for the pipelines in flight. ctx bounds each
+// pipeline.
 func (c *finisher) run(ctx context.Context, stop <-chan struct{}) {
-	reqs := make([]finishReq, 0, maxFinishBatch)
-	fs := make([]redisstore.Finish, 0, maxFinishBatch)
+	var pipes sync.WaitGroup
+	defer pipes.Wait()
+	slots := make(chan struct{}, maxFinishPipes)
 	for {
+		var reqs []finishReq
 		select {
 		case r := <-c.reqs:
-			reqs = append(reqs[:0], r)
+			reqs = append(make([]finishReq, 0, 16), r)
 		case <-stop:
 			return
 		}
+		// a pipeline slot first: outcomes queue up meanwhile and go out
+		// together
+		slots <- struct{}{}
 	more:
 		for len(reqs) < maxFinishBatch {
 			select {
@@ -68,14 +82,17 @@ func (c *finisher) run(ctx context.Context, stop <-chan struct{}) {
 				break more
 			}
 		}
-		fs = fs[:0]
-		for _, r := range reqs {
-			fs = append(fs, r.f)
-		}
-		fault.Point("before-finish")
-		res, _ := c.store.FinishMany(ctx, fs) // per-task errors in res
-		for i, r := range reqs {
-			r.reply <- res[i]
-		}
+		pipes.Go(func() {
+			defer func() { <-slots }()
+			fs := make([]redisstore.Finish, len(reqs))
+			for i, r := range reqs {
+				fs[i] = r.f
+			}
+			fault.Point("before-finish")
+			res, _ := c.store.FinishMany(ctx, fs) // per-task errors in res
+			for i, r := range reqs {
+				r.reply <- res[i]
+			}
+		})
 	}
 }

@@ -48,8 +48,8 @@ func call(ctx context.Context, log *slog.Logger, h HandlerFunc, t *Task) (err er
 // report stores the outcome of a run: succeeded, retry with backoff, or
 // dead (dead letter first, then the dead state). It returns false only when
 // ctx ended before the outcome was stored.
-func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message, t *Task, herr error) bool {
-	f := redisstore.Finish{ID: t.ID, Gen: t.Gen}
+func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message, t *Task, herr error, owner string) bool {
+	f := redisstore.Finish{ID: t.ID, Gen: t.Gen, Owner: owner}
 	var label string
 	switch {
 	case herr == nil:

@@ -162,22 +162,23 @@ type FinishResult struct {
 	Err error
 }
 
-// FinishMany stores many outcomes: one finish script call per shard (and
-// at most maxPerCall outcomes), all in one pipeline. Results are in the
+// FinishMany stores many outcomes (and gives up the execution claims of
+// those with an Owner): one finish script call per shard (and at most
+// maxPerCall outcomes), all in one pipeline. Results are in the
 // order of fs. The error is the first Redis error (not ErrStale,
 // ErrNotFound or a conflict, which are per task); the tasks of a call that
 // failed carry it too.
 func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
 	res := make([]FinishResult, len(fs))
 	calls := s.groupCalls(len(fs), func(i int) string { return fs[i].ID }, func(sh int, idx []int) ([]string, []any) {
-		keys := make([]string, 0, 5+len(idx))
+		keys := make([]string, 0, 5+2*len(idx))
 		keys = append(keys, s.k.inflight(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
-		args := make([]any, 0, 3+5*len(idx))
+		args := make([]any, 0, 3+6*len(idx))
 		args = append(args, s.retention.Milliseconds(), s.k.wake, sh)
 		for _, i := range idx {
 			f := fs[i]
-			keys = append(keys, s.k.bucket(sh, f.ID))
-			args = append(args, f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048))
+			keys = append(keys, s.k.bucket(sh, f.ID), s.RunKey(f.ID, f.Gen))
+			args = append(args, f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048), f.Owner)
 		}
 		return keys, args
 	})

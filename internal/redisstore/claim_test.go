@@ -165,6 +165,38 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 		}
 	})
 
+	t.Run("FinishGivesUpTheClaimOfItsOwner", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		ids, gen := fireN(t, s, "o", 3)
+		cs := make([]Claim, len(ids))
+		for i, id := range ids {
+			cs[i] = Claim{ID: id, Gen: gen[id], TTL: time.Minute, Owner: "w1:" + strconv.Itoa(i)}
+		}
+		if _, err := s.ClaimMany(t.Context(), cs); err != nil {
+			t.Fatal(err)
+		}
+		// ids[2] finished already (say, by an earlier run): its outcome is
+		// refused, and the claim goes anyway
+		mustFinish(t, s, Finish{ID: ids[2], Gen: gen[ids[2]], Kind: Succeeded})
+		fs := []Finish{
+			{ID: ids[0], Gen: gen[ids[0]], Kind: Succeeded, Owner: "w1:0"},
+			{ID: ids[1], Gen: gen[ids[1]], Kind: Succeeded, Owner: "someone else"},
+			{ID: ids[2], Gen: gen[ids[2]], Kind: Succeeded, Owner: "w1:2"},
+		}
+		res, err := s.FinishMany(t.Context(), fs)
+		var se *StateError
+		if err != nil || res[0].Err != nil || res[1].Err != nil || !errors.As(res[2].Err, &se) {
+			t.Fatalf("finish: %+v %v", res, err)
+		}
+		for i, held := range []bool{false, true, false} {
+			n, err := rdb.Exists(t.Context(), s.RunKey(ids[i], gen[ids[i]])).Result()
+			if err != nil || (n == 1) != held {
+				t.Fatalf("run marker of %s: exists=%d %v, want held=%v", ids[i], n, err, held)
+			}
+		}
+	})
+
 	t.Run("ScriptCacheFlushed", func(t *testing.T) {
 		s := newStore(t, rdb, Options{})
 		ids, gen := fireN(t, s, "n", 3)

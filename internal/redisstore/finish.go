@@ -50,6 +50,11 @@ type Finish struct {
 	Delay    time.Duration // for Retry and Defer when Relative
 	Relative bool          // Due is Redis' clock + Delay
 	Error    string        // last error, kept with Retry and Dead
+	// Owner, when set, is the value the worker's execution claim (run
+	// marker, see ClaimMany) holds: the same script call deletes the
+	// marker if it still holds Owner, whatever the outcome's code, so
+	// that a worker needs no separate release.
+	Owner string
 }
 
 // Finish records a worker's outcome for a fired task. It returns the new

@@ -1,10 +1,12 @@
 -- finish: workers report the outcomes of fired tasks of one shard.
 -- KEYS[1] inflight, KEYS[2] due, KEYS[3] done, KEYS[4] dead, KEYS[5] err hash,
--- KEYS[5+i] bucket hash of task i
+-- KEYS[4+2i] bucket hash of task i, KEYS[5+2i] run marker of task i
 -- ARGV[1] retention ms, ARGV[2] wake channel, ARGV[3] shard, then per task
--- 5 values: id, gen, outcome (S succeeded | r retry (attempt+1) |
+-- 6 values: id, gen, outcome (S succeeded | r retry (attempt+1) |
 -- w wait (defer without using an attempt) | d dead), due for r/w (absolute
--- ms, or "+<ms>" from Redis TIME), error text.
+-- ms, or "+<ms>" from Redis TIME), error text, owner of the run marker
+-- ('' none): the marker is deleted if it holds owner, whatever the code
+-- (the worker is done with its claim either way).
 -- Returns per task {code, state, due}: 1 done, 0 not found, 5 stale
 -- generation, 6 not in a fired state (already finished).
 -- One call per shard and batch: the fixed cost of a script call is paid
@@ -14,10 +16,14 @@ local now = nil
 local min_new = nil
 local out = {}
 local drop = {}
-local n = (#ARGV - 3) / 5
+local n = (#ARGV - 3) / 6
 for i = 1, n do
-  local id, g, outcome, spec, errtext = ARGV[5 * i - 1], tonumber(ARGV[5 * i]), ARGV[5 * i + 1], ARGV[5 * i + 2], ARGV[5 * i + 3]
-  local bkey = KEYS[5 + i]
+  local a = 6 * i - 2
+  local id, g, outcome, spec, errtext, owner = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+  local bkey = KEYS[4 + 2 * i]
+  if owner ~= '' and redis.call('GET', KEYS[5 + 2 * i]) == owner then
+    redis.call('DEL', KEYS[5 + 2 * i])
+  end
   local code, state, rdue = 1, '', 0
   local v = redis.call('HGET', bkey, id)
   if not v then
