@@ -45,9 +45,10 @@ type Config struct {
 	Token    int64
 	// Batch is the most tasks per take (default 500).
 	Batch int
-	// Depth is how many taken batches may be in flight (produce, then ack
-	// or release) at once (default 2): a task that falls due while the
-	// previous batch is being written is taken and written right away.
+	// Depth is how many taken batches may be in flight (produce, then
+	// settle) at once (default 16): a task that falls due while earlier
+	// batches are being written is taken and written right away, and a
+	// broker that stalls for a few tens of ms does not hold the takes back.
 	Depth int
 	// Lease is how long a claim lasts before another take may re-claim it
 	// (default 30s).
@@ -101,7 +102,7 @@ func NewPoller(cfg Config) *Poller {
 		cfg.Batch = 500
 	}
 	if cfg.Depth <= 0 {
-		cfg.Depth = 4
+		cfg.Depth = 16
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second
@@ -378,11 +379,13 @@ func (p *Poller) sleep(ctx context.Context, taken redisstore.Taken, replyAt time
 	}
 	elapsed := time.Since(replyAt)
 	if d-elapsed <= 0 {
-		if !idle {
+		if !idle || d > 0 {
+			// more is due, or the next task fell due while the reply
+			// was on its way (Now is to the microsecond): take now
 			return nil
 		}
-		// Nothing was claimed although something is due by now: do not
-		// spin on Redis.
+		// Nothing was claimed although something was due already: do
+		// not spin on Redis.
 		d = elapsed + time.Millisecond
 	}
 	var wake <-chan struct{}

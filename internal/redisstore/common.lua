@@ -9,8 +9,12 @@
 -- byte for byte to recognise identical re-submits. The header is binary to
 -- keep a pending task under 300 bytes of Redis memory.
 
+-- now_us is Redis' clock in microseconds as of the last now_ms() call.
+local now_us = nil
+
 local function now_ms()
   local t = redis.call('TIME')
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 

@@ -57,7 +57,7 @@ const (
 
 // Taken is what one Take claimed.
 type Taken struct {
-	Now       time.Time // Redis' clock when the script ran
+	Now       time.Time // Redis' clock when the script ran (to the microsecond)
 	NextDue   time.Time // earliest due time still waiting (zero: none)
 	NextLease time.Time // earliest lease deadline in flight (zero: none)
 	Until     time.Time // the lease deadline of every claim of this take
@@ -115,11 +115,12 @@ func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease
 	if !ok || len(a) < 4 || (len(a)-4)%2 != 0 {
 		return Taken{}, fmt.Errorf("take shard %d: unexpected reply %v", shard, v)
 	}
-	now, _ := a[0].(int64)
+	nowUS, _ := a[0].(int64)
 	next, _ := a[1].(int64)
 	lease2, _ := a[2].(int64)
 	score, _ := a[3].(string)
-	out := Taken{Now: task.FromMillis(now), Until: task.FromMillis(now + lease.Milliseconds()), Lease: score}
+	now := time.UnixMicro(nowUS).UTC()
+	out := Taken{Now: now, Until: task.FromMillis(nowUS/1000 + lease.Milliseconds()), Lease: score}
 	if next >= 0 {
 		out.NextDue = task.FromMillis(next)
 	}

@@ -5,7 +5,9 @@
 -- ARGV[1] token, ARGV[2] max tasks, ARGV[3] lease ms, ARGV[4] key prefix,
 -- ARGV[5] max finished records to purge (0: no purge this time)
 -- Returns {-1, stored_token} when fenced, else
--- {now, next_due or -1, next_lease or -1, lease score or '', id1, record1, id2, record2, ...}
+-- {now in us, next_due or -1, next_lease or -1, lease score or '', id1, record1, id2, record2, ...}
+-- (now in microseconds lets the poller sleep until a due time to the
+-- microsecond instead of up to 1 ms past it)
 -- where each record already carries state f and the new generation.
 -- Every claim of one take has the same lease score: the deadline in ms plus
 -- a fraction that no other take in flight shares (a counter mod 1000, /1000),
@@ -37,7 +39,7 @@ if purge > 0 then
   if #old > 0 then redis.call('ZREM', KEYS[4], unpack(old)) end
 end
 
-local out = {now, -1, -1, ''}
+local out = {now_us or now * 1000, -1, -1, ''}
 local leased = {}
 local until_ms = now + lease
 local score = nil -- the lease score, made on the first claim
