@@ -66,7 +66,7 @@ func (w *Worker) processBatch(ctx context.Context, msgs []kafka.Message) {
 		}
 		items = append(items, &item{
 			m: m, rec: rec, timeout: timeout, cl: w.claims.newClaim(rec.id, rec.gen),
-			log: w.log.With("task_id", rec.id, "gen", rec.gen, "topic", m.Topic, "partition", m.Partition, "offset", m.Offset),
+			log: recordLogger(w.log, rec.id, rec.gen, m.Topic, m.Partition, m.Offset),
 		})
 	}
 	ready, held := w.claimItems(ctx, items)
