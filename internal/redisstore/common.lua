@@ -80,3 +80,12 @@ local function fence(fence_key, token)
   if token > f then redis.call('SET', fence_key, string.format('%d', token)) end
   return nil
 end
+
+-- zadd_all adds score/member pairs (a flat list) in chunks: unpack() of
+-- more than a few thousand values fails in Redis' Lua.
+local function zadd_all(key, pairs_list)
+  local n = #pairs_list
+  for i = 1, n, 1000 do
+    redis.call('ZADD', key, unpack(pairs_list, i, math.min(i + 999, n)))
+  end
+end

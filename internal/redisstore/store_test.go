@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -400,6 +401,30 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		}
 		if st, _ := s.Stats(t.Context()); st[0].Firing != 0 || st[0].Scheduled != 1 {
 			t.Fatalf("stats after settles: %+v", st[0])
+		}
+	})
+
+	t.Run("TakeOfTheLargestBatch", func(t *testing.T) {
+		// DQ_FIRE_BATCH allows 5000: twice as many lease values as Redis'
+		// Lua can unpack() into one call.
+		t.Parallel()
+		const n = 5000
+		s := newStore(t, rdb, Options{Shards: 1})
+		subs := make([]Submit, n)
+		for i := range subs {
+			subs[i] = Submit{Task: mk("big-"+strconv.Itoa(i), time.Now().Add(-time.Second))}
+		}
+		for i := 0; i < n; i += 1000 {
+			if _, err := s.Schedule(t.Context(), subs[i:i+1000]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tk, err := s.Take(t.Context(), 0, 1, n, time.Minute)
+		if err != nil || len(tk.Tasks) != n {
+			t.Fatalf("take of %d: %d tasks, %v", n, len(tk.Tasks), err)
+		}
+		if fired, _, err := s.Settle(t.Context(), 0, 1, tk.Lease, nil); err != nil || fired != n {
+			t.Fatalf("settle: %d %v", fired, err)
 		}
 	})
 

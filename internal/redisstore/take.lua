@@ -92,7 +92,7 @@ if h and h <= now and left > 0 then
   if k < left then h = head(KEYS[1]) end
 end
 if h then out[2] = h end
-if #leased > 0 then redis.call('ZADD', KEYS[2], unpack(leased)) end
+if #leased > 0 then zadd_all(KEYS[2], leased) end
 
 if #leased > 0 or taken > 0 then
   local nl = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
