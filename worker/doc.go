@@ -73,7 +73,7 @@
 // round trip admits the batch; then the handlers run (at most
 // Config.Concurrency at once). Outcomes are coalesced: one goroutine takes
 // whatever outcomes are queued (up to 256) and stores them in one pipeline
-// (redisstore.FinishMany, which also gives up their claims), up to four
+// (redisstore.FinishMany, which also gives up their claims), up to two
 // pipelines in flight, without waiting for more when the queue is empty.
 // At most Concurrency + 512 records are held at once (fetched, outcome not
 // yet stored).

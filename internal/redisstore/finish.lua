@@ -10,12 +10,17 @@
 -- Returns per task {code, state, due}: 1 done, 0 not found, 5 stale
 -- generation, 6 not in a fired state (already finished).
 -- One call per shard and batch: the fixed cost of a script call is paid
--- once for all the outcomes a worker has ready.
+-- once for all the outcomes a worker has ready, and the done-set and error
+-- writes of successes go out in one command each.
+-- A lease the task may still hold (the leader had not settled its take yet)
+-- is dropped.
 local old_head = head(KEYS[2])
 local now = nil
 local min_new = nil
 local out = {}
 local drop = {}
+local done, ndone = {}, 0
+local cleared = {}
 local n = (#ARGV - 3) / 6
 for i = 1, n do
   local a = 6 * i - 2
@@ -41,8 +46,10 @@ for i = 1, n do
       if outcome == 'S' then
         state = 'S'
         redis.call('HSET', bkey, id, record('S', gen, att, due, body))
-        redis.call('ZADD', KEYS[3], now + tonumber(ARGV[1]), id)
-        redis.call('HDEL', KEYS[5], id)
+        done[ndone + 1] = now + tonumber(ARGV[1])
+        done[ndone + 2] = id
+        ndone = ndone + 2
+        cleared[#cleared + 1] = id
       elseif outcome == 'd' then
         state = 'd'
         redis.call('HSET', bkey, id, record('d', gen, att, due, body))
@@ -71,5 +78,9 @@ for i = 1, n do
   out[#out + 1] = rdue
 end
 if #drop > 0 then redis.call('ZREM', KEYS[1], unpack(drop)) end
+if ndone > 0 then
+  zadd_all(KEYS[3], done)
+  redis.call('HDEL', KEYS[5], unpack(cleared))
+end
 if min_new ~= nil then wake(KEYS[2], ARGV[2], ARGV[3], min_new, old_head) end
 return out
