@@ -139,10 +139,13 @@ func (k *Kafka) write(ctx context.Context, msgs []kafka.Message, errs []error) {
 	for i := range idx {
 		idx[i] = i
 	}
+	batch := msgs // the first try writes them all, without a copy
 	for len(idx) > 0 {
-		batch := make([]kafka.Message, len(idx))
-		for j, i := range idx {
-			batch[j] = msgs[i]
+		if len(batch) != len(idx) {
+			batch = make([]kafka.Message, len(idx))
+			for j, i := range idx {
+				batch[j] = msgs[i]
+			}
 		}
 		err := k.w.WriteMessages(ctx, batch...)
 		var tooLarge kafka.MessageTooLargeError
