@@ -32,6 +32,7 @@ type item struct {
 	log     *slog.Logger
 	timeout time.Duration // the claim's timeout (header or default)
 	cl      claim
+	claimed time.Time     // when the claim was (last) taken
 	t       *task.Task    // set once claimed
 	dec     LimitDecision // set once admitted
 }
@@ -121,7 +122,7 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 				w.claims.releaseLater(ctx, it.cl)
 				w.hostileLater(ctx, it.m, "unreadable task record: "+r.Err.Error())
 			case r.Code == redisstore.Claimed:
-				it.t = r.Task
+				it.t, it.claimed = r.Task, time.Now()
 				ready = append(ready, it)
 			case r.Code == redisstore.ClaimHeld:
 				held = append(held, it)
@@ -271,6 +272,27 @@ func (w *Worker) deferItems(ctx context.Context, items []*item) {
 	}
 }
 
+// reclaim claims an item's execution again before it runs, after it waited
+// for a handler slot for more than half its claim's TTL: the claim may
+// have expired meanwhile, and a run elsewhere (a rebalance handed the
+// record over) may hold it or have finished the task. The same owner finds
+// its own claim and renews it. It reports whether the item may run; if
+// not, the item is ended or waits for the other run (see claimItems).
+func (w *Worker) reclaim(ctx context.Context, it *item) bool {
+	w.met.reclaims.Inc()
+	ready, held := w.claimItems(ctx, []*item{it})
+	if len(ready) == 1 {
+		return true
+	}
+	if l := w.cfg.Limiter; l != nil {
+		l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)
+	}
+	for _, h := range held {
+		w.running.Go(func() { w.waitClaim(ctx, h) })
+	}
+	return false
+}
+
 // runItem runs the handler of a claimed, admitted item and stores its
 // outcome.
 func (w *Worker) runItem(ctx context.Context, it *item) {
@@ -281,6 +303,7 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 			if err := w.claims.extend(ctx, it.cl, t.Timeout+w.cfg.ClaimMargin); err != nil {
 				log.Warn("extend claim", "err", err)
 			}
+			it.timeout = t.Timeout // a claim taken again lasts as long
 		}
 		timeout = t.Timeout
 	}
@@ -303,6 +326,10 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 			l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)
 		}
 		w.end(it.m, false)
+		return
+	}
+	if time.Since(it.claimed) > (it.timeout+w.cfg.ClaimMargin)/2 && !w.reclaim(ctx, it) {
+		<-w.slots
 		return
 	}
 	herr := w.execute(ctx, log, job)

@@ -54,10 +54,19 @@ func (c *claims) newClaim(id string, gen uint64) claim {
 	return claim{key: c.store.RunKey(id, gen), value: c.instance + ":" + strconv.FormatUint(c.seq.Add(1), 10), id: id, gen: gen}
 }
 
+// extendScript sets a claim's TTL again only if it is still ours.
+// KEYS[1] claim key; ARGV[1] our value, ARGV[2] TTL ms. Returns 1 when set.
+var extendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`)
+
 // extend sets the claim's TTL again (the task's own timeout turned out
-// longer than the one the claim was taken for).
+// longer than the one the claim was taken for), only while it is ours: a
+// claim that expired and was taken by another run is not touched.
 func (c *claims) extend(ctx context.Context, cl claim, ttl time.Duration) error {
-	return c.rdb.PExpire(ctx, cl.key, ttl).Err()
+	return extendScript.Run(ctx, c.rdb, []string{cl.key}, cl.value, ttl.Milliseconds()).Err()
 }
 
 // release gives a claim up now. Errors are ignored: the claim expires anyway.

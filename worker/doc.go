@@ -37,7 +37,10 @@
 //     returns the task. The other worker waits until the claim is released
 //     or expires and then claims again (and finds the outcome). The claim
 //     is released by the script that stores the outcome (FinishMany with
-//     the claim's owner), so never before the outcome is stored.
+//     the claim's owner), so never before the outcome is stored. A record
+//     that waited for a handler slot for more than half its claim's TTL is
+//     claimed again before it runs (its claim may have expired and been
+//     taken, or the task finished, by a run elsewhere).
 //
 // What cannot be prevented: a worker that crashes after its handler finished
 // but before the outcome reached Redis leaves the task to run again, and a

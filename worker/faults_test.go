@@ -9,6 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
 	"github.com/delayq/delayq/internal/work/worktest"
@@ -367,4 +368,65 @@ func TestConcurrentCopiesRunOnce(t *testing.T) {
 		t.Fatalf("ran more than once: %v", tw)
 	}
 	t.Logf("%v copies waited on a claim held by the other copy", metricSum(t, r.reg, "delayq_work_claim_waits_total", nil))
+}
+
+// A record that waits for a handler slot longer than its claim lasts must
+// not run once another worker took the expired claim and finished the
+// task meanwhile (a rebalance handed the record to both): before running,
+// a record that waited for a good part of its claim is claimed again.
+func TestClaimExpiredWhileQueuedIsCheckedAgain(t *testing.T) {
+	e := newEnv(t)
+	led := newLedger()
+	cfg, reg := e.config(t, "w1")
+	cfg.Concurrency = 1
+	cfg.DefaultTimeout = 300 * time.Millisecond
+	cfg.ClaimMargin = 100 * time.Millisecond // claims last 400ms
+	first := make(chan string, 1)
+	release := make(chan struct{})
+	r := start(t, cfg, reg, func(w *worker.Worker) {
+		w.HandleDefault(func(ctx context.Context, tk *worker.Task) error {
+			if led.record("w1", tk) == 1 && led.distinct() == 1 {
+				first <- tk.ID
+				<-release // holds the only slot past every claim's TTL
+			}
+			return nil
+		})
+	})
+	tasks := []*task.Task{newTask("q-a", "x"), newTask("q-b", "x")}
+	worktest.Fire(t, e.firer, tasks...)
+	var running string
+	select {
+	case running = <-first:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no handler started")
+	}
+	other := "q-a"
+	if running == "q-a" {
+		other = "q-b"
+	}
+	got, err := e.store.Get(t.Context(), other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "w1 claimed the queued record", func() bool {
+		v, _ := e.rdb.Get(t.Context(), e.store.RunKey(other, got.Gen)).Result()
+		return strings.HasPrefix(v, "w1:")
+	})
+	// the queued record's claim expires; another worker claims and
+	// finishes the task
+	var res []redisstore.ClaimResult
+	testenv.WaitFor(t, 5*time.Second, "the queued record's claim expired", func() bool {
+		res, err = e.store.ClaimMany(t.Context(), []redisstore.Claim{{ID: other, Gen: got.Gen, TTL: time.Minute, Owner: "w2:1"}})
+		return err == nil && res[0].Code == redisstore.Claimed
+	})
+	if _, err := e.store.FinishMany(t.Context(), []redisstore.Finish{{ID: other, Gen: got.Gen, Kind: redisstore.Succeeded, Owner: "w2:1"}}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	testenv.WaitFor(t, 10*time.Second, "both records processed", func() bool {
+		return r.handled(t, "succeeded")+r.handled(t, "skipped_done") == 2
+	})
+	if n := led.count(other); n != 0 {
+		t.Fatalf("%s ran %d times in w1 after w2 had finished it", other, n)
+	}
 }

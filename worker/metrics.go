@@ -29,6 +29,7 @@ type metrics struct {
 	rebalances  prometheus.Counter
 	commits     *prometheus.CounterVec
 	claimWaits  prometheus.Counter
+	reclaims    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -60,10 +61,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "commits_total", Help: "Offset commits, by result (ok, error)."}, []string{"result"}),
 		claimWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "claim_waits_total", Help: "Records that found their execution claimed by another run and waited."}),
+		reclaims: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "reclaims_total", Help: "Records claimed again before running because they waited for a handler slot for more than half their claim's TTL."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.handled, m.duration, m.lag, m.retries, m.dead, m.consumerLag, m.running,
-			m.rebalances, m.commits, m.claimWaits)
+			m.rebalances, m.commits, m.claimWaits, m.reclaims)
 	}
 	return m
 }
