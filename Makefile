@@ -4,7 +4,7 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-write bench-fire bench-work bench-memory fuzz clean
+.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-write bench-fire bench-work bench-memory chaos fuzz clean
 
 all: build
 
@@ -29,6 +29,11 @@ test: vet
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(GO) -C bench vet ./...
 	$(GO) -C bench test -count=1 ./...
+
+# The seeded fault suite (docs/reliability.md); `make test` runs its 2-minute
+# default. DQ_CHAOS_SEED=n DQ_CHAOS_DURATION=20m make chaos for a long run.
+chaos:
+	$(GO) test -count=1 -v -timeout 60m ./integration/chaos -run 'TestChaos$$'
 
 test-short:
 	$(GO) test -race -short -count=1 $(PKGS)
