@@ -12,12 +12,6 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local bkey = bucket(ARGV[2], id)
   local v = redis.call('HGET', bkey, id)
-  if v then
-    local st, gen, att, due, body = parse(v)
-    if st == 'f' then
-      redis.call('HSET', bkey, id, record(waiting(att), gen, att, due, body))
-      redis.call('ZADD', KEYS[2], due_score(due, bkey), id)
-    end
-  end
+  if v then requeue(KEYS[2], bkey, id, v) end
 end
 return {#ids, redis.call('ZCARD', KEYS[1])}

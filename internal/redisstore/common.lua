@@ -72,6 +72,18 @@ local function head(due_key)
   return nil
 end
 
+-- requeue puts a firing record v back into the due set at its due time
+-- (waiting state, same generation): what a release, a settle and an adopt
+-- do with a claim Kafka did not confirm. With g, the record's generation
+-- must be g. Returns whether it did.
+local function requeue(due_key, bkey, id, v, g)
+  local st, gen, att, due, body = parse(v)
+  if st ~= 'f' or (g and gen ~= g) then return false end
+  redis.call('HSET', bkey, id, record(waiting(att), gen, att, due, body))
+  redis.call('ZADD', due_key, due_score(due, bkey), id)
+  return true
+end
+
 -- fence checks a leader's token against the shard's highest one, raising it.
 -- It returns the stored token when the caller is stale, nil when it may go on.
 local function fence(fence_key, token)

@@ -10,14 +10,9 @@ for i = 3, #ARGV, 2 do
   local id, g = ARGV[i], tonumber(ARGV[i + 1])
   local bkey = bucket(ARGV[2], id)
   local v = redis.call('HGET', bkey, id)
-  if v then
-    local st, gen, att, due, body = parse(v)
-    if gen == g and st == 'f' then
-      redis.call('HSET', bkey, id, record(waiting(att), gen, att, due, body))
-      redis.call('ZREM', KEYS[1], id)
-      redis.call('ZADD', KEYS[2], due_score(due, bkey), id)
-      n = n + 1
-    end
+  if v and requeue(KEYS[2], bkey, id, v, g) then
+    redis.call('ZREM', KEYS[1], id)
+    n = n + 1
   end
 end
 return {n}

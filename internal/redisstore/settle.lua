@@ -18,13 +18,8 @@ for i = 4, #ARGV, 2 do
     local bkey = bucket(ARGV[2], id)
     local v = redis.call('HGET', bkey, id)
     redis.call('ZREM', KEYS[1], id)
-    if v then
-      local st, gen, att, due, body = parse(v)
-      if gen == g and st == 'f' then
-        redis.call('HSET', bkey, id, record(waiting(att), gen, att, due, body))
-        redis.call('ZADD', KEYS[2], due_score(due, bkey), id)
-        released = released + 1
-      end
+    if v and requeue(KEYS[2], bkey, id, v, g) then
+      released = released + 1
     end
   end
 end
