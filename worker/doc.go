@@ -20,12 +20,13 @@
 // Kafka delivers at least once, and a consumer-group rebalance or a crash
 // redelivers records. The worker suppresses duplicates where it can:
 //
-//   - Each record names its task (dq-id) and fire generation (dq-gen). The
+//   - Each record names its task (dq-id) and generation (dq-gen). The
 //     task's record in Redis is read before running: a record whose
-//     generation is not the task's current one is a stale copy (the task was
-//     fired again, or cancelled and rescheduled) and is skipped; a task whose
-//     outcome for this generation is already stored (succeeded, dead, or
-//     waiting for its next attempt) is skipped. That stored state is the
+//     generation is not the task's current one is a stale copy (the task
+//     waits again since: a retry, a deferral, a reschedule or a redrive) and
+//     is skipped; a task whose outcome for this generation is already stored
+//     (succeeded or dead) is skipped. Copies of one generation (a leader
+//     fired it again because Kafka's answer was lost) are one execution. That stored state is the
 //     done-marker; it is kept for the store's retention.
 //   - Two workers that receive the same record at the same time (during a
 //     rebalance) do not both run it: before running, a worker claims the

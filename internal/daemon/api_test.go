@@ -25,8 +25,8 @@ func TestAPI(t *testing.T) {
 	futureS := future.Format("2006-01-02T15:04:05.000Z07:00")
 	var token int64
 	// take claims every due task of id's shard (as a shard leader would)
-	// and returns the fired copy of id.
-	take := func(t *testing.T, id string) redisstore.Fired {
+	// and returns the take that holds id.
+	take := func(t *testing.T, id string) redisstore.Taken {
 		t.Helper()
 		token++
 		var got *task.Task
@@ -47,7 +47,7 @@ func TestAPI(t *testing.T) {
 		if got == nil {
 			t.Fatalf("take: %s was not taken", id)
 		}
-		return redisstore.Fired{ID: id, Gen: got.Gen, Lease: tk.Lease}
+		return tk
 	}
 
 	type step struct {
@@ -81,7 +81,7 @@ func TestAPI(t *testing.T) {
 			}
 		}
 	}
-	var fired redisstore.Fired
+	var fired redisstore.Taken
 	steps := []step{
 		{name: "create", method: "POST", path: "/v1/tasks",
 			body:   `{"id":"t1","type":"order.cancel","payload":{"order":  1},"delay":"1h","headers":{"trace":"x"},"max_attempts":3,"timeout":"1.5s","priority":5,"topic":"orders","key":"k1"}`,
@@ -135,14 +135,14 @@ func TestAPI(t *testing.T) {
 		{name: "re-submit cancelled with other content", method: "POST", path: "/v1/tasks",
 			body: `{"id":"t1","type":"order.cancel","payload":{"order":3}}`, status: 409, code: "conflict", check: contains("cancelled")},
 		{name: "create due now", method: "POST", path: "/v1/tasks", body: `{"id":"f1","type":"x","payload":"p"}`, status: 201},
-		{name: "firing: reschedule", method: "PATCH", path: "/v1/tasks/f1", body: `{"delay":"1h"}`, status: 409, code: "conflict",
-			before: func(t *testing.T) { fired = take(t, "f1") }, check: contains("firing")},
-		{name: "firing: cancel", method: "DELETE", path: "/v1/tasks/f1", status: 409, code: "conflict", check: contains("firing")},
-		{name: "firing: get", method: "GET", path: "/v1/tasks/f1", status: 200, check: field("state", "firing")},
+		{name: "taken, not settled: reschedule", method: "PATCH", path: "/v1/tasks/f1", body: `{"delay":"1h"}`, status: 409, code: "conflict",
+			before: func(t *testing.T) { fired = take(t, "f1") }, check: contains("fired")},
+		{name: "taken, not settled: cancel", method: "DELETE", path: "/v1/tasks/f1", status: 409, code: "conflict", check: contains("fired")},
+		{name: "taken, not settled: get", method: "GET", path: "/v1/tasks/f1", status: 200, check: field("state", "fired")},
 		{name: "fired: reschedule", method: "PATCH", path: "/v1/tasks/f1", body: `{"delay":"1h"}`, status: 409, code: "conflict",
 			before: func(t *testing.T) {
-				if n, err := st.Ack(t.Context(), st.Shard("f1"), token, []redisstore.Fired{fired}); err != nil || n != 1 {
-					t.Fatalf("ack: %d %v", n, err)
+				if n, _, err := st.Settle(t.Context(), st.Shard("f1"), token, fired.Lease, nil); err != nil || n < 1 {
+					t.Fatalf("settle: %d %v", n, err)
 				}
 			}, check: contains("fired")},
 		{name: "fired: cancel", method: "DELETE", path: "/v1/tasks/f1", status: 409, code: "conflict", check: contains("fired")},
@@ -153,8 +153,17 @@ func TestAPI(t *testing.T) {
 				app.do("POST", "/v1/tasks", `{"id":"d1","type":"x"}`)
 				app.do("POST", "/v1/tasks", `{"id":"d2","type":"x"}`)
 				for _, id := range []string{"d1", "d2"} {
-					f := take(t, id)
-					if s, err := st.Finish(t.Context(), redisstore.Finish{ID: id, Gen: f.Gen, Kind: redisstore.Dead, Error: "boom"}); err != nil || s != task.StateDead {
+					var gen uint64
+					tk := take(t, id)
+					for _, f := range tk.Fired() {
+						if f.ID == id {
+							gen = f.Gen
+						}
+					}
+					if _, _, err := st.Settle(t.Context(), st.Shard(id), token, tk.Lease, nil); err != nil {
+						t.Fatal(err)
+					}
+					if s, err := st.Finish(t.Context(), redisstore.Finish{ID: id, Gen: gen, Kind: redisstore.Dead, Error: "boom"}); err != nil || s != task.StateDead {
 						t.Fatalf("finish dead: %s %v", s, err)
 					}
 				}

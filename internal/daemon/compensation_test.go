@@ -304,7 +304,7 @@ func TestReplayDropsRejected(t *testing.T) {
 	app.journal(t.Context(), []redisstore.Submit{{Task: tk}}, []int{0}, make([]scheduled, 1))
 	testenv.WaitFor(t, 10*time.Second, "journal drained", func() bool { return app.JournalDepth() == 0 })
 	got, err := st.Get(t.Context(), "p1")
-	if err != nil || string(got.Payload) != "1" || got.State != task.StateFiring {
+	if err != nil || string(got.Payload) != "1" || got.State != task.StateFired {
 		t.Fatalf("p1: %+v %v", got, err)
 	}
 }

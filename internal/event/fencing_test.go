@@ -78,12 +78,12 @@ func TestFencingPausedLeaderIsRefusedAfterItsSessionWasRevoked(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := w.startApp("fence-b")
-	testenv.WaitFor(t, 15*time.Second, "B fires every task again (generation 2)", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "B fires every task again (records with B's higher token)", func() bool {
 		snap := recs.snapshot()
 		for _, tk := range tasks {
 			ok := false
 			for _, r := range snap[tk.ID] {
-				ok = ok || hdr(r, fire.HeaderGen) == "2"
+				ok = ok || hdrInt(r, fire.HeaderToken) > tokenA
 			}
 			if !ok {
 				return false
@@ -116,9 +116,12 @@ func TestFencingPausedLeaderIsRefusedAfterItsSessionWasRevoked(t *testing.T) {
 	}
 	for _, tk := range tasks {
 		st, err := w.store.Get(t.Context(), tk.ID)
-		if err != nil || st.State != task.StateFired || st.Gen != 2 {
-			t.Errorf("%s: %v %v, want fired by B (generation 2)", tk.ID, st, err)
+		if err != nil || st.State != task.StateFired || st.Gen != 0 {
+			t.Errorf("%s: %v %v, want fired (generation 0: firing again keeps the generation)", tk.ID, st, err)
 		}
+	}
+	if ss, err := w.store.Stats(t.Context()); err != nil || ss[0].Firing != 0 {
+		t.Errorf("shard 0 still has takes in flight after B settled: %+v %v", ss, err)
 	}
 	snap := recs.snapshot()
 	r := check(tasks, snap)

@@ -391,7 +391,7 @@ func contract(tk *task.Task, rec *kgo.Record) string {
 		return "id/type headers"
 	case hdrInt(rec, fire.HeaderDueAt) != task.Millis(tk.DueAt):
 		return "dq-due-at " + hdr(rec, fire.HeaderDueAt)
-	case hdr(rec, fire.HeaderAttempt) != "1" || hdrInt(rec, fire.HeaderGen) < 1:
+	case hdr(rec, fire.HeaderAttempt) != "1" || hdr(rec, fire.HeaderGen) != "0": // a new task, fired (maybe again) without waiting again
 		return "attempt/gen " + hdr(rec, fire.HeaderAttempt) + "/" + hdr(rec, fire.HeaderGen)
 	case hdr(rec, fire.HeaderContentType) != tk.ContentType():
 		return "content type " + hdr(rec, fire.HeaderContentType)

@@ -79,11 +79,8 @@ type Poller struct {
 	hooks Hooks
 
 	// The fields below belong to Run's goroutine.
-	results  chan batchResult // finished batches; buffered Depth
-	inflight int
-	// unsettled are claims whose settle did not reach Redis; if a
-	// take returns them again, their lease expired: a reclaim.
-	unsettled   map[string]struct{}
+	results     chan batchResult // finished batches; buffered Depth
+	inflight    int
 	kafkaFailed bool // a batch came back with records Kafka did not confirm
 	kafkaRetry  backoff
 	fenced      bool
@@ -91,9 +88,8 @@ type Poller struct {
 
 // batchResult is what a batch in flight reports when it is done.
 type batchResult struct {
-	failed    int   // records Kafka did not confirm (released)
-	err       error // wraps redisstore.ErrFenced when the settle was refused
-	unsettled []string
+	failed int   // records Kafka did not confirm (released)
+	err    error // wraps redisstore.ErrFenced when the settle was refused
 }
 
 // NewPoller returns a poller; Run starts it.
@@ -126,7 +122,6 @@ func NewPoller(cfg Config) *Poller {
 	p := &Poller{
 		cfg: cfg, log: log.With("shard", cfg.Shard, "token", cfg.Token),
 		results:    make(chan batchResult, cfg.Depth),
-		unsettled:  map[string]struct{}{},
 		kafkaRetry: backoff{min: 50 * time.Millisecond, max: 2 * time.Second},
 	}
 	if cfg.Hooks != nil {
@@ -242,11 +237,6 @@ func (p *Poller) check(ctx context.Context) error {
 // handle takes in one finished batch.
 func (p *Poller) handle(r batchResult) error {
 	p.inflight--
-	if len(p.unsettled) < 100000 {
-		for _, id := range r.unsettled {
-			p.unsettled[id] = struct{}{}
-		}
-	}
 	if r.err != nil {
 		if errors.Is(r.err, redisstore.ErrFenced) {
 			return p.fencedErr("settle", r.err)
@@ -427,13 +417,8 @@ func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, replyAt tim
 	if m != nil {
 		m.BatchSize.Observe(float64(len(taken.Tasks)))
 	}
-	for _, t := range taken.Tasks {
-		if _, again := p.unsettled[t.ID]; again {
-			delete(p.unsettled, t.ID)
-			if m != nil {
-				m.LeaseReclaims.Inc()
-			}
-		}
+	if m != nil && taken.Reclaimed > 0 {
+		m.LeaseReclaims.Add(float64(taken.Reclaimed))
 	}
 	p.inflight++
 	go func() { p.results <- p.fire(ctx, taken, firedAt) }()
@@ -519,7 +504,7 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 			}
 			continue
 		}
-		rels = append(rels, redisstore.Fired{ID: t.ID, Gen: t.Gen, Lease: taken.Lease})
+		rels = append(rels, redisstore.Fired{ID: t.ID, Gen: t.Gen})
 	}
 	if m != nil {
 		m.Fired.Add(float64(acked))
@@ -535,15 +520,15 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.SettleTimeout)
 	defer cancel()
 	r := batchResult{failed: len(rels)}
-	r.err = p.settle(sctx, taken, rels, &r.unsettled)
+	r.err = p.settle(sctx, taken, rels)
 	return r
 }
 
 // settle releases the claims Kafka did not confirm and makes the rest of
 // the take fired (Store.Settle: one script call), retrying a little while
 // Redis is unreachable; claims it could not settle come back when their
-// lease runs out (their ids go to unsettled).
-func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []redisstore.Fired, unsettled *[]string) error {
+// lease runs out (a later take re-claims them: Taken.Reclaimed).
+func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []redisstore.Fired) error {
 	retry := backoff{min: 50 * time.Millisecond, max: time.Second}
 	for {
 		_, _, err := p.cfg.Store.Settle(ctx, p.cfg.Shard, p.cfg.Token, taken.Lease, failed)
@@ -559,9 +544,6 @@ func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []re
 		if ctx.Err() != nil || !sleepFor(ctx, retry.next()) {
 			p.log.Error("could not settle claims; they fire again when their lease ends",
 				"tasks", len(taken.Tasks), "released", len(failed), "err", err, "lease", p.cfg.Lease)
-			for _, t := range taken.Tasks {
-				*unsettled = append(*unsettled, t.ID)
-			}
 			return nil
 		}
 	}

@@ -119,7 +119,7 @@ func TestPollerFiresEveryTaskAtItsDueTimeWithThePinnedRecord(t *testing.T) {
 			t.Errorf("%s: fired early: due %d, dq-fired-at %d, timestamp %d", tk.ID, due, firedAt, r.Timestamp.UnixMilli())
 		case r.Timestamp.UnixMilli() != firedAt:
 			t.Errorf("%s: timestamp %d != dq-fired-at %d", tk.ID, r.Timestamp.UnixMilli(), firedAt)
-		case hdr(r, HeaderType) != "email.send" || hdr(r, HeaderAttempt) != "1" || hdr(r, HeaderGen) != "1":
+		case hdr(r, HeaderType) != "email.send" || hdr(r, HeaderAttempt) != "1" || hdr(r, HeaderGen) != "0":
 			t.Errorf("%s: type/attempt/gen headers %v", tk.ID, r.Headers)
 		case hdr(r, HeaderContentType) != tk.ContentType():
 			t.Errorf("%s: content type %q", tk.ID, hdr(r, HeaderContentType))
@@ -287,7 +287,7 @@ func TestPollerFencedLeaderCannotTakeOrAckAndStepsDown(t *testing.T) {
 		for _, tk := range tasks {
 			ok := false
 			for _, r := range recs.get(tk.ID) {
-				ok = ok || hdr(r, HeaderGen) == "2"
+				ok = ok || hdr(r, HeaderToken) == "20"
 			}
 			if !ok {
 				return false
@@ -310,8 +310,8 @@ func TestPollerFencedLeaderCannotTakeOrAckAndStepsDown(t *testing.T) {
 		t.Errorf("take with the old token: %v, want ErrFenced", err)
 	}
 	fired := []redisstore.Fired{{ID: claimed[0].ID, Gen: claimed[0].Gen}}
-	if _, err := f.store.Ack(t.Context(), 0, 10, fired); !errors.Is(err, redisstore.ErrFenced) {
-		t.Errorf("ack with the old token: %v, want ErrFenced", err)
+	if _, _, err := f.store.Settle(t.Context(), 0, 10, "1:1", fired); !errors.Is(err, redisstore.ErrFenced) {
+		t.Errorf("settle with the old token: %v, want ErrFenced", err)
 	}
 	if got := metricValue(f.m.Fenced); got != 1 {
 		t.Errorf("fenced_total = %v, want 1", got)
@@ -319,14 +319,15 @@ func TestPollerFencedLeaderCannotTakeOrAckAndStepsDown(t *testing.T) {
 	if got := metricValue(f.m.LeaseReclaims); got != float64(len(claimed)) {
 		t.Errorf("lease_reclaims_total = %v, want %d (the new leader's adopt)", got, len(claimed))
 	}
-	testenv.WaitFor(t, 5*time.Second, "all tasks fired state", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "all tasks fired, every take settled", func() bool {
 		for _, tk := range tasks {
 			st, err := f.store.Get(t.Context(), tk.ID)
-			if err != nil || st.State != task.StateFired || st.Gen != 2 {
+			if err != nil || st.State != task.StateFired || st.Gen != 0 {
 				return false
 			}
 		}
-		return true
+		ss, err := f.store.Stats(t.Context())
+		return err == nil && ss[0].Firing == 0
 	})
 	t.Logf("paused leader produced %d records that the new leader fired again (duplicates by design)", len(claimed))
 }

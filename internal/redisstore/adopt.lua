@@ -3,15 +3,23 @@
 -- again at once instead of waiting for their lease to run out. Bounded:
 -- the caller loops while remaining > 0.
 -- KEYS[1] inflight, KEYS[2] due, KEYS[3] fence
--- ARGV[1] token, ARGV[2] key prefix, ARGV[3] max
--- Returns {-1, stored_token} when fenced, else {moved, remaining}.
+-- ARGV[1] token, ARGV[2] key prefix, ARGV[3] max leases
+-- Returns {-1, stored_token} when fenced, else {moved, remaining leases}.
 local stale = fence(KEYS[3], tonumber(ARGV[1]))
 if stale then return {-1, stale} end
-local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)
-for _, id in ipairs(ids) do
-  redis.call('ZREM', KEYS[1], id)
-  local bkey = bucket(ARGV[2], id)
-  local v = redis.call('HGET', bkey, id)
-  if v then requeue(KEYS[2], bkey, id, v) end
+local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)
+local moved = 0
+for _, member in ipairs(members) do
+  local lkey = lease_key(ARGV[2], member)
+  local val = redis.call('GET', lkey)
+  redis.call('DEL', lkey)
+  redis.call('ZREM', KEYS[1], member)
+  if val then
+    lease_each(val, function(id, g)
+      local bkey = bucket(ARGV[2], id)
+      local v = redis.call('HGET', bkey, id)
+      if v and requeue(KEYS[2], bkey, id, v, g) then moved = moved + 1 end
+    end)
+  end
 end
-return {#ids, redis.call('ZCARD', KEYS[1])}
+return {moved, redis.call('ZCARD', KEYS[1])}

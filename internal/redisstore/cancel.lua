@@ -1,12 +1,13 @@
 -- cancel: a waiting task becomes cancelled; its record stays for the retention period.
 -- KEYS[1] due zset, KEYS[2] bucket hash, KEYS[3] done zset (id -> expiry ms)
 -- ARGV[1] id, ARGV[2] retention ms
--- Returns {code, state, due}: 1 cancelled, 0 not found, 4 conflict (not waiting).
+-- Returns {code, state, due}: 1 cancelled, 0 not found, 4 conflict (not
+-- waiting; state F when a leader took it).
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not v then return {0, '', 0} end
 local st, gen, att, due, body = parse(v)
 if st ~= 's' and st ~= 'r' then return {4, st, due} end
-redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return {4, 'F', due} end
 redis.call('HSET', KEYS[2], ARGV[1], record('c', gen, att, due, body))
 redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[2]), ARGV[1])
 return {1, 'c', due}

@@ -114,10 +114,15 @@ func (s *Store) fillClaims(res []ClaimResult, idx []int, shard int, cs []Claim, 
 		st, _ := a[3*j+1].(string)
 		r := ClaimResult{Code: ClaimCode(code), State: stateNames[st]}
 		if r.Code == Claimed {
+			// a fired task's record keeps its waiting state (see common.lua)
+			r.State = task.StateFired
 			rec, _ := a[3*j+2].(string)
 			t, err := decodeRecord(cs[i].ID, rec, shard)
 			if err != nil {
 				r.Err = err
+			}
+			if t != nil {
+				t.State = task.StateFired
 			}
 			r.Task = t
 		}

@@ -8,6 +8,9 @@
 -- Returns, per task, {code, state, record}: 1 claimed (record = the stored
 -- record), 0 not found, 5 stale generation, 6 not in a fired state (its
 -- outcome is stored), 7 held by another owner; record is '' unless claimed.
+-- A fired task's record is in a waiting state (s or r: the take does not
+-- rewrite it, see common.lua); the generation tells the current firing.
+-- (f and F are the fired states of records written before that change.)
 local out = {}
 local n = #KEYS / 2
 for i = 1, n do
@@ -20,7 +23,7 @@ for i = 1, n do
     local st, gen = parse(v)
     if gen ~= g then
       out[#out + 1] = 5; out[#out + 1] = st; out[#out + 1] = ''
-    elseif st ~= 'f' and st ~= 'F' then
+    elseif st ~= 's' and st ~= 'r' and st ~= 'f' and st ~= 'F' then
       out[#out + 1] = 6; out[#out + 1] = st; out[#out + 1] = ''
     else
       local cur = redis.call('GET', rkey)

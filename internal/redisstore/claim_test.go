@@ -77,7 +77,7 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 			}
 			if want == Claimed {
 				if r.Task == nil || r.Task.ID != cs[i].ID || r.Task.Gen != cs[i].Gen || r.Task.Type != "order.cancel" ||
-					string(r.Task.Payload) != `{"n":1}` || r.State != task.StateFiring {
+					string(r.Task.Payload) != `{"n":1}` || r.State != task.StateFired {
 					t.Fatalf("claimed task %d: %+v", i, r.Task)
 				}
 				if ttl := rdb.PTTL(t.Context(), s.RunKey(cs[i].ID, cs[i].Gen)).Val(); ttl <= 0 || ttl > time.Minute {

@@ -4,10 +4,16 @@
 --   field = task id
 --   value = <state: 1 byte> <gen: uint32> <attempt: uint16> <due ms: uint48> <body>
 -- (integers big-endian; see decodeRecord in store.go). state is one
--- character: s scheduled, r retrying, f firing, F fired, S succeeded, d dead,
--- c cancelled. body is the task's immutable encoding (package task), compared
--- byte for byte to recognise identical re-submits. The header is binary to
--- keep a pending task under 300 bytes of Redis memory.
+-- character: s scheduled, r retrying, S succeeded, d dead, c cancelled.
+-- A take does not rewrite the record: a task in state s or r that is not
+-- in its shard's due set was taken by a leader (fired, see taken()). Every
+-- change that puts a task back to waiting with something new (a retry, a
+-- deferral, a reschedule, an update, a redrive) increases gen, so a Kafka
+-- copy of an earlier generation is stale to the worker; a copy of the
+-- current generation was fired at or after the due time the record holds.
+-- body is the task's immutable encoding (package task), compared byte for
+-- byte to recognise identical re-submits. The header is binary to keep a
+-- pending task under 300 bytes of Redis memory.
 
 -- now_us is Redis' clock in microseconds as of the last now_ms() call.
 local now_us = nil
@@ -72,16 +78,47 @@ local function head(due_key)
   return nil
 end
 
--- requeue puts a firing record v back into the due set at its due time
--- (waiting state, same generation): what a release, a settle and an adopt
--- do with a claim Kafka did not confirm. With g, the record's generation
--- must be g. Returns whether it did.
+-- taken tells whether a waiting-state record (s or r) is out of the due
+-- set, i.e. a leader took it: it is reported as fired ('F').
+local function taken(due_key, id, st)
+  return (st == 's' or st == 'r') and not redis.call('ZSCORE', due_key, id)
+end
+
+-- requeue puts a taken task back into the due set at its due time: what a
+-- settle and an adopt do with a claim Kafka did not confirm. The record is
+-- not touched. Only a task still in a waiting state with generation g (the
+-- 4 bytes of the header when g is a string, else the number) is put back:
+-- a worker may have finished or retried it meanwhile. Returns whether it did.
 local function requeue(due_key, bkey, id, v, g)
-  local st, gen, att, due, body = parse(v)
-  if st ~= 'f' or (g and gen ~= g) then return false end
-  redis.call('HSET', bkey, id, record(waiting(att), gen, att, due, body))
+  local st = string.sub(v, 1, 1)
+  if st ~= 's' and st ~= 'r' then return false end
+  if type(g) == 'string' then
+    if string.sub(v, 2, 5) ~= g then return false end
+  elseif struct.unpack('>I4', v, 2) ~= g then
+    return false
+  end
+  local due = struct.unpack('>I6', v, 8)
   redis.call('ZADD', due_key, due_score(due, bkey), id)
   return true
+end
+
+-- A take's claims form one lease: a member "<seq>:<count>" of the shard's
+-- in-flight set, scored by its deadline (ms), and a string key
+-- prefix .. "lease:" .. seq holding "<id> <gen: 4 bytes>" for each task
+-- (ids have no white space). lease_key names it; lease_each calls f(id,
+-- gen bytes) for each task of its value.
+local function lease_key(prefix, member)
+  return prefix .. 'lease:' .. string.match(member, '^[^:]+')
+end
+
+local function lease_each(val, f)
+  local pos, n = 1, #val
+  while pos <= n do
+    local sp = string.find(val, ' ', pos, true)
+    if not sp then return end
+    f(string.sub(val, pos, sp - 1), string.sub(val, sp + 1, sp + 4))
+    pos = sp + 5
+  end
 end
 
 -- fence checks a leader's token against the shard's highest one, raising it.

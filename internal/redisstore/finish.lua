@@ -1,5 +1,5 @@
 -- finish: workers report the outcomes of fired tasks of one shard.
--- KEYS[1] inflight, KEYS[2] due, KEYS[3] done, KEYS[4] dead, KEYS[5] err hash,
+-- KEYS[1] (unused), KEYS[2] due, KEYS[3] done, KEYS[4] dead, KEYS[5] err hash,
 -- KEYS[4+2i] bucket hash of task i, KEYS[5+2i] run marker of task i
 -- ARGV[1] retention ms, ARGV[2] wake channel, ARGV[3] shard, then per task
 -- 6 values: id, gen, outcome (S succeeded | r retry (attempt+1) |
@@ -12,13 +12,15 @@
 -- One call per shard and batch: the fixed cost of a script call is paid
 -- once for all the outcomes a worker has ready, and the done-set and error
 -- writes of successes go out in one command each.
--- A lease the task may still hold (the leader had not settled its take yet)
--- is dropped.
+-- A fired task's record is in state s or r (see common.lua; f and F are
+-- accepted from records written before). A retry or a deferral goes back
+-- to the due set with the next generation, so that a Kafka copy of this
+-- firing is stale from then on. A task that a stray copy finished while it
+-- waited in the due set to fire again is dropped from there by the take.
 local old_head = head(KEYS[2])
 local now = nil
 local min_new = nil
 local out = {}
-local drop = {}
 local done, ndone = {}, 0
 local cleared = {}
 local n = (#ARGV - 3) / 6
@@ -38,10 +40,9 @@ for i = 1, n do
     state, rdue = st, due
     if gen ~= g then
       code = 5
-    elseif st ~= 'f' and st ~= 'F' then
+    elseif st ~= 's' and st ~= 'r' and st ~= 'f' and st ~= 'F' then
       code = 6
     else
-      drop[#drop + 1] = id
       now = now or now_ms()
       if outcome == 'S' then
         state = 'S'
@@ -67,7 +68,7 @@ for i = 1, n do
           redis.call('HSET', KEYS[5], id, errtext)
         end
         state, rdue = waiting(att), ndue
-        redis.call('HSET', bkey, id, record(state, gen, att, ndue, body))
+        redis.call('HSET', bkey, id, record(state, gen + 1, att, ndue, body))
         redis.call('ZADD', KEYS[2], due_score(ndue, bkey), id)
         if min_new == nil or ndue < min_new then min_new = ndue end
       end
@@ -77,7 +78,6 @@ for i = 1, n do
   out[#out + 1] = state
   out[#out + 1] = rdue
 end
-if #drop > 0 then redis.call('ZREM', KEYS[1], unpack(drop)) end
 if ndone > 0 then
   zadd_all(KEYS[3], done)
   redis.call('HDEL', KEYS[5], unpack(cleared))

@@ -18,12 +18,6 @@ import (
 //go:embed take.lua
 var takeLua string
 
-//go:embed ack.lua
-var ackLua string
-
-//go:embed release.lua
-var releaseLua string
-
 //go:embed adopt.lua
 var adoptLua string
 
@@ -31,11 +25,9 @@ var adoptLua string
 var settleLua string
 
 var (
-	takeScript    = script(plantLocalClock(takeLua))
-	ackScript     = script(ackLua)
-	releaseScript = script(releaseLua)
-	adoptScript   = script(adoptLua)
-	settleScript  = script(settleLua)
+	takeScript   = script(plantLocalClock(takeLua))
+	adoptScript  = script(adoptLua)
+	settleScript = script(settleLua)
 )
 
 // plantLocalClock is a planted bug (test builds only): the take trusts the
@@ -60,27 +52,27 @@ type Taken struct {
 	Now       time.Time // Redis' clock when the script ran (to the microsecond)
 	NextDue   time.Time // earliest due time still waiting (zero: none)
 	NextLease time.Time // earliest lease deadline in flight (zero: none)
-	Until     time.Time // the lease deadline of every claim of this take
-	// Lease is the lease score every claim of this take holds in the
-	// shard's in-flight set: Until in ms plus a fraction no other take in
-	// flight has (see take.lua). Settle and Ack name the take by it.
+	Until     time.Time // the deadline of this take's lease
+	// Lease names this take's lease in the shard's in-flight set
+	// ("<seq>:<count>", see take.lua); Settle names the take by it.
 	Lease string
-	Tasks []*task.Task // state firing, Gen already incremented
+	// Reclaimed is how many of Tasks (the first ones) came from leases
+	// that ran out: fired before, never settled.
+	Reclaimed int
+	Tasks     []*task.Task // state fired; the records as stored
 }
 
-// Fired names one fired copy of a task: its generation (for Release) and
-// the lease score of the take that claimed it (for Ack and Settle).
+// Fired names one fired copy of a task by its generation (for Settle).
 type Fired struct {
-	ID    string
-	Gen   uint64
-	Lease string
+	ID  string
+	Gen uint64
 }
 
-// Fired lists the claims of t, for Ack or Release.
+// Fired lists the claims of t, for Settle.
 func (t Taken) Fired() []Fired {
 	out := make([]Fired, len(t.Tasks))
 	for i, tk := range t.Tasks {
-		out[i] = Fired{ID: tk.ID, Gen: tk.Gen, Lease: t.Lease}
+		out[i] = Fired{ID: tk.ID, Gen: tk.Gen}
 	}
 	return out
 }
@@ -94,6 +86,9 @@ func fencedErr(v any) error {
 	}
 	return nil
 }
+
+// takeHeader is how many values come before the tasks in take.lua's reply.
+const takeHeader = 5
 
 // Take claims up to max due tasks of a shard (and tasks whose lease ran
 // out) with a lease, and says when the next task is due.
@@ -112,23 +107,24 @@ func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease
 		return Taken{}, err
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) < 4 || (len(a)-4)%2 != 0 {
+	if !ok || len(a) < takeHeader || (len(a)-takeHeader)%2 != 0 {
 		return Taken{}, fmt.Errorf("take shard %d: unexpected reply %v", shard, v)
 	}
 	nowUS, _ := a[0].(int64)
 	next, _ := a[1].(int64)
 	lease2, _ := a[2].(int64)
-	score, _ := a[3].(string)
+	member, _ := a[3].(string)
+	reclaimed, _ := a[4].(int64)
 	now := time.UnixMicro(nowUS).UTC()
-	out := Taken{Now: now, Until: task.FromMillis(nowUS/1000 + lease.Milliseconds()), Lease: score}
+	out := Taken{Now: now, Until: task.FromMillis(nowUS/1000 + lease.Milliseconds()), Lease: member, Reclaimed: int(reclaimed)}
 	if next >= 0 {
 		out.NextDue = task.FromMillis(next)
 	}
 	if lease2 >= 0 {
 		out.NextLease = task.FromMillis(lease2)
 	}
-	out.Tasks = make([]*task.Task, 0, (len(a)-4)/2)
-	for i := 4; i < len(a); i += 2 {
+	out.Tasks = make([]*task.Task, 0, (len(a)-takeHeader)/2)
+	for i := takeHeader; i < len(a); i += 2 {
 		id, _ := a[i].(string)
 		rec, _ := a[i+1].(string)
 		t, err := decodeRecord(id, rec, shard)
@@ -136,11 +132,12 @@ func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease
 			// A record this build cannot read must not block the shard:
 			// the caller dead-letters it and acks this generation.
 			if t == nil {
-				t = &task.Task{ID: id, Shard: shard, State: task.StateFiring}
+				t = &task.Task{ID: id, Shard: shard}
 			}
 			t.Type = ""
 			t.LastError = err.Error()
 		}
+		t.State = task.StateFired
 		out.Tasks = append(out.Tasks, t)
 	}
 	return out, nil
@@ -154,68 +151,13 @@ func (s *Store) purgeBudget(shard int) int {
 	return 0
 }
 
-func firedArgs(token int64, prefix string, fired []Fired) []any {
-	args := make([]any, 0, 2+2*len(fired))
-	args = append(args, token, prefix)
-	for _, f := range fired {
-		args = append(args, f.ID, f.Gen)
-	}
-	return args
-}
-
-func ackArgs(token int64, fired []Fired) []any {
-	args := make([]any, 0, 1+2*len(fired))
-	args = append(args, token)
-	for _, f := range fired {
-		args = append(args, f.ID, f.Lease)
-	}
-	return args
-}
-
-func count(v any) int {
-	if a, ok := v.([]any); ok && len(a) >= 1 {
-		n, _ := a[0].(int64)
-		return int(n)
-	}
-	return 0
-}
-
-// Ack records that Kafka confirmed these claims: it drops each lease that
-// is still the one of the claiming take (Fired.Lease), which makes the task
-// fired. It returns how many leases it dropped. A poller settles a whole
-// take with Settle instead.
-func (s *Store) Ack(ctx context.Context, shard int, token int64, fired []Fired) (int, error) {
-	v, err := s.run(ctx, ackScript, []string{s.k.inflight(shard), s.k.fence(shard)},
-		ackArgs(token, fired)...)
-	if err != nil {
-		return 0, fmt.Errorf("ack shard %d: %w", shard, err)
-	}
-	if err := fencedErr(v); err != nil {
-		return 0, err
-	}
-	return count(v), nil
-}
-
-// Release puts tasks that Kafka did not confirm back into the due set at
-// their due time.
-func (s *Store) Release(ctx context.Context, shard int, token int64, fired []Fired) (int, error) {
-	v, err := s.run(ctx, releaseScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard)},
-		firedArgs(token, s.k.prefix[shard], fired)...)
-	if err != nil {
-		return 0, fmt.Errorf("release shard %d: %w", shard, err)
-	}
-	if err := fencedErr(v); err != nil {
-		return 0, err
-	}
-	return count(v), nil
-}
-
 // Settle records the outcome of a take's produce: the claims in failed
 // (Kafka did not confirm them) go back to the due set at their due time,
-// then every other claim the take (named by its lease score, Taken.Lease)
-// still holds becomes fired, in one range removal instead of one check per
-// task. Claims re-taken since (their lease ran out) are left alone. It
-// returns how many tasks became fired and how many were released.
+// unless a worker finished or retried them meanwhile, and the take's lease
+// (Taken.Lease) is dropped, which makes the rest fired: O(1) besides the
+// failed ones. A take whose lease ran out and was re-claimed or adopted
+// since is left alone (0, 0). It returns how many tasks became fired and
+// how many were released.
 func (s *Store) Settle(ctx context.Context, shard int, token int64, lease string, failed []Fired) (fired, released int, err error) {
 	args := make([]any, 0, 3+2*len(failed))
 	args = append(args, token, s.k.prefix[shard], lease)
@@ -238,15 +180,19 @@ func (s *Store) Settle(ctx context.Context, shard int, token int64, lease string
 	return int(f), int(r), nil
 }
 
+// adoptLeasesPerCall bounds one adopt call: a lease holds up to a take's
+// batch of tasks (at most 5000).
+const adoptLeasesPerCall = 4
+
 // Adopt is a new leader's first act: store its token as the shard's fence
 // (refused when a higher one is stored) and put every task an earlier
-// leader had claimed but not acked back into the due set. It returns how
+// leader had claimed but not settled back into the due set. It returns how
 // many tasks it moved back.
 func (s *Store) Adopt(ctx context.Context, shard int, token int64) (int, error) {
 	moved := 0
 	for {
 		v, err := s.run(ctx, adoptScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard)},
-			token, s.k.prefix[shard], maxPerCall)
+			token, s.k.prefix[shard], adoptLeasesPerCall)
 		if err != nil {
 			return moved, fmt.Errorf("adopt shard %d: %w", shard, err)
 		}
@@ -260,7 +206,7 @@ func (s *Store) Adopt(ctx context.Context, shard int, token int64) (int, error) 
 		n, _ := a[0].(int64)
 		left, _ := a[1].(int64)
 		moved += int(n)
-		if left == 0 || n == 0 {
+		if left == 0 {
 			return moved, nil
 		}
 	}

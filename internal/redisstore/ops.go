@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,18 +35,7 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time, dela
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reschedule %s: %w", id, err)
 	}
-	due, err := codeResult(id, v)
-	return due, s.firedOrFiring(ctx, err)
-}
-
-// firedOrFiring refines a conflict on state firing into fired when the
-// task holds no lease any more (see refineFiring).
-func (s *Store) firedOrFiring(ctx context.Context, err error) error {
-	var se *StateError
-	if errors.As(err, &se) && se.State == task.StateFiring {
-		s.refineFiring(ctx, []Result{{ID: se.ID, Shard: s.Shard(se.ID), State: se.State, Err: err}})
-	}
-	return err
+	return codeResult(id, v)
 }
 
 // Cancel cancels a waiting task. Its record stays readable for the
@@ -57,18 +48,18 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 		return fmt.Errorf("cancel %s: %w", id, err)
 	}
 	_, err = codeResult(id, v)
-	return s.firedOrFiring(ctx, err)
+	return err
 }
 
 // Get reads one task with its state and last error.
 func (s *Store) Get(ctx context.Context, id string) (*task.Task, error) {
 	sh := s.Shard(id)
 	var rec, lastErr *redis.StringCmd
-	var lease *redis.FloatCmd
+	var due *redis.FloatCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		rec = p.HGet(ctx, s.k.bucket(sh, id), id)
 		lastErr = p.HGet(ctx, s.k.errs(sh), id)
-		lease = p.ZScore(ctx, s.k.inflight(sh), id)
+		due = p.ZScore(ctx, s.k.due(sh), id)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -86,8 +77,9 @@ func (s *Store) Get(ctx context.Context, id string) (*task.Task, error) {
 		return nil, err
 	}
 	t.LastError, _ = lastErr.Result()
-	if t.State == task.StateFiring && errors.Is(lease.Err(), redis.Nil) {
-		// The ack keeps state f and only drops the lease (see ack.lua).
+	if (t.State == task.StateScheduled || t.State == task.StateRetrying) && errors.Is(due.Err(), redis.Nil) {
+		// A take leaves the record as it is and only drops it from the
+		// due set (see common.lua).
 		t.State = task.StateFired
 	}
 	return t, nil
@@ -97,7 +89,7 @@ func (s *Store) Get(ctx context.Context, id string) (*task.Task, error) {
 type ShardStats struct {
 	Shard       int        `json:"shard"`
 	Scheduled   int64      `json:"scheduled"` // waiting in the due set (scheduled or retrying)
-	Firing      int64      `json:"firing"`
+	Firing      int64      `json:"firing"`    // in takes not settled yet (their lease is running)
 	Dead        int64      `json:"dead"`
 	EarliestDue *time.Time `json:"earliest_due,omitempty"`
 	Token       int64      `json:"leader_token"`
@@ -107,19 +99,20 @@ type ShardStats struct {
 func (s *Store) Stats(ctx context.Context) ([]ShardStats, error) {
 	n := s.k.shards
 	type cmds struct {
-		due, inflight, dead *redis.IntCmd
-		head                *redis.ZSliceCmd
-		fence               *redis.StringCmd
+		due, dead *redis.IntCmd
+		head      *redis.ZSliceCmd
+		leases    *redis.StringSliceCmd
+		fence     *redis.StringCmd
 	}
 	cs := make([]cmds, n)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range n {
 			cs[i] = cmds{
-				due:      p.ZCard(ctx, s.k.due(i)),
-				inflight: p.ZCard(ctx, s.k.inflight(i)),
-				dead:     p.ZCard(ctx, s.k.dead(i)),
-				head:     p.ZRangeWithScores(ctx, s.k.due(i), 0, 0),
-				fence:    p.Get(ctx, s.k.fence(i)),
+				due:    p.ZCard(ctx, s.k.due(i)),
+				leases: p.ZRange(ctx, s.k.inflight(i), 0, -1),
+				dead:   p.ZCard(ctx, s.k.dead(i)),
+				head:   p.ZRangeWithScores(ctx, s.k.due(i), 0, 0),
+				fence:  p.Get(ctx, s.k.fence(i)),
 			}
 		}
 		return nil
@@ -129,7 +122,7 @@ func (s *Store) Stats(ctx context.Context) ([]ShardStats, error) {
 	}
 	out := make([]ShardStats, n)
 	for i, c := range cs {
-		st := ShardStats{Shard: i, Scheduled: c.due.Val(), Firing: c.inflight.Val(), Dead: c.dead.Val()}
+		st := ShardStats{Shard: i, Scheduled: c.due.Val(), Firing: leaseTasks(c.leases.Val()), Dead: c.dead.Val()}
 		if h := c.head.Val(); len(h) == 1 {
 			t := task.FromMillis(int64(h[0].Score))
 			st.EarliestDue = &t
@@ -138,4 +131,16 @@ func (s *Store) Stats(ctx context.Context) ([]ShardStats, error) {
 		out[i] = st
 	}
 	return out, nil
+}
+
+// leaseTasks sums the task counts of lease members ("<seq>:<count>").
+func leaseTasks(members []string) int64 {
+	var n int64
+	for _, m := range members {
+		if _, c, ok := strings.Cut(m, ":"); ok {
+			v, _ := strconv.ParseInt(c, 10, 64)
+			n += v
+		}
+	}
+	return n
 }

@@ -1,11 +1,16 @@
 -- reschedule: move a waiting task to a new due time.
 -- KEYS[1] due zset, KEYS[2] bucket hash
 -- ARGV[1] id, ARGV[2] due (absolute ms or "+<ms>"), ARGV[3] wake channel, ARGV[4] shard
--- Returns {code, state, due}: 1 moved, 0 not found, 4 conflict (not waiting).
+-- Returns {code, state, due}: 1 moved, 0 not found, 4 conflict (not
+-- waiting; state F when a leader took it).
+-- The generation goes up: a Kafka copy of an earlier firing (one Kafka
+-- did not confirm, released to fire again) must not run before the new
+-- due time.
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not v then return {0, '', 0} end
 local st, gen, att, odue, body = parse(v)
 if st ~= 's' and st ~= 'r' then return {4, st, odue} end
+if taken(KEYS[1], ARGV[1], st) then return {4, 'F', odue} end
 local due
 if string.sub(ARGV[2], 1, 1) == '+' then
   due = now_ms() + tonumber(string.sub(ARGV[2], 2))
@@ -13,7 +18,7 @@ else
   due = tonumber(ARGV[2])
 end
 local old_head = head(KEYS[1])
-redis.call('HSET', KEYS[2], ARGV[1], record(st, gen, att, due, body))
+redis.call('HSET', KEYS[2], ARGV[1], record(st, gen + 1, att, due, body))
 redis.call('ZADD', KEYS[1], due_score(due, KEYS[2]), ARGV[1])
 wake(KEYS[1], ARGV[3], ARGV[4], due, old_head)
 return {1, st, due}

@@ -137,41 +137,7 @@ func (s *Store) Schedule(ctx context.Context, subs []Submit) ([]Result, error) {
 			}
 		}
 	}
-	s.refineFiring(ctx, res)
 	return res, firstErr
-}
-
-// refineFiring tells fired tasks from tasks still being fired among
-// results that report state firing: both are stored as state f, and only
-// a task still being fired holds a lease (see ack.lua). A rare path
-// (re-submits of fired tasks): one pipelined ZSCORE per such result.
-func (s *Store) refineFiring(ctx context.Context, res []Result) {
-	var idx []int
-	for i := range res {
-		if res[i].State == task.StateFiring {
-			idx = append(idx, i)
-		}
-	}
-	if len(idx) == 0 {
-		return
-	}
-	cmds := make([]*redis.FloatCmd, len(idx))
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for j, i := range idx {
-			cmds[j] = p.ZScore(ctx, s.k.inflight(res[i].Shard), res[i].ID)
-		}
-		return nil
-	})
-	for j, i := range idx {
-		if !errors.Is(cmds[j].Err(), redis.Nil) {
-			continue
-		}
-		res[i].State = task.StateFired
-		var se *StateError
-		if errors.As(res[i].Err, &se) {
-			se.State = task.StateFired
-		}
-	}
 }
 
 func (s *Store) fillSchedule(res []Result, idx []int, v any) error {

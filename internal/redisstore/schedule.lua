@@ -4,14 +4,16 @@
 -- ARGV[3i], ARGV[3i+1], ARGV[3i+2] (i = 1..n): id, due, body
 --   due is absolute unix ms, or "+<ms>" relative to Redis TIME.
 -- Returns per task {code, state, due}: code 1 created, 2 unchanged,
--- 3 updated (upsert of a waiting task), 4 conflict (task exists in another
--- state with different content).
+-- 3 updated (upsert of a waiting task, with the next generation), 4 conflict
+-- (task exists in another state with different content; state F when a
+-- leader took it).
 local due_key = KEYS[1]
 local old_head = head(due_key)
 local now = nil
 local min_new = nil
 local out = {}
 local zadd = {}
+local queued = {}
 local n = (#ARGV - 2) / 3
 for i = 1, n do
   local id, spec, body = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
@@ -28,17 +30,20 @@ for i = 1, n do
   -- the common case, a new id, costs one HSETNX
   if redis.call('HSETNX', bkey, id, record('s', 0, 1, due, body)) == 0 then
     local st, gen, att, odue, obody = parse(redis.call('HGET', bkey, id))
+    -- (an id written earlier in this call is not in the due set yet)
+    if not queued[id] and taken(due_key, id, st) then st = 'F' end
     state = st
     if obody == body and (relative or odue == due) then
       code, due = 2, odue
     elseif st == 's' or st == 'r' then
       code = 3
-      redis.call('HSET', bkey, id, record(st, gen, att, due, body))
+      redis.call('HSET', bkey, id, record(st, gen + 1, att, due, body))
     else
       code, due = 4, odue
     end
   end
   if code == 1 or code == 3 then
+    queued[id] = true
     zadd[#zadd + 1] = due_score(due, bkey)
     zadd[#zadd + 1] = id
     if min_new == nil or due < min_new then min_new = due end

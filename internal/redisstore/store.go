@@ -129,7 +129,8 @@ func (s *Store) Client() redis.UniversalClient { return s.rdb }
 func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
 
 var stateNames = map[string]task.State{
-	"s": task.StateScheduled, "r": task.StateRetrying, "f": task.StateFiring, "F": task.StateFired,
+	"s": task.StateScheduled, "r": task.StateRetrying, "F": task.StateFired,
+	"f": task.StateFired, // written by takes before they left records as they are
 	"S": task.StateSucceeded, "d": task.StateDead, "c": task.StateCancelled,
 }
 
@@ -153,7 +154,7 @@ func decodeRecord(id, rec string, shard int) (*task.Task, error) {
 	att := binary.BigEndian.Uint16(b[5:7])
 	due := int64(binary.BigEndian.Uint16(b[7:9]))<<32 | int64(binary.BigEndian.Uint32(b[9:13]))
 	t := &task.Task{ID: id, State: st, Gen: uint64(gen), Attempt: int(att), DueAt: task.FromMillis(due), Shard: shard}
-	if err := task.DecodeBody(b[recordHeader:], t); err != nil {
+	if err := task.DecodeBodyOwned(b[recordHeader:], t); err != nil {
 		return t, fmt.Errorf("record of %s: %w", id, err)
 	}
 	return t, nil

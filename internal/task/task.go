@@ -16,8 +16,7 @@ type State string
 const (
 	StateJournaled State = "journaled" // only in a daemon's local journal so far
 	StateScheduled State = "scheduled" // waiting in its shard's due set
-	StateFiring    State = "firing"    // claimed by a shard leader, lease running
-	StateFired     State = "fired"     // confirmed in Kafka
+	StateFired     State = "fired"     // taken by a shard leader: in Kafka, or being written there
 	StateSucceeded State = "succeeded" // a worker's handler finished
 	StateRetrying  State = "retrying"  // back in the due set with attempt+1
 	StateDead      State = "dead"      // out of attempts or failed permanently
@@ -59,7 +58,7 @@ type Task struct {
 
 	State     State
 	Attempt   int    // 1-based number of the current (or next) execution
-	Gen       uint64 // fire generation: increases every time the task is taken for firing
+	Gen       uint64 // generation: increases whenever the task waits again with something new (retry, deferral, reschedule, update, redrive); a Kafka copy of another generation is stale
 	Shard     int
 	LastError string
 }
