@@ -134,7 +134,7 @@ type BatchResult struct {
 type TaskInfo struct {
 	ID           string            `json:"id"`
 	Type         string            `json:"type"`
-	State        string            `json:"state"` // journaled, scheduled, firing, fired, succeeded, retrying, dead, cancelled
+	State        string            `json:"state"` // journaled, scheduled, fired, succeeded, retrying, dead, cancelled
 	DueAt        time.Time         `json:"due_at"`
 	Attempt      int               `json:"attempt"`
 	Shard        int               `json:"shard"`

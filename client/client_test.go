@@ -161,14 +161,15 @@ func TestClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	var gen uint64
+	taken := false
 	testenv.WaitFor(t, 5*time.Second, "d1 taken", func() bool {
 		tk, err := st.Take(ctx, st.Shard("d1"), 1, 100, time.Minute)
 		for _, x := range tk.Tasks {
 			if x.ID == "d1" {
-				gen = x.Gen
+				gen, taken = x.Gen, true
 			}
 		}
-		return err == nil && gen != 0
+		return err == nil && taken
 	})
 	if _, err := st.Finish(ctx, redisstore.Finish{ID: "d1", Gen: gen, Kind: redisstore.Dead, Error: "boom"}); err != nil {
 		t.Fatal(err)
