@@ -91,7 +91,7 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 	for len(items) > 0 {
 		cs = cs[:0]
 		for _, it := range items {
-			cs = append(cs, redisstore.Claim{ID: it.rec.id, Gen: it.rec.gen, TTL: it.timeout + w.cfg.ClaimMargin, Owner: it.cl.value})
+			cs = append(cs, redisstore.Claim{ID: it.rec.id, Gen: it.rec.gen, TTL: it.timeout + w.cfg.ClaimMargin, Owner: it.cl.value, Due: it.rec.dueAt})
 		}
 		res, err := w.store.ClaimMany(ctx, cs)
 		fault.Point("after-claim")

@@ -34,6 +34,12 @@ type Claim struct {
 	Gen   uint64
 	TTL   time.Duration
 	Owner string
+	// Due, when set, is the due time the fired copy carries (dq-due-at):
+	// a record that holds another due time is a stale copy, like one of
+	// another generation. (Generations restart at 0 when an id is used
+	// again after its record expired: the due time tells an old copy,
+	// replayed from Kafka, from the new task.)
+	Due time.Time
 }
 
 // ClaimCode is what ClaimMany decided for one task.
@@ -76,11 +82,15 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 	calls := s.groupCalls(len(cs), func(i int) string { return cs[i].ID },
 		func(sh int, idx []int) ([]string, []any) {
 			keys := make([]string, 0, 2*len(idx))
-			args := make([]any, 0, 4*len(idx))
+			args := make([]any, 0, 5*len(idx))
 			for _, i := range idx {
 				c := cs[i]
+				due := int64(-1)
+				if !c.Due.IsZero() {
+					due = task.Millis(c.Due)
+				}
 				keys = append(keys, s.k.bucket(sh, c.ID), s.RunKey(c.ID, c.Gen))
-				args = append(args, c.ID, c.Gen, max(c.TTL.Milliseconds(), 1), c.Owner)
+				args = append(args, c.ID, c.Gen, max(c.TTL.Milliseconds(), 1), c.Owner, due)
 			}
 			return keys, args
 		})

@@ -465,6 +465,29 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		}
 	})
 
+	t.Run("AnOldCopyOfAReusedIDIsStale", func(t *testing.T) {
+		// X ran and its record expired; a new task takes the id X (again
+		// generation 0) for later. A copy of the first X replayed from
+		// Kafka (an offset reset) must not run the new one early: its due
+		// time is not the record's.
+		t.Parallel()
+		s := newStore(t, rdb, Options{Shards: 1, Retention: time.Millisecond})
+		first := mk("x", time.Now().Add(-time.Second).Truncate(time.Millisecond))
+		schedule1(t, s, first)
+		tk := mustTake(t, s, 0, 1)
+		mustFinish(t, s, Finish{ID: "x", Gen: tk.Tasks[0].Gen, Kind: Succeeded})
+		testenv.WaitFor(t, 5*time.Second, "record expired", func() bool {
+			mustTake(t, s, 0, 1) // the take purges expired records
+			_, err := s.Get(t.Context(), "x")
+			return errors.Is(err, ErrNotFound)
+		})
+		schedule1(t, s, mk("x", time.Now().Add(time.Hour)))
+		res, err := s.ClaimMany(t.Context(), []Claim{{ID: "x", Gen: tk.Tasks[0].Gen, Due: first.DueAt, TTL: time.Minute, Owner: "w"}})
+		if err != nil || res[0].Code != ClaimStale {
+			t.Fatalf("claim of the old copy: %+v %v", res, err)
+		}
+	})
+
 	t.Run("ATaskAStrayCopyFinishedLeavesTheDueSet", func(t *testing.T) {
 		// X was released (Kafka did not confirm) but Kafka had it: a
 		// worker runs that copy while X waits to fire again. The next
