@@ -72,12 +72,15 @@ func BenchmarkThroughput(b *testing.B) {
 		b.ReportMetric(raw, "raw_msgs/s")
 		for _, c := range concurrency {
 			cpu0, pcpu0, t0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU(), time.Now()
+			mb0, mt0 := testenv.CPUTimes()
 			rate := workerConsume(b, k.Brokers, rdb, ns, "bench.c"+strconv.Itoa(c), n, c)
 			wall := time.Since(t0).Seconds()
 			busy := (testenv.RedisCPU(b, rdb) - cpu0).Seconds() / wall
 			pbusy := (testenv.ProcessCPU() - pcpu0).Seconds() / wall
-			fmt.Printf("  worker, no-op handler, concurrency %3d:                                          %8.0f tasks/s = %3.0f%% of raw (redis-server CPU %3.0f%% of a core, worker+kfake process %3.0f%%)\n",
-				c, rate, 100*rate/raw, 100*busy, 100*pbusy)
+			mb1, mt1 := testenv.CPUTimes()
+			mbusy := float64(mb1-mb0) / float64(max(mt1-mt0, 1))
+			fmt.Printf("  worker, no-op handler, concurrency %3d:                                          %8.0f tasks/s = %3.0f%% of raw (redis-server CPU %3.0f%% of a core, worker+kfake process %3.0f%%, machine %3.0f%% of all %d cores)\n",
+				c, rate, 100*rate/raw, 100*busy, 100*pbusy, 100*mbusy, runtime.NumCPU())
 			b.ReportMetric(rate, "c"+strconv.Itoa(c)+"_tasks/s")
 		}
 	}
