@@ -17,6 +17,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/delayq/delayq/internal/kfakefix"
 )
 
 // EtcdOptions configures StartEtcd.
@@ -243,6 +245,7 @@ func StartKafka(o KafkaOptions) (*KafkaBroker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start kafka: %w", err)
 	}
+	kfakefix.Install(c) // the consumer-group livelock, see the package
 	return &KafkaBroker{Cluster: c, Listen: bound, Advertised: advertised}, nil
 }
 

@@ -46,6 +46,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/delayq/delayq/internal/kfakefix"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -91,6 +93,7 @@ func StartKafkaPartitions(tb testing.TB, partitions int32, topics ...string) *Ka
 	if err != nil {
 		tb.Fatalf("testenv: start kfake cluster: %v", err)
 	}
+	kfakefix.Install(c) // the consumer-group livelock, see the package
 	tb.Cleanup(c.Close)
 	return &Kafka{Brokers: c.ListenAddrs(), Cluster: c}
 }
