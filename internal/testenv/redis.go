@@ -290,16 +290,6 @@ func RedisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// ProcessCPU is the CPU time this process used so far (user + system):
-// with RedisCPU around a phase it tells whether a benchmark is CPU-bound.
-func ProcessCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // CPUTimes reads the machine's busy and total CPU time from /proc/stat
 // (Linux; zeros elsewhere): with two readings a benchmark tells how busy
 // the whole machine was, kernel included, across all cores.
