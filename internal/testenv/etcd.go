@@ -181,6 +181,17 @@ func (e *Etcd) close() {
 				peerProxy.close()
 			})
 		}
+		select {
+		case <-srv.Server.ReadyNotify():
+		default:
+			// embed's Close first waits for its client servers, and they
+			// wait for the server to be ready or stopping: a member that
+			// never became ready (its cluster never reached quorum, e.g.
+			// when a peer's port was taken and StartEtcdCluster retries)
+			// would hang Close for good. Stopping the server first lets
+			// them end.
+			srv.Server.HardStop()
+		}
 		srv.Close() // raft is stopped once Close returns
 	}
 	wg.Wait()

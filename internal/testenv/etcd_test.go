@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -87,4 +89,33 @@ func TestEtcdClusterQuorumLoss(t *testing.T) {
 		return err == nil
 	})
 	t.Logf("first Put after restart in %v", time.Since(start))
+}
+
+// TestEtcdCloseOfAMemberThatNeverBecameReady: one member of a three-member
+// cluster whose peers never start has no quorum and is never ready; closing
+// it must still return (embed's Close alone waits for it forever, which
+// hung a CI run when StartEtcdCluster retried after a port collision).
+func TestEtcdCloseOfAMemberThatNeverBecameReady(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := newEtcdMember(t, "m0", dir)
+	peers := []string{"m0=" + m.PeerURL}
+	for _, name := range []string{"m1", "m2"} {
+		peers = append(peers, name+"=http://127.0.0.1:"+strconv.Itoa(FreePort(t)))
+	}
+	m.initialCluster = strings.Join(peers, ",")
+	m.token = "never-ready"
+	if err := m.launch(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.waitReady(500 * time.Millisecond); err == nil {
+		t.Fatal("a member without quorum became ready")
+	}
+	done := make(chan struct{})
+	go func() { m.close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("close of a member that never became ready did not return in 30s")
+	}
 }
