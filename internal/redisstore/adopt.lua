@@ -10,16 +10,8 @@ if stale then return {-1, stale} end
 local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)
 local moved = 0
 for _, member in ipairs(members) do
-  local lkey = lease_key(ARGV[2], member)
-  local val = redis.call('GET', lkey)
-  redis.call('DEL', lkey)
-  redis.call('ZREM', KEYS[1], member)
-  if val then
-    lease_each(val, function(id, g)
-      local bkey = bucket(ARGV[2], id)
-      local v = redis.call('HGET', bkey, id)
-      if v and requeue(KEYS[2], bkey, id, v, g) then moved = moved + 1 end
-    end)
-  end
+  drop_lease(KEYS[1], ARGV[2], member, function(id, bkey, v, g)
+    if requeue(KEYS[2], bkey, id, v, g) then moved = moved + 1 end
+  end)
 end
 return {moved, redis.call('ZCARD', KEYS[1])}

@@ -6,7 +6,7 @@
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not v then return {0, '', 0} end
 local st, gen, att, due, body = parse(v)
-if st ~= 's' and st ~= 'r' then return {4, st, due} end
+if not is_waiting(st) then return {4, st, due} end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return {4, 'F', due} end
 redis.call('HSET', KEYS[2], ARGV[1], record('c', gen, att, due, body))
 redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[2]), ARGV[1])

@@ -9,9 +9,7 @@
 -- Returns, per task, {code, state, record}: 1 claimed (record = the stored
 -- record), 0 not found, 5 stale generation, 6 not in a fired state (its
 -- outcome is stored), 7 held by another owner; record is '' unless claimed.
--- A fired task's record is in a waiting state (s or r: the take does not
--- rewrite it, see common.lua); the generation tells the current firing.
--- (f and F are the fired states of records written before that change.)
+-- The generation tells the current firing (see is_fired in common.lua).
 local out = {}
 local n = #KEYS / 2
 for i = 1, n do
@@ -24,7 +22,7 @@ for i = 1, n do
     local st, gen, _, due = parse(v)
     if gen ~= g or (cdue >= 0 and due ~= cdue) then
       out[#out + 1] = 5; out[#out + 1] = st; out[#out + 1] = ''
-    elseif st ~= 's' and st ~= 'r' and st ~= 'f' and st ~= 'F' then
+    elseif not is_fired(st) then
       out[#out + 1] = 6; out[#out + 1] = st; out[#out + 1] = ''
     else
       local cur = redis.call('GET', rkey)

@@ -42,6 +42,19 @@ local function bucket(prefix, id)
   return prefix .. 't:' .. (h % 1024)
 end
 
+-- is_waiting: a waiting-state record (scheduled or retrying), in the due
+-- set or taken out of it by a leader (see taken()).
+local function is_waiting(st)
+  return st == 's' or st == 'r'
+end
+
+-- is_fired: a record a worker may run or finish, given the copy's
+-- generation matches: a waiting-state one (a take leaves records as they
+-- are), or f/F, the fired states of records written before that change.
+local function is_fired(st)
+  return is_waiting(st) or st == 'f' or st == 'F'
+end
+
 -- waiting is the state of a task back in the due set.
 local function waiting(attempt)
   if attempt > 1 then return 'r' end
@@ -81,42 +94,51 @@ end
 -- taken tells whether a waiting-state record (s or r) is out of the due
 -- set, i.e. a leader took it: it is reported as fired ('F').
 local function taken(due_key, id, st)
-  return (st == 's' or st == 'r') and not redis.call('ZSCORE', due_key, id)
+  return is_waiting(st) and not redis.call('ZSCORE', due_key, id)
 end
 
 -- requeue puts a taken task back into the due set at its due time: what a
 -- settle and an adopt do with a claim Kafka did not confirm. The record is
 -- not touched. Only a task still in a waiting state with generation g (the
--- 4 bytes of the header when g is a string, else the number) is put back:
--- a worker may have finished or retried it meanwhile. Returns whether it did.
+-- header's 4 bytes, see gen_bytes) is put back: a worker may have finished
+-- or retried it meanwhile. Returns whether it did.
 local function requeue(due_key, bkey, id, v, g)
-  local st = string.sub(v, 1, 1)
-  if st ~= 's' and st ~= 'r' then return false end
-  if type(g) == 'string' then
-    if string.sub(v, 2, 5) ~= g then return false end
-  elseif struct.unpack('>I4', v, 2) ~= g then
-    return false
-  end
+  if not is_waiting(string.sub(v, 1, 1)) or string.sub(v, 2, 5) ~= g then return false end
   local due = struct.unpack('>I6', v, 8)
   redis.call('ZADD', due_key, due_score(due, bkey), id)
   return true
 end
 
+-- gen_bytes is a generation as the record header holds it (4 bytes).
+local function gen_bytes(g)
+  return struct.pack('>I4', g)
+end
+
 -- A take's claims form one lease: a member "<seq>:<count>" of the shard's
 -- in-flight set, scored by its deadline (ms), and a string key
 -- prefix .. "lease:" .. seq holding "<id> <gen: 4 bytes>" for each task
--- (ids have no white space). lease_key names it; lease_each calls f(id,
--- gen bytes) for each task of its value.
+-- (ids have no white space). lease_key names it.
 local function lease_key(prefix, member)
   return prefix .. 'lease:' .. string.match(member, '^[^:]+')
 end
 
-local function lease_each(val, f)
+-- drop_lease removes a lease (its in-flight member and its key), then
+-- calls f(id, bkey, record, gen bytes) for each of its tasks whose record
+-- still exists: what a re-claim (take) and an adopt do with it.
+local function drop_lease(inflight_key, prefix, member, f)
+  local lkey = lease_key(prefix, member)
+  local val = redis.call('GET', lkey)
+  redis.call('DEL', lkey)
+  redis.call('ZREM', inflight_key, member)
+  if not val then return end
   local pos, n = 1, #val
   while pos <= n do
     local sp = string.find(val, ' ', pos, true)
     if not sp then return end
-    f(string.sub(val, pos, sp - 1), string.sub(val, sp + 1, sp + 4))
+    local id = string.sub(val, pos, sp - 1)
+    local bkey = bucket(prefix, id)
+    local v = redis.call('HGET', bkey, id)
+    if v then f(id, bkey, v, string.sub(val, sp + 1, sp + 4)) end
     pos = sp + 5
   end
 end

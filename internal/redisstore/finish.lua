@@ -17,7 +17,9 @@
 -- to the due set with the next generation, so that a Kafka copy of this
 -- firing is stale from then on. A task that a stray copy finished while it
 -- waited in the due set to fire again is dropped from there by the take.
-local old_head = head(KEYS[2])
+-- the due set's head before this call, read only when a retry or a
+-- deferral is about to change it (most calls store successes only)
+local old_head, head_read = nil, false
 local now = nil
 local min_new = nil
 local out = {}
@@ -40,7 +42,7 @@ for i = 1, n do
     state, rdue = st, due
     if gen ~= g then
       code = 5
-    elseif st ~= 's' and st ~= 'r' and st ~= 'f' and st ~= 'F' then
+    elseif not is_fired(st) then
       code = 6
     else
       now = now or now_ms()
@@ -69,6 +71,7 @@ for i = 1, n do
         end
         state, rdue = waiting(att), ndue
         redis.call('HSET', bkey, id, record(state, gen + 1, att, ndue, body))
+        if not head_read then old_head, head_read = head(KEYS[2]), true end
         redis.call('ZADD', KEYS[2], due_score(ndue, bkey), id)
         if min_new == nil or ndue < min_new then min_new = ndue end
       end

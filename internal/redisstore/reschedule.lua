@@ -9,7 +9,7 @@
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not v then return {0, '', 0} end
 local st, gen, att, odue, body = parse(v)
-if st ~= 's' and st ~= 'r' then return {4, st, odue} end
+if not is_waiting(st) then return {4, st, odue} end
 if taken(KEYS[1], ARGV[1], st) then return {4, 'F', odue} end
 local due
 if string.sub(ARGV[2], 1, 1) == '+' then

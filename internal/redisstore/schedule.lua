@@ -35,7 +35,7 @@ for i = 1, n do
     state = st
     if obody == body and (relative or odue == due) then
       code, due = 2, odue
-    elseif st == 's' or st == 'r' then
+    elseif is_waiting(st) then
       code = 3
       redis.call('HSET', bkey, id, record(st, gen + 1, att, due, body))
     else

@@ -16,7 +16,7 @@ for i = 4, #ARGV, 2 do
   local id = ARGV[i]
   local bkey = bucket(ARGV[2], id)
   local v = redis.call('HGET', bkey, id)
-  if v and requeue(KEYS[2], bkey, id, v, tonumber(ARGV[i + 1])) then
+  if v and requeue(KEYS[2], bkey, id, v, gen_bytes(tonumber(ARGV[i + 1]))) then
     released = released + 1
   end
 end

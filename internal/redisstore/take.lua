@@ -60,19 +60,12 @@ if l[2] and tonumber(l[2]) <= now then
   local expired = redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', 'LIMIT', 0, max)
   for _, member in ipairs(expired) do
     if #claims >= max then break end
-    local lkey = lease_key(prefix, member)
-    local val = redis.call('GET', lkey)
-    redis.call('DEL', lkey)
-    redis.call('ZREM', KEYS[2], member)
-    if val then
-      lease_each(val, function(id, g)
-        local v = redis.call('HGET', bucket(prefix, id), id)
-        -- still taken, same generation: Kafka may never have had it
-        if v and string.sub(v, 2, 5) == g and taken(KEYS[1], id, string.sub(v, 1, 1)) then
-          claim(id, v)
-        end
-      end)
-    end
+    drop_lease(KEYS[2], prefix, member, function(id, _, v, g)
+      -- still taken, same generation: Kafka may never have had it
+      if string.sub(v, 2, 5) == g and taken(KEYS[1], id, string.sub(v, 1, 1)) then
+        claim(id, v)
+      end
+    end)
   end
   out[5] = #claims
 end
@@ -93,10 +86,7 @@ if h and h <= now and left > 0 then
     local v = redis.call('HGET', bkey, id)
     -- a record in another state (a stray Kafka copy finished it while it
     -- waited to fire again) just leaves the due set
-    if v then
-      local st = string.sub(v, 1, 1)
-      if st == 's' or st == 'r' then claim(id, v) end
-    end
+    if v and is_waiting(string.sub(v, 1, 1)) then claim(id, v) end
   end
   if k < left then h = head(KEYS[1]) end
 end
