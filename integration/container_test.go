@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delayq/delayq/deploy/compose"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // Images the container tier runs; deploy/build-images.sh builds them with
@@ -108,7 +109,7 @@ func buildImages(t *testing.T) {
 		cmd := exec.Command("bash", filepath.Join(root, "deploy", "build-images.sh"), "--redis")
 		cmd.Dir = root
 		// The docker CLI must talk to the engine testcontainers found.
-		cmd.Env = append(os.Environ(), "GO="+goTool(), "DOCKER_HOST="+dockerEngine.dc.DaemonHost())
+		cmd.Env = append(os.Environ(), "GO="+testenv.GoTool(), "DOCKER_HOST="+dockerEngine.dc.DaemonHost())
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			images.err = fmt.Errorf("deploy/build-images.sh: %v\n%s", err, out)

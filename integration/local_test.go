@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -52,19 +53,13 @@ func buildLocal() (map[Role]string, map[Role]error) {
 			return
 		}
 		build := func(roles ...Role) error {
-			// Built like the images (static, -trimpath), so that
-			// deploy/build-images.sh reuses the compiled packages.
-			args := []string{"build", "-trimpath", "-o", dir + string(filepath.Separator)}
-			for _, r := range roles {
-				args = append(args, "./cmd/"+string(r))
+			// Built like the images, so that deploy/build-images.sh
+			// reuses the compiled packages.
+			pkgs := make([]string, len(roles))
+			for i, r := range roles {
+				pkgs[i] = "./cmd/" + string(r)
 			}
-			cmd := exec.Command(goTool(), args...)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-			}
-			return nil
+			return testenv.GoBuild(context.Background(), root, dir, "", pkgs...)
 		}
 		start := time.Now()
 		if err := build(Roles...); err != nil {
@@ -81,14 +76,6 @@ func buildLocal() (map[Role]string, map[Role]error) {
 		fmt.Fprintf(os.Stderr, "integration: built the binaries in %.1fs\n", time.Since(start).Seconds())
 	})
 	return b.path, b.err
-}
-
-// goTool is the go command of the toolchain running the tests.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
 // moduleRoot is the directory holding go.mod (tests run in integration/).

@@ -4,14 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -78,22 +78,9 @@ func binaries(t testing.TB, tags string) map[role]string {
 			b.err = err
 			return
 		}
-		args := []string{"build", "-trimpath"}
-		if tags != "" {
-			args = append(args, "-tags", tags)
-		}
-		args = append(args, "-o", b.dir+string(filepath.Separator), "./cmd/daemon", "./cmd/event", "./cmd/work")
-		ctx, cancel := context.WithTimeout(context.Background(), buildLimit)
+		ctx, cancel := context.WithTimeoutCause(context.Background(), buildLimit, fmt.Errorf("not done after %v", buildLimit))
 		defer cancel()
-		cmd := exec.CommandContext(ctx, goTool(), args...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		cmd.WaitDelay = 10 * time.Second
-		if out, err := cmd.CombinedOutput(); err != nil {
-			if ctx.Err() != nil {
-				err = fmt.Errorf("%w: not done after %v", err, buildLimit)
-			}
-			b.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		if b.err = testenv.GoBuild(ctx, root, b.dir, tags, "./cmd/daemon", "./cmd/event", "./cmd/work"); b.err != nil {
 			return
 		}
 		b.path = map[role]string{}
@@ -106,12 +93,4 @@ func binaries(t testing.TB, tags string) map[role]string {
 		t.Fatalf("chaos: build binaries: %v", b.err)
 	}
 	return b.path
-}
-
-// goTool is the go command of the toolchain running the tests.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }

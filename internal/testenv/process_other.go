@@ -13,3 +13,6 @@ func sysProcAttr() *syscall.SysProcAttr { return nil }
 
 // ProcessCPU is zero here: only Linux builds read it (getrusage).
 func ProcessCPU() time.Duration { return 0 }
+
+// CPUTimes is zero here: only Linux builds read it (/proc/stat).
+func CPUTimes() (busy, total uint64) { return 0, 0 }

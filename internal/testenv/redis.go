@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -288,27 +287,4 @@ func RedisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
-}
-
-// CPUTimes reads the machine's busy and total CPU time from /proc/stat
-// (Linux; zeros elsewhere): with two readings a benchmark tells how busy
-// the whole machine was, kernel included, across all cores.
-func CPUTimes() (busy, total uint64) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0
-	}
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseUint(v, 10, 64)
-		total += n
-		if i != 3 && i != 4 { // idle, iowait
-			busy += n
-		}
-	}
-	return busy, total
 }
