@@ -65,10 +65,12 @@ func BenchmarkThroughput(b *testing.B) {
 
 	b.ResetTimer()
 	for range b.N {
+		pcpu0 := testenv.ProcessCPU()
 		raw := rawConsume(b, k.Brokers, "bench.raw", n)
+		rawCPU := (testenv.ProcessCPU() - pcpu0) / time.Duration(n)
 		fmt.Printf("\nThroughput, %d records per run, one kfake broker (4 partitions, in this process) + one redis-server, GOMAXPROCS=%d\n",
 			n, runtime.GOMAXPROCS(0))
-		fmt.Printf("  raw kafka-go Reader (group, FetchMessage + CommitMessages, CommitInterval 100ms): %8.0f msgs/s\n", raw)
+		fmt.Printf("  raw kafka-go Reader (group, FetchMessage + CommitMessages, CommitInterval 100ms): %8.0f msgs/s (%.2fus of CPU per record: kafka-go and kfake)\n", raw, float64(rawCPU.Nanoseconds())/1000)
 		b.ReportMetric(raw, "raw_msgs/s")
 		for _, c := range concurrency {
 			cpu0, pcpu0, t0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU(), time.Now()
@@ -81,6 +83,11 @@ func BenchmarkThroughput(b *testing.B) {
 			mbusy := float64(mb1-mb0) / float64(max(mt1-mt0, 1))
 			fmt.Printf("  worker, no-op handler, concurrency %3d:                                          %8.0f tasks/s = %3.0f%% of raw (redis-server CPU %3.0f%% of a core, worker+kfake process %3.0f%%, machine %3.0f%% of all %d cores)\n",
 				c, rate, 100*rate/raw, 100*busy, 100*pbusy, 100*mbusy, runtime.NumCPU())
+			// CPU per task = busy share x wall / n: what 50% of raw's
+			// rate would cost in cores at this CPU per task
+			taskCPU := (busy + pbusy) * wall / float64(n) * 1e6
+			fmt.Printf("      CPU per task %.2fus (redis-server %.2f + worker and kfake %.2f); 50%% of raw (%.0f tasks/s) would need %.1f cores at that cost (this machine: %d)\n",
+				taskCPU, busy*wall/float64(n)*1e6, pbusy*wall/float64(n)*1e6, raw/2, raw/2*taskCPU/1e6, runtime.NumCPU())
 			b.ReportMetric(rate, "c"+strconv.Itoa(c)+"_tasks/s")
 		}
 	}

@@ -208,13 +208,16 @@ func benchBurst(b *testing.B) {
 		w.kafka.CreateTopic(b, "bench.drain."+strconv.Itoa(r), 4)
 	}
 	w.kafka.CreateTopic(b, "bench.raw.one", 4)
-	rawRate := func(workers int, topic string) float64 {
+	// rawRate returns records/s and the CPU of this process per record
+	// (kafka-go and kfake: what the broker and client cost in both runs).
+	rawRate := func(workers int, topic string) (float64, time.Duration) {
 		for i := range msgs {
 			msgs[i].Topic = topic
 		}
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		var failed atomic.Int64
+		pcpu0 := testenv.ProcessCPU()
 		start := time.Now()
 		for range workers {
 			wg.Go(func() {
@@ -235,14 +238,14 @@ func benchBurst(b *testing.B) {
 		if failed.Load() > 0 {
 			b.Fatalf("raw produce: %d failed", failed.Load())
 		}
-		return float64(n) / time.Since(start).Seconds()
+		return float64(n) / time.Since(start).Seconds(), (testenv.ProcessCPU() - pcpu0) / n
 	}
 
 	// The machine's speed drifts by a third within a minute (the raw rate
 	// of one pass went from 180k to 400k records/s between passes), so
 	// drain and raw take turns: rounds of one drain then one raw pass, and
 	// the target compares the medians.
-	var drains, raws []float64
+	var drains, raws, cores []float64
 	for r := range rounds {
 		tasks := make([]*task.Task, n)
 		due := time.Now().Truncate(time.Millisecond)
@@ -259,8 +262,12 @@ func benchBurst(b *testing.B) {
 		if r == 0 {
 			stopProfile = profileDrain(b)
 		}
-		var first atomic.Int64
-		hooks := &fire.Hooks{BeforeTake: func(int, int64) { first.CompareAndSwap(0, time.Now().UnixNano()) }}
+		var first, pcpu0 atomic.Int64 // the first take: when, and this process' CPU then
+		hooks := &fire.Hooks{BeforeTake: func(int, int64) {
+			if first.CompareAndSwap(0, time.Now().UnixNano()) {
+				pcpu0.Store(int64(testenv.ProcessCPU()))
+			}
+		}}
 		acfg := benchConfig(w, "bench-burst-"+strconv.Itoa(r))
 		acfg.DefaultTopic = "bench.drain." + strconv.Itoa(r)
 		a := w.startAppConfig(acfg, WithFireHooks(hooks))
@@ -276,31 +283,39 @@ func benchBurst(b *testing.B) {
 		}
 		stopProfile()
 		drain := end.Sub(time.Unix(0, first.Load()))
-		redisBusy := testenv.RedisCPU(b, w.store.Client()) - cpu0
+		redisBusy, procBusy := testenv.RedisCPU(b, w.store.Client())-cpu0, testenv.ProcessCPU()-time.Duration(pcpu0.Load())
 		_, bc1, bu1 := commandStats(b, w.store.Client())
 		drainRate := float64(n) / drain.Seconds()
 		batches := metric(b, a.Addr(), "delayq_fire_batch_size_count")
 		a.stop(b)
-		raw := rawRate(16, "bench.raw."+strconv.Itoa(r))
+		raw, rawCPU := rawRate(16, "bench.raw."+strconv.Itoa(r))
 		drains, raws = append(drains, drainRate), append(raws, raw)
+		drainCPU := (redisBusy + procBusy) / n
+		cores = append(cores, raw/2*drainCPU.Seconds())
 
 		say(b, "(b) round %d: scheduled %d tasks (all due at once) in %v; drain %v = %.0f tasks/s (%v takes, mean batch %.0f); redis-server CPU %v (%.0f%% of one core); raw kafka-go right after: %.0f records/s; drain = %.0f%% of raw",
 			r+1, n, scheduled.Round(time.Millisecond), drain.Round(time.Millisecond), drainRate, batches, float64(n)/max(batches, 1),
 			redisBusy.Round(time.Millisecond), 100*redisBusy.Seconds()/drain.Seconds(), raw, 100*drainRate/raw)
+		say(b, "(b) round %d, CPU per task: drain %.2fus (redis-server %.2f + this process %.2f: event process, kafka-go, kfake), raw %.2fus per record (kafka-go, kfake); 50%% of raw (%.0f tasks/s) would need %.1f cores at the drain's cost (this machine: %d)",
+			r+1, us(drainCPU), us(redisBusy/n), us(procBusy/n), us(rawCPU), raw/2, cores[r], runtime.NumCPU())
 		if r == 0 {
 			say(b, "(b) round 1, redis by command: %s", commandDelta(bc0, bu0, bc1, bu1))
 		}
 	}
-	raw1 := rawRate(1, "bench.raw.one")
+	raw1, _ := rawRate(1, "bench.raw.one")
 	slices.Sort(drains)
 	slices.Sort(raws)
 	drainRate, raw16 := drains[rounds/2], raws[rounds/2]
 	say(b, "(b) drain, median of %d rounds: %.0f tasks/s (%.0f..%.0f)", rounds, drainRate, drains[0], drains[rounds-1])
 	say(b, "(b) raw kafka-go to the same broker, same writer settings and records, 16 writers of 500-record batches, median of %d passes: %.0f records/s (%.0f..%.0f); one writer: %.0f", rounds, raw16, raws[0], raws[rounds-1], raw1)
-	say(b, "(b) drain rate = %.0f%% of the raw 16-writer rate (target >= 50%%)", 100*drainRate/raw16)
+	slices.Sort(cores)
+	say(b, "(b) drain rate = %.0f%% of the raw 16-writer rate (target >= 50%%); cores 50%% of raw would need at the drain's CPU per task, median: %.1f", 100*drainRate/raw16, cores[rounds/2])
 	b.ReportMetric(drainRate, "drain-tasks/s")
 	b.ReportMetric(raw16, "raw-records/s")
 }
+
+// us is d in microseconds.
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
 // profileDrain writes a CPU profile of this process (event process, kfake)
 // during the drain to $DQ_BENCH_DRAIN_PROFILE, when set.
