@@ -4,7 +4,7 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-write bench-fire bench-work bench-memory chaos fuzz clean
+.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-write bench-fire bench-work bench-floor bench-memory chaos fuzz clean
 
 all: build
 
@@ -58,7 +58,7 @@ bench-short:
 	$(GO) -C bench run ./cmd/compare -short
 
 # delayq's own benchmarks, each against its issue's target.
-bench-internal: bench-memory bench-write bench-fire bench-work
+bench-internal: bench-memory bench-write bench-fire bench-work bench-floor
 
 bench-memory:
 	$(GO) test ./internal/redisstore -run '^$$' -bench BenchmarkMemoryPerTask -benchtime 1x -count 1
@@ -71,6 +71,10 @@ bench-fire:
 
 bench-work:
 	$(GO) test ./worker -run '^$$' -bench 'BenchmarkThroughput' -benchtime 1x -count 1 -timeout 20m
+
+# The least Redis work of the take, claim and finish, next to the real ones.
+bench-floor:
+	$(GO) test ./internal/redisstore -run '^$$' -bench 'BenchmarkRedisFloor' -benchtime 1x -count 1
 
 fuzz:
 	$(GO) test ./internal/task -run '^$$' -fuzz FuzzDecodeBody -fuzztime 30s
