@@ -87,19 +87,7 @@ func BenchmarkTakeAck(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		payload := bytes.Repeat([]byte("p"), 100)
-		due := time.Now().Add(-time.Second)
-		subs := make([]Submit, 0, 1000)
-		for i := 0; i < n; i += 1000 {
-			subs = subs[:0]
-			for j := i; j < i+1000; j++ {
-				id := fmt.Sprintf("0192d3f4-%04x-7abc-8def-%012d", j%65536, j)
-				subs = append(subs, Submit{Task: &task.Task{ID: id, Type: "bench", Payload: payload, DueAt: due}})
-			}
-			if _, err := s.Schedule(b.Context(), subs); err != nil {
-				b.Fatal(err)
-			}
-		}
+		scheduleBench(b, s, n, time.Now().Add(-time.Second))
 		type took struct {
 			shard int
 			lease string
@@ -143,4 +131,26 @@ func BenchmarkTakeAck(b *testing.B) {
 		b.ReportMetric(ackUS, "settle-redis-us/task")
 		b.Logf("method: %d tasks due now, takes of %d then settles, redis-server CPU (INFO cpu) per task: take %.2f us, settle %.2f us", n, batch, takeUS, ackUS)
 	}
+}
+
+// scheduleBench schedules n tasks due at due (36-character UUID-like ids,
+// 100-byte payload, type "bench") in calls of 1000 and returns their ids
+// by shard.
+func scheduleBench(b *testing.B, s *Store, n int, due time.Time) [][]string {
+	b.Helper()
+	payload := bytes.Repeat([]byte("p"), 100)
+	ids := make([][]string, s.k.shards)
+	subs := make([]Submit, 0, 1000)
+	for i := 0; i < n; i += 1000 {
+		subs = subs[:0]
+		for j := i; j < min(i+1000, n); j++ {
+			id := fmt.Sprintf("0192d3f4-%04x-7abc-8def-%012d", j%65536, j)
+			ids[s.Shard(id)] = append(ids[s.Shard(id)], id)
+			subs = append(subs, Submit{Task: &task.Task{ID: id, Type: "bench", Payload: payload, DueAt: due}})
+		}
+		if _, err := s.Schedule(b.Context(), subs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ids
 }

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -98,21 +97,7 @@ func BenchmarkRedisFloor(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			payload := bytes.Repeat([]byte("p"), 100)
-			ids := make([][]string, shards)
-			subs := make([]Submit, 0, 1000)
-			for i := 0; i < n; i += 1000 {
-				subs = subs[:0]
-				for j := i; j < i+1000; j++ {
-					id := fmt.Sprintf("0192d3f4-%04x-7abc-8def-%012d", j%65536, j)
-					ids[s.Shard(id)] = append(ids[s.Shard(id)], id)
-					subs = append(subs, Submit{Task: &task.Task{ID: id, Type: "bench", Payload: payload, DueAt: due}})
-				}
-				if _, err := s.Schedule(b.Context(), subs); err != nil {
-					b.Fatal(err)
-				}
-			}
-			return s, ids
+			return s, scheduleBench(b, s, n, due)
 		}
 		// measure runs f and returns redis-server CPU per task
 		measure := func(name string, f func()) float64 {
