@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delayq/delayq/internal/redisstore"
@@ -42,7 +43,7 @@ func BenchmarkThroughput(b *testing.B) {
 	rds := testenv.StartRedis(b)
 	rdb := rds.Client(b)
 	concurrency := []int{16, 64, 256} // 16 is the default
-	topics := []string{"bench.raw"}
+	topics := []string{"bench.raw", "bench.ideal"}
 	for _, c := range concurrency {
 		topics = append(topics, "bench.c"+strconv.Itoa(c))
 	}
@@ -72,6 +73,11 @@ func BenchmarkThroughput(b *testing.B) {
 			n, runtime.GOMAXPROCS(0))
 		fmt.Printf("  raw kafka-go Reader (group, FetchMessage + CommitMessages, CommitInterval 100ms): %8.0f msgs/s (%.2fus of CPU per record: kafka-go and kfake)\n", raw, float64(rawCPU.Nanoseconds())/1000)
 		b.ReportMetric(raw, "raw_msgs/s")
+		cpu0, pcpu0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU()
+		ideal := idealConsume(b, k.Brokers, rdb, "bench.ideal", n)
+		fmt.Printf("  ideal worker (the same Reader; per micro-batch one ZMSCORE done-check and one ZADD done-marker of <id>:<gen>, nothing else): %8.0f tasks/s = %3.0f%% of raw (CPU per task: redis-server %.2fus, this process %.2fus)\n",
+			ideal, 100*ideal/raw, float64((testenv.RedisCPU(b, rdb)-cpu0).Nanoseconds())/1000/float64(n), float64((testenv.ProcessCPU()-pcpu0).Nanoseconds())/1000/float64(n))
+		b.ReportMetric(ideal, "ideal_tasks/s")
 		for _, c := range concurrency {
 			cpu0, pcpu0, t0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU(), time.Now()
 			mb0, mt0 := testenv.CPUTimes()
@@ -114,6 +120,81 @@ func rawConsume(b *testing.B, brokers []string, topic string, n int) float64 {
 		if err := r.CommitMessages(ctx, m); err != nil {
 			b.Fatalf("raw commit: %v", err)
 		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// idealConsume is the least a worker that keeps issue #4's promise (a
+// done-marker per task id and generation, so that a redelivered record is
+// not run again) can do: the raw Reader, micro-batches of what FetchMessage
+// returns within a millisecond (at most 512), one ZMSCORE of the batch's
+// "<id>:<gen>" on one done set before the no-op handlers and one ZADD
+// after, then the commit. No claim against a concurrent run, no generation
+// check against the record, no outcome other than success, one Redis key
+// instead of one per shard: an upper bound for any design, not a worker.
+// It returns tasks per second (from reader creation to the n-th commit).
+func idealConsume(b *testing.B, brokers []string, rdb redisClient, topic string, n int) float64 {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: brokers, GroupID: "ideal-" + topic, GroupTopics: []string{topic},
+		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 500 * time.Millisecond,
+		CommitInterval: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,
+		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second,
+	})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(b.Context(), 2*time.Minute)
+	defer cancel()
+	doneKey := "bench:ideal:done:" + strconv.Itoa(int(rand.Uint32()))
+	start := time.Now()
+	batch := make([]kafka.Message, 0, 512)
+	members := make([]string, 0, 512)
+	zs := make([]redis.Z, 0, 512)
+	for got := 0; got < n; {
+		batch, members, zs = batch[:0], members[:0], zs[:0]
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			b.Fatalf("ideal fetch %d: %v", got, err)
+		}
+		batch = append(batch, m)
+		fctx, fcancel := context.WithTimeout(ctx, time.Millisecond)
+		for len(batch) < cap(batch) && got+len(batch) < n {
+			m, err := r.FetchMessage(fctx)
+			if err != nil {
+				break
+			}
+			batch = append(batch, m)
+		}
+		fcancel()
+		for _, m := range batch {
+			var id, gen string
+			for _, h := range m.Headers {
+				switch h.Key {
+				case worker.HeaderID:
+					id = string(h.Value)
+				case worker.HeaderGen:
+					gen = string(h.Value)
+				}
+			}
+			members = append(members, id+":"+gen)
+		}
+		seen, err := rdb.ZMScore(ctx, doneKey, members...).Result()
+		if err != nil {
+			b.Fatalf("ideal done-check: %v", err)
+		}
+		expiry := float64(time.Now().Add(24 * time.Hour).UnixMilli())
+		for i, mem := range members {
+			if seen[i] == 0 { // not done yet: the no-op handler runs
+				zs = append(zs, redis.Z{Score: expiry, Member: mem})
+			}
+		}
+		if len(zs) > 0 {
+			if err := rdb.ZAdd(ctx, doneKey, zs...).Err(); err != nil {
+				b.Fatalf("ideal done-marker: %v", err)
+			}
+		}
+		if err := r.CommitMessages(ctx, batch...); err != nil {
+			b.Fatalf("ideal commit: %v", err)
+		}
+		got += len(batch)
 	}
 	return float64(n) / time.Since(start).Seconds()
 }

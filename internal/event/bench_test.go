@@ -3,6 +3,7 @@ package event
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"runtime"
@@ -208,6 +209,7 @@ func benchBurst(b *testing.B) {
 		w.kafka.CreateTopic(b, "bench.drain."+strconv.Itoa(r), 4)
 	}
 	w.kafka.CreateTopic(b, "bench.raw.one", 4)
+	w.kafka.CreateTopic(b, "bench.ideal", 4)
 	// rawRate returns records/s and the CPU of this process per record
 	// (kafka-go and kfake: what the broker and client cost in both runs).
 	rawRate := func(workers int, topic string) (float64, time.Duration) {
@@ -303,6 +305,7 @@ func benchBurst(b *testing.B) {
 		}
 	}
 	raw1, _ := rawRate(1, "bench.raw.one")
+	ideal, idealRedis, idealProc := idealDrain(b, w, p, n, payload, "bench.ideal")
 	slices.Sort(drains)
 	slices.Sort(raws)
 	drainRate, raw16 := drains[rounds/2], raws[rounds/2]
@@ -310,8 +313,88 @@ func benchBurst(b *testing.B) {
 	say(b, "(b) raw kafka-go to the same broker, same writer settings and records, 16 writers of 500-record batches, median of %d passes: %.0f records/s (%.0f..%.0f); one writer: %.0f", rounds, raw16, raws[0], raws[rounds-1], raw1)
 	slices.Sort(cores)
 	say(b, "(b) drain rate = %.0f%% of the raw 16-writer rate (target >= 50%%); cores 50%% of raw would need at the drain's CPU per task, median: %.1f", 100*drainRate/raw16, cores[rounds/2])
+	say(b, "(b) ideal drain (records inside the due sets, a take = ZRANGE + ZREMRANGEBYRANK, nothing else; 16 shards, same writer): %.0f tasks/s = %.0f%% of raw; CPU per task redis-server %.2fus, this process %.2fus",
+		ideal, 100*ideal/raw16, us(idealRedis), us(idealProc))
 	b.ReportMetric(drainRate, "drain-tasks/s")
 	b.ReportMetric(raw16, "raw-records/s")
+}
+
+// idealDrain is the least a fire path that keeps tasks in Redis sorted sets
+// can do: each of 16 shards' due set holds the whole record as its member
+// ("<id>\x00<due ms: 8 bytes><task body>"), a take is one script of ZRANGE
+// BYSCORE LIMIT 500 + ZREMRANGEBYRANK with Redis' clock, and the records go
+// to Kafka through the same writer, one synchronous batch per take, with
+// no lease, no fence, no settle and no record left to answer GET or cancel
+// by id: an upper bound for any design, not a poller. It returns tasks/s
+// and redis-server and process CPU per task.
+func idealDrain(b *testing.B, w *world, p *fire.Kafka, n int, payload []byte, topic string) (float64, time.Duration, time.Duration) {
+	const shards, batch = 16, 500
+	rdb := w.store.Client()
+	ctx := b.Context()
+	key := func(sh int) string { return fmt.Sprintf("bench:ideal:{%d}:due", sh) }
+	due := time.Now().Add(-time.Second)
+	body := task.EncodeBody(&task.Task{Type: "bench", Payload: payload})
+	pipe := rdb.Pipeline()
+	for i := range n {
+		id := "ideal-" + strconv.Itoa(i)
+		m := make([]byte, 0, len(id)+9+len(body))
+		m = append(append(append(m, id...), 0), make([]byte, 8)...)
+		binary.BigEndian.PutUint64(m[len(id)+1:], uint64(task.Millis(due)))
+		m = append(m, body...)
+		pipe.ZAdd(ctx, key(redisstore.ShardOf(id, shards)), redis.Z{Score: float64(task.Millis(due)), Member: m})
+		if pipe.Len() == 1000 || i == n-1 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	take := redis.NewScript(`local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
+if #m > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #m - 1) end
+return m`)
+	cpu0, pcpu0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var fired atomic.Int64
+	for sh := range shards {
+		wg.Go(func() {
+			for {
+				ms, err := take.Run(ctx, rdb, []string{key(sh)}, batch).StringSlice()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if len(ms) == 0 {
+					return
+				}
+				now := time.Now()
+				msgs := make([]kafka.Message, len(ms))
+				for i, m := range ms {
+					id, rest, _ := strings.Cut(m, "\x00")
+					t := &task.Task{ID: id, DueAt: task.FromMillis(int64(binary.BigEndian.Uint64([]byte(rest[:8])))), Attempt: 1}
+					if err := task.DecodeBodyOwned([]byte(rest[8:]), t); err != nil {
+						b.Error(err)
+						return
+					}
+					msgs[i] = fire.Record(t, topic, now)
+				}
+				for _, err := range p.Produce(ctx, msgs) {
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+				fired.Add(int64(len(ms)))
+			}
+		})
+	}
+	wg.Wait()
+	if fired.Load() != int64(n) {
+		b.Fatalf("ideal drain fired %d of %d", fired.Load(), n)
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	return rate, (testenv.RedisCPU(b, rdb) - cpu0) / time.Duration(n), (testenv.ProcessCPU() - pcpu0) / time.Duration(n)
 }
 
 // us is d in microseconds.
