@@ -29,8 +29,10 @@ import (
 // outcomes stored in coalesced pipelines; claims released in batches)
 // against how fast a bare kafka-go consumer-group Reader reads the
 // same number of records (FetchMessage + CommitMessages, commits batched
-// every 100ms by kafka-go). Each run uses its own topic and group, filled
-// beforehand with N records of fired tasks. Run it once:
+// every 100ms by kafka-go), and how fast the least a worker with a
+// done-marker can do goes (idealConsume). Each run uses its own topic and
+// group, filled beforehand with N records of fired tasks. Each line says
+// the CPU per record or task. Run it once:
 //
 //	go test ./worker -run '^$' -bench BenchmarkThroughput -benchtime 1x
 //

@@ -41,7 +41,9 @@ import (
 //	    to kafka-go's raw produce rate to the same broker with the same
 //	    writer settings, 16 goroutines writing synchronous batches of 500 of
 //	    the same records; three rounds of one drain then one raw pass, the
-//	    medians compared;
+//	    medians compared; then an ideal drain (idealDrain: the least a
+//	    sorted-set fire path can do) of as many tasks; each round prints
+//	    the CPU per task of Redis and of this process;
 //	(c) Redis commands per second of the idle process (16 shards, no
 //	    tasks): total_commands_processed over 10s.
 //
