@@ -101,15 +101,21 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
-// rawConsume reads n records of topic with a fresh consumer group and
-// reports records per second (from reader creation to the n-th record).
-func rawConsume(b *testing.B, brokers []string, topic string, n int) float64 {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: brokers, GroupID: "raw-" + topic, GroupTopics: []string{topic},
+// benchReader is the bare kafka-go group Reader of the raw and ideal
+// passes: commits batched every 100ms by kafka-go, from the first offset.
+func benchReader(brokers []string, group, topic string) *kafka.Reader {
+	return kafka.NewReader(kafka.ReaderConfig{
+		Brokers: brokers, GroupID: group, GroupTopics: []string{topic},
 		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 500 * time.Millisecond,
 		CommitInterval: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,
 		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second,
 	})
+}
+
+// rawConsume reads n records of topic with a fresh consumer group and
+// reports records per second (from reader creation to the n-th record).
+func rawConsume(b *testing.B, brokers []string, topic string, n int) float64 {
+	r := benchReader(brokers, "raw-"+topic, topic)
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(b.Context(), 2*time.Minute)
 	defer cancel()
@@ -136,12 +142,7 @@ func rawConsume(b *testing.B, brokers []string, topic string, n int) float64 {
 // instead of one per shard: an upper bound for any design, not a worker.
 // It returns tasks per second (from reader creation to the n-th commit).
 func idealConsume(b *testing.B, brokers []string, rdb redisClient, topic string, n int) float64 {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: brokers, GroupID: "ideal-" + topic, GroupTopics: []string{topic},
-		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 500 * time.Millisecond,
-		CommitInterval: 100 * time.Millisecond, StartOffset: kafka.FirstOffset,
-		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second,
-	})
+	r := benchReader(brokers, "ideal-"+topic, topic)
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(b.Context(), 2*time.Minute)
 	defer cancel()
