@@ -239,12 +239,17 @@ func (containerProvisioner) Start(t *testing.T, spec Spec) Cluster {
 	infraReady := time.Since(began)
 
 	// The applications, all at once: each waits for what it needs.
-	env := merge(baseEnv(c.ns), map[string]string{"DQ_WEBHOOK_URL": "http://" + ln.Addr().String() + "/hook"}, spec.Env)
+	hookURL := "http://" + ln.Addr().String()
+	env := merge(baseEnv(c.ns), map[string]string{"DQ_WEBHOOK_URL": hookURL + "/hook"}, spec.Env)
 	c.shards, _ = strconv.Atoi(env["DQ_SHARDS"])
 	var specs []containerSpec
 	for _, r := range Roles {
 		for i := range spec.count(r) {
-			specs = append(specs, containerSpec{name: fmt.Sprintf("%s-%d", r, i), svc: c.service(t, string(r)), env: env, app: true, role: r, i: i})
+			ienv := env
+			if r == Work {
+				ienv = merge(env, map[string]string{"DQ_WEBHOOK_URL": workerHook(hookURL, i)})
+			}
+			specs = append(specs, containerSpec{name: fmt.Sprintf("%s-%d", r, i), svc: c.service(t, string(r)), env: ienv, app: true, role: r, i: i})
 		}
 	}
 	apps := c.runAll(t, specs)

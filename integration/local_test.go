@@ -138,6 +138,9 @@ func (localProvisioner) Start(t *testing.T, spec Spec) Cluster {
 			in := &localInstance{role: r, i: i, path: bins[r], out: new(tailBuffer)}
 			in.addr = "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 			ienv := merge(env, map[string]string{"DQ_HTTP_ADDR": in.addr})
+			if r == Work {
+				ienv["DQ_WEBHOOK_URL"] = workerHook(hook.URL, i)
+			}
 			if r == Daemon {
 				ienv["DQ_JOURNAL_DIR"] = t.TempDir()
 			}

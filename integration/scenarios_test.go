@@ -417,11 +417,19 @@ func scenarioWorkerCrash(t *testing.T, p Provisioner) {
 	want := scheduleBatch(t, api, tasks)
 	ids := keys(want)
 
-	// More handlers in flight than one worker runs at once: both workers
-	// are busy, so the kill interrupts running handlers.
-	waitFor(t, 30*time.Second, "both workers running handlers", func() (bool, string) {
-		_, n := rec.snapshot()
-		return n >= 5, fmt.Sprintf("%d in flight", n)
+	// Kill work 0 while a handler of its own has just started, so that
+	// the kill cuts it: a kill timed by the total in flight could land as
+	// work 0's handlers completed (when work 1 had claimed every record
+	// before work 0 joined the group), and then cut nothing.
+	waitFor(t, 30*time.Second, "work 0 running a handler that started less than 300ms ago", func() (bool, string) {
+		fresh := 0
+		ds := rec.inflightFrom("0")
+		for _, d := range ds {
+			if time.Since(d.At) < 300*time.Millisecond {
+				fresh++
+			}
+		}
+		return fresh > 0, fmt.Sprintf("work 0 has %d in flight, %d started in the last 300ms", len(ds), fresh)
 	})
 	c.Kill(t, Work, 0)
 	rec.waitDone(t, ids, 90*time.Second)

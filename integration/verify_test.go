@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,15 @@ type delivery struct {
 	Body    []byte
 	Status  int  // what the receiver answered
 	Done    bool // the receiver answered 2xx after running to completion
+	// Worker is the index of the work process that sent it: each one's
+	// DQ_WEBHOOK_URL ends in /hook/<i> (see workerHook).
+	Worker string
+}
+
+// workerHook is the webhook URL of work process i, given the receiver's
+// base URL: the receiver tells the workers' requests apart by it.
+func workerHook(base string, i int) string {
+	return base + "/hook/" + strconv.Itoa(i)
 }
 
 // behaviour decides how the receiver treats a delivery: the status to
@@ -40,14 +50,15 @@ type behaviour func(d delivery) (status int, work time.Duration)
 type recorder struct {
 	behave behaviour
 
-	mu       sync.Mutex
-	all      []delivery
-	inflight int
-	changed  chan struct{}
+	mu      sync.Mutex
+	all     []delivery
+	live    map[int]delivery // in flight, by arrival number
+	seq     int
+	changed chan struct{}
 }
 
 func newRecorder(b behaviour) *recorder {
-	return &recorder{behave: b, changed: make(chan struct{})}
+	return &recorder{behave: b, live: map[int]delivery{}, changed: make(chan struct{})}
 }
 
 func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -56,6 +67,9 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		Type: req.Header.Get("Dq-Type"),
 		Gen:  req.Header.Get("Dq-Gen"),
 		At:   time.Now(),
+	}
+	if w, ok := strings.CutPrefix(req.URL.Path, "/hook/"); ok {
+		d.Worker = w
 	}
 	d.Attempt, _ = strconv.Atoi(req.Header.Get("Dq-Attempt"))
 	if ms, err := strconv.ParseInt(req.Header.Get("Dq-Due-At"), 10, 64); err == nil {
@@ -67,7 +81,9 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		status, work = r.behave(d)
 	}
 	r.mu.Lock()
-	r.inflight++
+	r.seq++
+	n := r.seq
+	r.live[n] = d
 	r.notify()
 	r.mu.Unlock()
 	completed := true
@@ -81,7 +97,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	d.Status = status
 	d.Done = completed && status/100 == 2
 	r.mu.Lock()
-	r.inflight--
+	delete(r.live, n)
 	r.all = append(r.all, d)
 	r.notify()
 	r.mu.Unlock()
@@ -100,7 +116,21 @@ func (r *recorder) notify() {
 func (r *recorder) snapshot() ([]delivery, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.all), r.inflight
+	return slices.Clone(r.all), len(r.live)
+}
+
+// inflightFrom returns the deliveries of work process worker that are in
+// flight now.
+func (r *recorder) inflightFrom(worker string) []delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []delivery
+	for _, d := range r.live {
+		if d.Worker == worker {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // done returns, per id, the deliveries answered 2xx to completion.
