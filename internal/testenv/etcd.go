@@ -125,7 +125,7 @@ func (e *Etcd) launch() error {
 	}
 	proxy, err := startProxy(e.Endpoints[0], hostPort(e.backendURL))
 	if err != nil {
-		srv.Close()
+		stopServer(srv) // not ready yet: a plain Close would hang
 		peerProxy.close()
 		return fmt.Errorf("client proxy: %w", err)
 	}
@@ -181,23 +181,27 @@ func (e *Etcd) close() {
 				peerProxy.close()
 			})
 		}
-		select {
-		case <-srv.Server.ReadyNotify():
-		default:
-			// embed's Close first waits for its client servers, and they
-			// wait for the server to be ready or stopping: a member that
-			// never became ready (its cluster never reached quorum, e.g.
-			// when a peer's port was taken and StartEtcdCluster retries)
-			// would hang Close for good. Stopping the server first lets
-			// them end.
-			srv.Server.HardStop()
-		}
-		srv.Close() // raft is stopped once Close returns
+		stopServer(srv) // raft is stopped once it returns
 	}
 	wg.Wait()
 	if peerProxy != nil {
 		peerProxy.close()
 	}
+}
+
+// stopServer closes an embedded server, ready or not. embed's Close first
+// waits for its client servers, and they wait for the server to be ready
+// or stopping: a member that never became ready (its cluster never reached
+// quorum, or launch gave up on it because a port was taken and
+// StartEtcdCluster retries) would hang Close for good. Stopping the server
+// first lets them end.
+func stopServer(srv *embed.Etcd) {
+	select {
+	case <-srv.Server.ReadyNotify():
+	default:
+		srv.Server.HardStop()
+	}
+	srv.Close()
 }
 
 func (e *Etcd) fail(tb testing.TB, what string, err error) {

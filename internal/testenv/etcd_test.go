@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,6 +96,36 @@ func TestEtcdClusterQuorumLoss(t *testing.T) {
 // cluster whose peers never start has no quorum and is never ready; closing
 // it must still return (embed's Close alone waits for it forever, which
 // hung a CI run when StartEtcdCluster retried after a port collision).
+// A launch whose client port is taken gives up on the server it just
+// started, which is not ready yet: that must not hang (it did, in the
+// chaos suite's StartEtcdCluster, for 7 minutes).
+func TestEtcdLaunchWithItsClientPortTaken(t *testing.T) {
+	t.Parallel()
+	m := newEtcdMember(t, "m0", t.TempDir())
+	// the first member of a 3-member cluster: not ready before its peers run
+	peers := []string{"m0=" + m.PeerURL}
+	for _, name := range []string{"m1", "m2"} {
+		peers = append(peers, name+"=http://127.0.0.1:"+strconv.Itoa(FreePort(t)))
+	}
+	m.initialCluster = strings.Join(peers, ",")
+	m.token = "client-port-taken"
+	ln, err := net.Listen("tcp", m.Endpoints[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- m.launch() }()
+	select {
+	case err := <-errc:
+		if err == nil || !isAddrInUse(err) {
+			t.Fatalf("launch with its client port taken: %v, want address in use", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("launch with its client port taken did not return in 30s")
+	}
+}
+
 func TestEtcdCloseOfAMemberThatNeverBecameReady(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
