@@ -81,6 +81,10 @@ type Manager struct {
 	mu      sync.Mutex
 	leading map[int]int64 // shard -> token
 	lease   clientv3.LeaseID
+	// sessCtx is the current session's context (nil without one): every
+	// shard's work derives from it, so a session that ended is not ready
+	// even before the session loop has noticed (see Ready).
+	sessCtx context.Context
 
 	// stragglers are shard goroutines that may still be blocked in etcd's
 	// Campaign clean-up (it resigns with the client's context, which waits
@@ -158,9 +162,15 @@ func ParseElectionKey(ns, key string) (int, bool) {
 	return s, err == nil && s >= 0
 }
 
-// Ready is nil while an etcd session is up.
+// Ready is nil while an etcd session is up. A session whose context
+// ended is not up, whether or not the session loop has noticed yet: shard
+// work stops on that same context, so once it stopped because the session
+// ended, Ready already says so.
 func (m *Manager) Ready() error {
-	if m.ready.Load() {
+	m.mu.Lock()
+	sctx := m.sessCtx
+	m.mu.Unlock()
+	if m.ready.Load() && sctx != nil && sctx.Err() == nil {
 		return nil
 	}
 	return errors.New("no etcd session")
@@ -368,7 +378,7 @@ type loop struct {
 
 func (m *Manager) runSession(ctx context.Context, s *session) {
 	m.mu.Lock()
-	m.lease = s.Lease()
+	m.lease, m.sessCtx = s.Lease(), s.Ctx()
 	m.mu.Unlock()
 	l := &loop{
 		m: m, s: s, sessCtx: s.Ctx(),
@@ -385,7 +395,7 @@ func (m *Manager) runSession(ctx context.Context, s *session) {
 	defer func() {
 		m.ready.Store(false)
 		m.mu.Lock()
-		m.lease = 0
+		m.lease, m.sessCtx = 0, nil
 		m.mu.Unlock()
 		<-s.kaDone
 	}()
