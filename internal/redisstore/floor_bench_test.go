@@ -149,29 +149,28 @@ func BenchmarkRedisFloor(b *testing.B) {
 		past, future := time.Now().Add(-time.Second), time.Now().Add(time.Hour)
 
 		fmt.Printf("\nRedis floor, %d tasks, 16 shards; takes of %d, claims and finishes of %d per script call; redis-server CPU from INFO cpu\n", n, batch, per)
+		// takeProbe drains a fresh namespace with a take probe; the reply is
+		// a count (the due set alone) or id, record pairs
+		takeProbe := func(name string) float64 {
+			s, _ := fresh(past)
+			sc := redis.NewScript(commonLua + "\n" + floorProbes[name])
+			return measure(name, func() {
+				drain(func(sh int) int {
+					v, err := sc.Run(b.Context(), rdb, []string{s.k.prefix[sh]}, batch).Result()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if pairs, ok := v.([]any); ok {
+						return len(pairs) / 2
+					}
+					k, _ := v.(int64)
+					return int(k)
+				})
+			})
+		}
+		dueSet := takeProbe("take/due-set")
+		takeFloor := takeProbe("take/due-set+record")
 		s, _ := fresh(past)
-		dueSet := measure("take/due-set", func() {
-			sc := redis.NewScript(commonLua + "\n" + floorProbes["take/due-set"])
-			drain(func(sh int) int {
-				k, err := sc.Run(b.Context(), rdb, []string{s.k.prefix[sh]}, batch).Int()
-				if err != nil {
-					b.Fatal(err)
-				}
-				return k
-			})
-		})
-		s, _ = fresh(past)
-		takeFloor := measure("take/due-set+record", func() {
-			sc := redis.NewScript(commonLua + "\n" + floorProbes["take/due-set+record"])
-			drain(func(sh int) int {
-				v, err := sc.Run(b.Context(), rdb, []string{s.k.prefix[sh]}, batch).Slice()
-				if err != nil {
-					b.Fatal(err)
-				}
-				return len(v) / 2
-			})
-		})
-		s, _ = fresh(past)
 		take := measure("take/Store.Take", func() {
 			drain(func(sh int) int {
 				t, err := s.Take(b.Context(), sh, 1, batch, time.Minute)
