@@ -240,7 +240,7 @@ func (containerProvisioner) Start(t *testing.T, spec Spec) Cluster {
 
 	// The applications, all at once: each waits for what it needs.
 	hookURL := "http://" + ln.Addr().String()
-	env := merge(baseEnv(c.ns), map[string]string{"DQ_WEBHOOK_URL": hookURL + "/hook"}, spec.Env)
+	env := merge(baseEnv(c.ns), spec.Env)
 	c.shards, _ = strconv.Atoi(env["DQ_SHARDS"])
 	var specs []containerSpec
 	for _, r := range Roles {

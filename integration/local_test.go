@@ -118,7 +118,6 @@ func (localProvisioner) Start(t *testing.T, spec Spec) Cluster {
 		"DQ_REDIS_ADDRS":    c.redis.Addr,
 		"DQ_ETCD_ENDPOINTS": strings.Join(c.etcd.Endpoints, ","),
 		"DQ_KAFKA_BROKERS":  strings.Join(c.kafka.Brokers, ","),
-		"DQ_WEBHOOK_URL":    hook.URL + "/hook",
 	}, spec.Env)
 	c.shards, _ = strconv.Atoi(env["DQ_SHARDS"])
 	t.Cleanup(func() {
