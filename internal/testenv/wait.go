@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,10 +16,10 @@ const pollInterval = 10 * time.Millisecond
 // become ready.
 const startTimeout = 10 * time.Second
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. It
-// listens on port 0 and closes the listener, so another process may take the
-// port before the caller binds it; starters in this package retry for that
-// reason.
+// FreePort returns a TCP port on 127.0.0.1 for a server the test starts. The
+// port lies below the kernel's ephemeral range, is handed out once per test
+// process and is reserved against the other test processes (see ports.go),
+// so a process that restarts on it finds it still free.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	port, err := freePort()
@@ -28,15 +27,6 @@ func FreePort(tb testing.TB) int {
 		tb.Fatalf("testenv: find a free port: %v", err)
 	}
 	return port
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // WaitFor polls cond every 10ms until it returns true or timeout passes; then
