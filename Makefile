@@ -1,4 +1,4 @@
-# Targets mirror CI (.ci/run runs `make test`).
+# Targets mirror CI (.ci/run runs `make lint` and `make test`).
 GO      ?= go
 PKGS    ?= ./...
 BIN     ?= bin
@@ -14,7 +14,10 @@ build:
 # The README's first command: the whole system in one process.
 dev:
 	@command -v redis-server >/dev/null 2>&1 || { s=""; [ "$$(id -u)" = 0 ] || s=sudo; $$s apt-get update -qq && $$s apt-get install -y -qq redis-server; }
-	$(GO) run ./cmd/dq dev --demo
+	@# built, then run: `go run` exits 1 whenever it gets the Ctrl-C itself,
+	@# however cleanly dq stopped (make then says "Error 1")
+	$(GO) build -o $(BIN)/dq ./cmd/dq
+	exec $(BIN)/dq dev --demo
 
 # Images built locally (no registry needed): delayq:dev, delayq-dev:dev, delayq-redis:dev.
 image:
@@ -27,6 +30,7 @@ test-integration:
 # against real redis-server, embedded etcd and kfake.
 test: vet
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -tags dqfault ./internal/fault
 	$(GO) -C bench vet ./...
 	$(GO) -C bench test -count=1 ./...
 
@@ -44,8 +48,13 @@ vet:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
+# golangci-lint, pinned, fetched through the Go module proxy (the curated
+# linters are in .golangci.yml).
+GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GOLANGCI_LINT) run ./...
 
 # Benchmarks print their method and figures; results go to docs/benchmarks.md.
 # make bench: delayq next to asynq on the same redis-server (bench/, its own
@@ -78,8 +87,9 @@ bench-floor:
 
 fuzz:
 	$(GO) test ./internal/task -run '^$$' -fuzz FuzzDecodeBody -fuzztime 30s
-	$(GO) test ./internal/daemon -run '^$$' -fuzz FuzzDecodeTask -fuzztime 30s
-	$(GO) test ./internal/journal -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 30s
+	$(GO) test ./internal/daemon/wire -run '^$$' -fuzz FuzzDecodeTask -fuzztime 30s
+	$(GO) test ./internal/daemon -run '^$$' -fuzz FuzzJournalRoundTrip -fuzztime 10s
+	$(GO) test ./internal/daemon/journal -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 30s
 
 clean:
 	rm -rf $(BIN)

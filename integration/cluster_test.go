@@ -26,10 +26,6 @@ const (
 // Roles in start order.
 var Roles = []Role{Daemon, Event, Work}
 
-// httpPort is the port each binary's HTTP server listens on inside a
-// container (the compose file's DQ_HTTP_ADDR).
-var httpPort = map[Role]int{Daemon: 7070, Event: 7071, Work: 7072}
-
 // Spec says what a scenario needs.
 type Spec struct {
 	Daemons, Events, Workers int

@@ -30,14 +30,6 @@ import (
 	"github.com/delayq/delayq/internal/testenv"
 )
 
-// Images the container tier runs; deploy/build-images.sh builds them with
-// these names, which are also the ones compose.local.yaml uses.
-const (
-	imageApp   = "delayq:dev"
-	imageDev   = "delayq-dev:dev"
-	imageRedis = "delayq-redis:dev"
-)
-
 // dockerEngine reports whether a Docker engine answers, with the reason
 // when not. It is asked once.
 var dockerEngine struct {
@@ -112,7 +104,7 @@ func buildImages(t *testing.T) {
 		cmd.Env = append(os.Environ(), "GO="+testenv.GoTool(), "DOCKER_HOST="+dockerEngine.dc.DaemonHost())
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			images.err = fmt.Errorf("deploy/build-images.sh: %v\n%s", err, out)
+			images.err = fmt.Errorf("deploy/build-images.sh: %w\n%s", err, out)
 			return
 		}
 		fmt.Fprintf(os.Stderr, "integration: built images in %.1fs:\n%s", time.Since(start).Seconds(), onlySizes(out))

@@ -34,6 +34,8 @@ var scenarios = []scenario{
 	{"worker_crash", scenarioWorkerCrash},
 	{"redis_down_compensation", scenarioCompensation},
 	{"rate_limit", scenarioRateLimit},
+	{"poison_tasks", scenarioPoison},
+	{"dead_topic_missing", scenarioDeadTopicMissing},
 }
 
 // containerOnly need what only containers give: a network to cut.

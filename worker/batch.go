@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -9,7 +10,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delayq/delayq/internal/fault"
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/retry"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -28,7 +31,7 @@ const (
 // item is one fetched record on its way through a micro-batch.
 type item struct {
 	m       *kafka.Message
-	rec     *record
+	rec     *record.Fields
 	log     *slog.Logger
 	timeout time.Duration // the claim's timeout (header or default)
 	cl      claim
@@ -56,18 +59,18 @@ func (w *Worker) processBatch(ctx context.Context, msgs []kafka.Message) {
 	items := make([]*item, 0, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
-		rec, err := parseRecord(m, w.cfg.MaxPayload)
+		rec, err := record.Parse(m, w.cfg.MaxPayload)
 		if err != nil {
-			w.hostileLater(ctx, m, err.Error())
+			w.hostileLater(m, err.Error())
 			continue
 		}
-		timeout := rec.timeout
+		timeout := rec.Timeout
 		if timeout <= 0 {
 			timeout = w.cfg.DefaultTimeout
 		}
 		items = append(items, &item{
-			m: m, rec: rec, timeout: timeout, cl: w.claims.newClaim(rec.id, rec.gen),
-			log: recordLogger(w.log, rec.id, rec.gen, m.Topic, m.Partition, m.Offset),
+			m: m, rec: rec, timeout: timeout, cl: w.claims.newClaim(rec.ID, rec.Gen),
+			log: recordLogger(w.log, rec.ID, rec.Gen, m.Topic, m.Partition, m.Offset),
 		})
 	}
 	ready, held := w.claimItems(ctx, items)
@@ -77,8 +80,11 @@ func (w *Worker) processBatch(ctx context.Context, msgs []kafka.Message) {
 	w.admitAndRun(ctx, ready)
 }
 
-func (w *Worker) hostileLater(ctx context.Context, m *kafka.Message, reason string) {
-	w.running.Go(func() { w.end(m, w.deadLetterHostile(ctx, m, reason)) })
+// hostileLater dead-letters a record that is not a usable delayq task and
+// ends it as finished.
+func (w *Worker) hostileLater(m *kafka.Message, reason string) {
+	w.deadLetterHostile(m, reason)
+	w.end(m, true)
 }
 
 // claimItems claims the execution of every item and reads its task in one
@@ -86,14 +92,14 @@ func (w *Worker) hostileLater(ctx context.Context, m *kafka.Message, reason stri
 // claimed and the items whose execution another run holds; every other
 // item (stale, finished, hostile, or ctx ended) is ended here.
 func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*item) {
-	delay := 50 * time.Millisecond
+	bo := redisBackoff()
 	cs := make([]redisstore.Claim, 0, len(items))
 	for len(items) > 0 {
 		cs = cs[:0]
 		for _, it := range items {
-			cs = append(cs, redisstore.Claim{ID: it.rec.id, Gen: it.rec.gen, TTL: it.timeout + w.cfg.ClaimMargin, Owner: it.cl.value, Due: it.rec.dueAt})
+			cs = append(cs, redisstore.Claim{ID: it.rec.ID, Gen: it.rec.Gen, TTL: it.timeout + w.cfg.ClaimMargin, Owner: it.cl.value, Due: it.rec.DueAt})
 		}
-		res, err := w.store.ClaimMany(ctx, cs)
+		res, _ := w.store.ClaimMany(ctx, cs) // per-record errors in res
 		fault.Point("after-claim")
 		if ctx.Err() != nil {
 			for _, it := range items {
@@ -109,18 +115,25 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 			}
 			return nil, nil
 		}
-		var retry []*item
+		var again []*item
+		var retryErr error
 		for i, r := range res {
 			it := items[i]
 			switch {
 			case r.Err != nil && errors.Is(r.Err, task.ErrCorrupt):
+				// The only poison: the stored record cannot be decoded.
 				w.claims.releaseLater(ctx, it.cl)
-				w.hostileLater(ctx, it.m, "unreadable task record: "+r.Err.Error())
-			case r.Err != nil && redisstore.IsUnavailable(r.Err):
-				retry = append(retry, it) // same owner: a claim that went through is found again
+				w.hostileLater(it.m, "unreadable task record: "+r.Err.Error())
 			case r.Err != nil:
-				w.claims.releaseLater(ctx, it.cl)
-				w.hostileLater(ctx, it.m, "unreadable task record: "+r.Err.Error())
+				// Any other error is Redis', not the task's (unreachable,
+				// OOM, READONLY, LOADING, BUSY, a script error, ...): it
+				// says nothing about the record, so the record waits and
+				// is claimed again with the same owner (a claim that went
+				// through is found again).
+				again = append(again, it)
+				if retryErr == nil {
+					retryErr = r.Err
+				}
 			case r.Code == redisstore.Claimed:
 				it.t, it.claimed = r.Task, time.Now()
 				ready = append(ready, it)
@@ -133,30 +146,31 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 				// redrive waits with the same generation until it is
 				// fired again).
 				w.skip(it, outSkippedDone)
-			case r.Code == redisstore.ClaimNotFound && !it.rec.firedAt.IsZero() && time.Since(it.rec.firedAt) > w.cfg.Retention:
+			case r.Code == redisstore.ClaimNotFound && !it.rec.FiredAt.IsZero() && time.Since(it.rec.FiredAt) > w.cfg.Retention:
 				// An old record replayed (e.g. after an offset reset): the
 				// task finished and its record expired.
 				w.skip(it, outSkippedDone)
 			default:
-				w.hostileLater(ctx, it.m, "unknown task id \""+short(it.rec.id)+"\"")
+				w.hostileLater(it.m, "unknown task id \""+record.Short(it.rec.ID)+"\"")
 			}
 		}
-		if len(retry) > 0 {
-			w.log.Warn("redis: claim failed; retrying", "err", err, "records", len(retry), "retry_in", delay)
-			if !sleep(ctx, delay) {
-				items = retry
+		if len(again) > 0 {
+			w.met.redisRetries.WithLabelValues("claim").Add(float64(len(again)))
+			delay := bo.Next()
+			w.log.Warn("redis: claim failed; retrying", "err", retryErr, "records", len(again), "retry_in", delay)
+			if !retry.Sleep(ctx, delay) {
+				items = again
 				continue // ends them above
 			}
-			delay = min(2*delay, 5*time.Second)
 		}
-		items = retry
+		items = again
 	}
 	return ready, held
 }
 
 func (w *Worker) skip(it *item, verdict string) {
 	it.log.Debug("skipped", "reason", verdict)
-	w.met.handled.WithLabelValues(it.rec.typ, verdict).Inc()
+	w.met.handledInc(it.rec.Type, verdict)
 	w.end(it.m, true)
 }
 
@@ -166,7 +180,7 @@ func (w *Worker) waitClaim(ctx context.Context, it *item) {
 	w.met.claimWaits.Inc()
 	it.log.Info("another run holds this execution; waiting for it to finish or its claim to expire")
 	for {
-		if !sleep(ctx, claimPoll) {
+		if !retry.Sleep(ctx, claimPoll) {
 			w.end(it.m, false)
 			return
 		}
@@ -233,9 +247,9 @@ func (w *Worker) deferItems(ctx context.Context, items []*item) {
 		}
 		fs[i] = f
 	}
-	delay := 50 * time.Millisecond
+	bo := redisBackoff()
 	for len(items) > 0 {
-		res, err := w.store.FinishMany(ctx, fs)
+		res, _ := w.store.FinishMany(ctx, fs) // per-record errors in res
 		if ctx.Err() != nil {
 			for _, it := range items {
 				w.claims.release(context.WithoutCancel(ctx), it.cl)
@@ -245,10 +259,13 @@ func (w *Worker) deferItems(ctx context.Context, items []*item) {
 		}
 		var again []*item
 		var againF []redisstore.Finish
+		var againErr error
 		for i, r := range res {
 			it := items[i]
-			if r.Err != nil && redisstore.IsUnavailable(r.Err) {
+			if r.Err != nil && !storeAnswered(r.Err) {
+				// Redis' error, not an answer about the task: store it again
 				again, againF = append(again, it), append(againF, fs[i])
+				againErr = cmp.Or(againErr, r.Err)
 				continue
 			}
 			if r.Err != nil {
@@ -257,16 +274,17 @@ func (w *Worker) deferItems(ctx context.Context, items []*item) {
 			} else {
 				it.log.Debug("deferred by rate limit", "type", it.t.Type, "reason", it.dec.Reason, "due", r.State)
 			}
-			w.met.handled.WithLabelValues(it.t.Type, outDeferred).Inc()
+			w.met.handledInc(it.t.Type, outDeferred)
 			w.end(it.m, true) // the finish gave the claim up
 		}
 		if len(again) > 0 {
-			w.log.Warn("redis: storing deferrals failed; retrying", "err", err, "records", len(again), "retry_in", delay)
-			if !sleep(ctx, delay) {
+			w.met.redisRetries.WithLabelValues("defer").Add(float64(len(again)))
+			delay := bo.Next()
+			w.log.Warn("redis: storing deferrals failed; retrying", "err", againErr, "records", len(again), "retry_in", delay)
+			if !retry.Sleep(ctx, delay) {
 				items, fs = again, againF
 				continue // ends them above
 			}
-			delay = min(2*delay, 5*time.Second)
 		}
 		items, fs = again, againF
 	}
@@ -278,12 +296,13 @@ func (w *Worker) deferItems(ctx context.Context, items []*item) {
 // record over) may hold it or have finished the task. The same owner finds
 // its own claim and renews it. It reports whether the item may run; if
 // not, the item is ended or waits for the other run (see claimItems).
-func (w *Worker) reclaim(ctx context.Context, it *item) bool {
+func (w *Worker) reclaim(ctx context.Context, it *item, stopRenew func()) bool {
 	w.met.reclaims.Inc()
 	ready, held := w.claimItems(ctx, []*item{it})
 	if len(ready) == 1 {
 		return true
 	}
+	stopRenew()
 	if l := w.cfg.Limiter; l != nil {
 		l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)
 	}
@@ -308,9 +327,9 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 		timeout = t.Timeout
 	}
 	job := &Task{
-		ID: t.ID, Type: t.Type, Payload: t.Payload, ContentType: it.rec.contentType,
+		ID: t.ID, Type: t.Type, Payload: t.Payload, ContentType: it.rec.ContentType,
 		Attempt: t.Attempt, MaxAttempts: t.Attempts(), Gen: t.Gen,
-		DueAt: t.DueAt, FiredAt: it.rec.firedAt, Headers: t.Headers, Priority: t.Priority, Timeout: timeout,
+		DueAt: t.DueAt, FiredAt: it.rec.FiredAt, Headers: t.Headers, Priority: t.Priority, Timeout: timeout,
 	}
 	if job.ContentType == "" {
 		job.ContentType = t.ContentType()
@@ -318,9 +337,14 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 	if job.FiredAt.IsZero() {
 		job.FiredAt = it.m.Time
 	}
+	// what the Limiter admitted it with (a concurrency slot) is renewed
+	// while it waits for a handler slot and runs, and given back after
+	stopRenew := w.renewLimit(ctx, it)
+	defer stopRenew()
 	select {
 	case w.slots <- struct{}{}:
 	case <-ctx.Done():
+		stopRenew()
 		w.claims.release(context.WithoutCancel(ctx), it.cl)
 		if l := w.cfg.Limiter; l != nil {
 			l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)
@@ -328,13 +352,14 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 		w.end(it.m, false)
 		return
 	}
-	if time.Since(it.claimed) > (it.timeout+w.cfg.ClaimMargin)/2 && !w.reclaim(ctx, it) {
+	if time.Since(it.claimed) > (it.timeout+w.cfg.ClaimMargin)/2 && !w.reclaim(ctx, it, stopRenew) {
 		<-w.slots
 		return
 	}
 	herr := w.execute(ctx, log, job)
 	fault.Point("after-handle")
 	<-w.slots
+	stopRenew()
 	if l := w.cfg.Limiter; l != nil {
 		l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)
 	}

@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/delayq/delayq/internal/redisstore"
 )
 
@@ -22,56 +20,53 @@ import (
 // timeout plus a margin, so the claim of a worker that crashed expires by
 // itself.
 type claims struct {
-	rdb      redis.UniversalClient
-	store    *redisstore.Store
+	store    claimStore
 	instance string
 	seq      atomic.Uint64
 	later    chan claim // releases sent in batches by releaseLoop
 }
 
-func newClaims(rdb redis.UniversalClient, store *redisstore.Store, instance string) *claims {
-	return &claims{rdb: rdb, store: store, instance: instance, later: make(chan claim, 4096)}
+// claimStore is what claims need of the store: extending and giving up
+// the claims ClaimMany took (each only while its owner holds it).
+type claimStore interface {
+	ExtendClaim(ctx context.Context, c redisstore.Claim) (bool, error)
+	ReleaseClaim(ctx context.Context, c redisstore.Claim) (bool, error)
+	ReleaseMany(ctx context.Context, cs []redisstore.Claim) (int, error)
 }
 
-// releaseScript deletes a claim only if it is still ours.
-// KEYS[1] claim key; ARGV[1] our value. Returns 1 when deleted.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0`)
+func newClaims(store claimStore, instance string) *claims {
+	return &claims{store: store, instance: instance, later: make(chan claim, 4096)}
+}
 
-// claim is one execution claim (held or wanted): its key and the value
-// that marks it as ours.
+// claim is one execution claim (held or wanted): generation gen of task
+// id, and the value that marks it as ours.
 type claim struct {
-	key, value string
-	id         string
-	gen        uint64
+	value string
+	id    string
+	gen   uint64
 }
 
 // newClaim names the claim of (id, gen) for one processing of a record.
 func (c *claims) newClaim(id string, gen uint64) claim {
-	return claim{key: c.store.RunKey(id, gen), value: c.instance + ":" + strconv.FormatUint(c.seq.Add(1), 10), id: id, gen: gen}
+	return claim{value: c.instance + ":" + strconv.FormatUint(c.seq.Add(1), 10), id: id, gen: gen}
 }
 
-// extendScript sets a claim's TTL again only if it is still ours.
-// KEYS[1] claim key; ARGV[1] our value, ARGV[2] TTL ms. Returns 1 when set.
-var extendScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0`)
+// of is the store's Claim for cl (ttl only matters to ExtendClaim).
+func (cl claim) of(ttl time.Duration) redisstore.Claim {
+	return redisstore.Claim{ID: cl.id, Gen: cl.gen, TTL: ttl, Owner: cl.value}
+}
 
 // extend sets the claim's TTL again (the task's own timeout turned out
 // longer than the one the claim was taken for), only while it is ours: a
 // claim that expired and was taken by another run is not touched.
 func (c *claims) extend(ctx context.Context, cl claim, ttl time.Duration) error {
-	return extendScript.Run(ctx, c.rdb, []string{cl.key}, cl.value, ttl.Milliseconds()).Err()
+	_, err := c.store.ExtendClaim(ctx, cl.of(ttl))
+	return err
 }
 
 // release gives a claim up now. Errors are ignored: the claim expires anyway.
 func (c *claims) release(ctx context.Context, cl claim) {
-	_ = releaseScript.Run(ctx, c.rdb, []string{cl.key}, cl.value).Err()
+	_, _ = c.store.ReleaseClaim(ctx, cl.of(0))
 }
 
 // releaseLater gives a claim up in the next batch of releaseLoop (the
@@ -127,7 +122,7 @@ func (c *claims) releaseLoop(ctx context.Context, stop <-chan struct{}) {
 func (c *claims) releaseBatch(ctx context.Context, batch []claim) {
 	cs := make([]redisstore.Claim, len(batch))
 	for i, cl := range batch {
-		cs[i] = redisstore.Claim{ID: cl.id, Gen: cl.gen, Owner: cl.value}
+		cs[i] = cl.of(0)
 	}
 	// Errors are ignored: a claim not released expires with its TTL.
 	_, _ = c.store.ReleaseMany(ctx, cs)

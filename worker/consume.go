@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/retry"
 )
 
 // abandonGrace bounds how long Run waits for handlers after cancelling their
@@ -22,8 +24,10 @@ const abandonGrace = 5 * time.Second
 //  2. wait for running handlers up to ShutdownTimeout, then cancel their
 //     contexts (records not finished stay uncommitted: they run again on
 //     another worker) and wait up to abandonGrace more;
-//  3. commit what finished;
-//  4. close the reader (leaves the group) and the dead-letter writer.
+//  3. commit what finished (meanwhile the queued dead letters are written
+//     for at most deadDrain);
+//  4. close the reader (leaves the group), then, after the dead letters,
+//     the dead-letter writer.
 //
 // Redis is the caller's client; the caller closes it after Run returns.
 func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) error {
@@ -39,13 +43,16 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 	stopFinisher := make(chan struct{})
 	var fin sync.WaitGroup
 	fin.Go(func() { w.finisher.run(context.WithoutCancel(ctx), stopFinisher) })
+	stopDead := make(chan struct{})
+	var dead sync.WaitGroup
+	dead.Go(func() { w.deadq.run(context.WithoutCancel(ctx), stopDead, deadDrain) })
 
 	var handlers sync.WaitGroup
 	w.running = &handlers
 	w.sem = make(chan struct{}, w.cfg.Concurrency+2*maxBatch)
 	w.slots = make(chan struct{}, w.cfg.Concurrency)
 	w.fetching.Store(true)
-	fetchErr := w.fetchLoop(ctx, r, workCtx)
+	fetchErr := w.fetchLoop(ctx, workCtx, r)
 	w.fetching.Store(false)
 
 	// 2. wait for running handlers
@@ -63,6 +70,10 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 	fin.Wait()
 	close(stopReleases)
 	releases.Wait()
+	// dead letters queued by the handlers: written within deadDrain, or
+	// dropped (their dead state is in Redis); meanwhile, and never waiting
+	// for them:
+	close(stopDead)
 
 	// 3. commit what finished
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -75,6 +86,7 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 	if err := r.Close(); err != nil {
 		w.log.Warn("close kafka reader", "err", err)
 	}
+	dead.Wait()
 	if err := dw.Close(); err != nil {
 		w.log.Warn("close kafka writer", "err", err)
 	}
@@ -99,9 +111,10 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 // goroutine that claims and dispatches it (see processBatch). A slot of
 // w.sem is taken before each fetch, so at most Concurrency + maxBatch
 // records are held at once (claimed, running or storing their outcome); at
-// most Concurrency handlers run at once.
-func (w *Worker) fetchLoop(ctx context.Context, r messageReader, workCtx context.Context) error {
-	delay := 100 * time.Millisecond
+// most Concurrency handlers run at once. The batches run under workCtx,
+// which outlives ctx so that running handlers finish after a stop.
+func (w *Worker) fetchLoop(ctx, workCtx context.Context, r messageReader) error {
+	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second, NoJitter: true}
 	for {
 		select {
 		case w.sem <- struct{}{}:
@@ -117,14 +130,14 @@ func (w *Worker) fetchLoop(ctx context.Context, r messageReader, workCtx context
 			if errors.Is(err, io.EOF) {
 				return errors.New("worker: kafka reader closed")
 			}
+			delay := bo.Next()
 			w.log.Warn("fetch", "err", err, "retry_in", delay)
-			if !sleep(ctx, delay) {
+			if !retry.Sleep(ctx, delay) {
 				return nil
 			}
-			delay = min(2*delay, 5*time.Second)
 			continue
 		}
-		delay = 100 * time.Millisecond
+		bo.Reset()
 		batch := w.fetchMore(ctx, r, append(make([]kafka.Message, 0, 16), m))
 		for i := range batch {
 			w.offs.start(batch[i].Topic, batch[i].Partition, batch[i].Offset)
@@ -207,17 +220,5 @@ func (w *Worker) statsLoop(ctx context.Context, r messageReader) {
 			w.met.consumerLag.Set(float64(max(s.Lag, 0)))
 			w.met.rebalances.Add(float64(s.Rebalances))
 		}
-	}
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -91,16 +91,52 @@
 // with a new generation). Admitted tasks run and Limiter.Done is called
 // when their handler returns. When Admit fails (Redis down), the whole
 // batch is deferred a second: the worker fails closed and drops nothing.
+// A Limiter that is a LimitRenewer has what an admitted task holds (a
+// concurrency slot with a TTL) renewed every LimitDecision.RenewEvery
+// while the task waits for a handler slot and while its handler runs, so
+// a concurrency limit holds for handlers longer than the slot's TTL; a
+// crashed worker stops renewing and its slots expire. NewLiveLimits gives
+// embedded workers the live rules from etcd, as the work binary applies
+// them.
 //
 // # Dead letters
 //
 // A task that fails permanently ([Permanent]) or on its last attempt is
-// written to the dead topic (default dq.dead) with the headers dq-error and
-// dq-attempt, then marked dead in Redis (where an operator lists and redrives
-// it). Records that are not valid delayq records — no or unreadable dq-*
-// headers, an unknown task id, a payload over Config.MaxPayload — go to the
-// dead topic with a dq-error reason and are committed; they never stop the
-// worker. (A record of an unknown task that was fired longer ago than
-// Config.Retention is an old record replayed after its task's record
+// marked dead in Redis first, with its last error: Redis is the record of
+// truth, where an operator lists and redrives dead tasks, and the record is
+// committed as soon as the dead state is stored. A copy then goes to the
+// dead topic (default dq.dead) with the headers dq-error and dq-attempt, as
+// a best-effort notification: written in the background from a bounded
+// queue (Config.DeadLetterQueue), retried for at most
+// Config.DeadLetterMaxAge, never holding back a commit or the dead listing.
+// A dead topic that does not exist is counted in
+// delayq_work_dead_letter_publish_errors_total{reason="unknown_topic"} and
+// logged at WARN at most once a minute; dropped copies are counted in
+// delayq_work_dead_letters_dropped_total. Records that are not valid delayq
+// records — no or unreadable dq-* headers, an unknown task id, a payload
+// over Config.MaxPayload, a task record in Redis that cannot be decoded —
+// take the same way with a dq-error reason and are committed; they never
+// stop the worker. (A record of an unknown task that was fired longer ago
+// than Config.Retention is an old record replayed after its task's record
 // expired: it is skipped, not dead-lettered.)
+//
+// # Redis errors
+//
+// An error of Redis — unreachable, a timeout, OOM, READONLY, LOADING, BUSY,
+// NOPERM, a failed script — says nothing about a task: the claim, deferral
+// or outcome is retried with backoff (counted in
+// delayq_work_redis_retries_total) and its record is not committed until
+// it is stored. Only a task record that cannot be decoded is poison.
+//
+// # Webhooks
+//
+// A service that receives delayq's webhooks (the work binary's handler)
+// checks their Standard Webhooks signature with [VerifyWebhook]; see its
+// Example.
+//
+// # Metrics
+//
+// The type label of the worker's metrics is kept for at most
+// Config.MetricsMaxTypes task types (default 100); the tasks of the other
+// types are counted under type="_other".
 package worker

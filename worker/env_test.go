@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"sort"
 	"sync"
@@ -15,43 +14,31 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
-	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/internal/testenv/worktest"
 	"github.com/delayq/delayq/worker"
 )
 
-// env is one test's infrastructure: a redis-server, a kfake broker with the
-// task and dead topics, a store in a namespace of its own, and a firer
-// playing the event side.
-type env struct {
-	redis *testenv.Redis
-	rdb   *redis.Client
-	kafka *testenv.Kafka
-	store *redisstore.Store
-	firer *worktest.Firer
-	ns    string
-	group string
-}
+// env is one test's infrastructure (worktest.Env: a redis-server, a kfake
+// broker with the task and dead topics, a store in a namespace of its own,
+// and a firer playing the event side) and the worker tests' helpers on it.
+type env struct{ *worktest.Env }
 
 const shards = 4
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{redis: testenv.StartRedis(t), kafka: testenv.StartKafka(t, task.DefaultTopic, "dq.dead")}
-	worktest.FastGroups(t, e.kafka)
-	e.rdb = e.redis.Client(t)
-	e.ns = fmt.Sprintf("t%d", rand.Uint32())
-	e.group = "g-" + e.ns
-	var err error
-	e.store, err = redisstore.New(t.Context(), e.rdb, redisstore.Options{Namespace: e.ns, Shards: shards})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.firer = &worktest.Firer{Store: e.store, Writer: worktest.NewWriter(t, e.kafka.Brokers)}
-	return e
+	return newEnvTopics(t, task.DefaultTopic, "dq.dead")
+}
+
+// newEnvTopics is newEnv with a broker holding only the given topics.
+func newEnvTopics(t *testing.T, topics ...string) *env {
+	t.Helper()
+	return &env{worktest.NewEnv(t, shards, topics...)}
 }
 
 // config is a worker configuration for tests: fast group timing, small
@@ -63,10 +50,10 @@ func (e *env) config(t *testing.T, name string) (worker.Config, *prometheus.Regi
 		level = slog.LevelDebug
 	}
 	return worker.Config{
-		Brokers:           e.kafka.Brokers,
-		Group:             e.group,
-		Redis:             e.rdb,
-		Namespace:         e.ns,
+		Brokers:           e.Kafka.Brokers,
+		Group:             e.Group,
+		Redis:             e.RDB,
+		Namespace:         e.NS,
 		Shards:            shards,
 		Concurrency:       8,
 		DefaultTimeout:    5 * time.Second,
@@ -227,22 +214,6 @@ func (l *ledger) lagPercentiles() (p50, p99, maxLag time.Duration) {
 }
 
 // waitState waits until every id has state want in the store.
-func (e *env) waitState(t *testing.T, timeout time.Duration, want task.State, ids ...string) {
-	t.Helper()
-	pending := append([]string(nil), ids...)
-	testenv.WaitFor(t, timeout, fmt.Sprintf("%d tasks %s", len(ids), want), func() bool {
-		var left []string
-		for _, id := range pending {
-			tk, err := e.store.Get(t.Context(), id)
-			if err != nil || tk.State != want {
-				left = append(left, id)
-			}
-		}
-		pending = left
-		return len(left) == 0
-	})
-}
-
 func newTask(id, typ string) *task.Task {
 	return &task.Task{ID: id, Type: typ, Payload: []byte(`{"id":"` + id + `"}`), PayloadJSON: true}
 }
@@ -250,7 +221,39 @@ func newTask(id, typ string) *task.Task {
 var errBoom = errors.New("boom")
 
 func newStore(t *testing.T, e *env) (*redisstore.Store, error) {
-	return redisstore.New(t.Context(), e.rdb, redisstore.Options{Namespace: e.ns, Shards: shards})
+	return redisstore.New(t.Context(), e.RDB, redisstore.Options{Namespace: e.NS, Shards: shards})
 }
 
 type redisClient = *redis.Client
+
+// fireByHand takes every due task of the store (as a leader would) and
+// returns their Kafka records without writing them.
+func (e *env) fireByHand(t *testing.T) []kafka.Message {
+	t.Helper()
+	var msgs []kafka.Message
+	for sh := range shards {
+		tk, err := e.Store.Take(t.Context(), sh, 1, 1000, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ft := range tk.Tasks {
+			msgs = append(msgs, worktest.Message(ft, tk.Now))
+		}
+		if len(tk.Tasks) > 0 {
+			if _, _, err := e.Store.Settle(t.Context(), sh, 1, tk.Lease, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return msgs
+}
+
+// committedTotal sums the committed offsets of the group on the task topic.
+func (e *env) committedTotal(t *testing.T) int64 {
+	t.Helper()
+	total := int64(0)
+	for _, off := range worktest.Committed(t, e.Kafka, e.Group, task.DefaultTopic) {
+		total += max(off, 0)
+	}
+	return total
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/delayq/delayq/worker"
 )
@@ -18,6 +19,14 @@ import (
 // A worker with one Go handler. It runs until interrupted; Run returns
 // after running handlers finished and their offsets were committed.
 func Example() {
+	if err := runWorker(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// runWorker builds and runs the worker; returning (rather than exiting)
+// lets the deferred closes run.
+func runWorker() error {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
 
@@ -26,7 +35,7 @@ func Example() {
 		Redis:   rdb,
 	})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	w.Handle("order.cancel", func(ctx context.Context, t *worker.Task) error {
 		var order struct{ ID string }
@@ -38,9 +47,7 @@ func Example() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := w.Run(ctx); err != nil {
-		log.Fatal(err)
-	}
+	return w.Run(ctx)
 }
 
 func cancelOrder(ctx context.Context, id string) error { return nil }
@@ -75,4 +82,46 @@ func ExampleBackoff() {
 	// after attempt 4: 8s
 	// after attempt 7: 1m4s
 	// after attempt 10: 8m32s
+}
+
+// An embedded worker that applies delayq's live rate limits: the rules
+// stored in etcd (`dq limits set ...`, PUT /v1/limits/{type}), shared with
+// every other worker of the namespace through Redis. Run watches the rules
+// while the worker runs.
+func ExampleNewLiveLimits() {
+	if err := runLimitedWorker(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// runLimitedWorker builds and runs the rate-limited worker; returning
+// (rather than exiting) lets the deferred closes run.
+func runLimitedWorker() error {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+
+	limits, err := worker.NewLiveLimits(etcd, rdb, worker.LiveLimitsOptions{Namespace: "dq"})
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(worker.Config{
+		Brokers: []string{"127.0.0.1:9092"},
+		Redis:   rdb,
+		Limiter: limits,
+	})
+	if err != nil {
+		return err
+	}
+	w.Handle("report.render", func(ctx context.Context, t *worker.Task) error {
+		return nil // with a rule {"concurrency":{"limit":2,"slot_ttl":"30s"}}, at most two run at once
+	})
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return w.Run(ctx)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
-	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/internal/testenv/worktest"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -56,21 +56,21 @@ func TestHostileRecordsAreDeadLettered(t *testing.T) {
 		m.Topic, m.Key = task.DefaultTopic, []byte(c.name)
 		msgs = append(msgs, m)
 	}
-	if err := e.firer.Writer.WriteMessages(t.Context(), msgs...); err != nil {
+	if err := e.Firer.Writer.WriteMessages(t.Context(), msgs...); err != nil {
 		t.Fatal(err)
 	}
-	recs := worktest.ReadTopic(t, e.kafka, "dq.dead", len(hostile), 15*time.Second)
+	recs := worktest.ReadTopic(t, e.Kafka, "dq.dead", len(hostile), 15*time.Second)
 	got := map[string]string{}
 	for _, rec := range recs {
-		why, _ := worktest.Header(rec, "dq-error")
+		why, _ := testenv.Header(rec, "dq-error")
 		got[string(rec.Key)] = why
 		if string(rec.Key) == "huge payload" {
-			n, _ := worktest.Header(rec, "dq-payload-bytes")
+			n, _ := testenv.Header(rec, "dq-payload-bytes")
 			if len(rec.Value) != 0 || n != "102400" {
 				t.Errorf("huge payload dead letter: value %d bytes, dq-payload-bytes %q", len(rec.Value), n)
 			}
 		}
-		if src, _ := worktest.Header(rec, "dq-source-topic"); src != task.DefaultTopic {
+		if src, _ := testenv.Header(rec, "dq-source-topic"); src != task.DefaultTopic {
 			t.Errorf("%s: dq-source-topic %q", rec.Key, src)
 		}
 	}
@@ -80,8 +80,8 @@ func TestHostileRecordsAreDeadLettered(t *testing.T) {
 		}
 	}
 	// still running: a real task after the hostile ones succeeds
-	worktest.Fire(t, e.firer, newTask("after-hostile", "x"))
-	e.waitState(t, 10*time.Second, task.StateSucceeded, "after-hostile")
+	worktest.Fire(t, e.Firer, newTask("after-hostile", "x"))
+	e.WaitState(t, 10*time.Second, task.StateSucceeded, "after-hostile")
 	if n := r.handled(t, "hostile"); n != float64(len(hostile)) {
 		t.Errorf("hostile metric %v", n)
 	}
@@ -91,7 +91,7 @@ func TestHostileRecordsAreDeadLettered(t *testing.T) {
 	// and every hostile record was committed
 	testenv.WaitFor(t, 5*time.Second, "all offsets committed", func() bool {
 		total := int64(0)
-		for _, off := range worktest.Committed(t, e.kafka, e.group, task.DefaultTopic) {
+		for _, off := range worktest.Committed(t, e.Kafka, e.Group, task.DefaultTopic) {
 			total += max(off, 0)
 		}
 		return total == int64(len(hostile)+1)
@@ -109,9 +109,9 @@ func TestStaleAndFinishedCopiesAreSkipped(t *testing.T) {
 		w.HandleDefault(func(ctx context.Context, tk *worker.Task) error { led.record("w1", tk); return nil })
 	})
 	a := newTask("a", "x")
-	worktest.Fire(t, e.firer, a)
-	e.waitState(t, 10*time.Second, task.StateSucceeded, "a")
-	fired, err := e.store.Get(t.Context(), "a")
+	worktest.Fire(t, e.Firer, a)
+	e.WaitState(t, 10*time.Second, task.StateSucceeded, "a")
+	fired, err := e.Store.Get(t.Context(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,17 +122,17 @@ func TestStaleAndFinishedCopiesAreSkipped(t *testing.T) {
 
 	c := newTask("c", "x")
 	c.DueAt = time.Now().Add(time.Hour)
-	worktest.Schedule(t, e.store, c)
-	if err := e.store.Cancel(t.Context(), "c"); err != nil {
+	worktest.Schedule(t, e.Store, c)
+	if err := e.Store.Cancel(t.Context(), "c"); err != nil {
 		t.Fatal(err)
 	}
-	cc, _ := e.store.Get(t.Context(), "c")
+	cc, _ := e.Store.Get(t.Context(), "c")
 	cancelled := worktest.Message(cc, time.Now())
 	// a record replayed long after its task finished and the record
 	// expired (retention 24h): skipped, not dead-lettered
 	gone := &task.Task{ID: "long-gone", Type: "x", Attempt: 1, Gen: 1, DueAt: time.Now().Add(-49 * time.Hour)}
 	expired := worktest.Message(gone, time.Now().Add(-48*time.Hour))
-	if err := e.firer.Writer.WriteMessages(t.Context(), dup, stale, cancelled, expired); err != nil {
+	if err := e.Firer.Writer.WriteMessages(t.Context(), dup, stale, cancelled, expired); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "copies skipped", func() bool {
@@ -171,7 +171,7 @@ func TestRebalanceJoinAndLeave(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	var fg sync.WaitGroup
-	fg.Go(func() { _ = e.firer.Run(ctx) })
+	fg.Go(func() { _ = e.Firer.Run(ctx) })
 	defer func() { cancel(); fg.Wait() }()
 
 	const n = 900
@@ -180,7 +180,7 @@ func TestRebalanceJoinAndLeave(t *testing.T) {
 	for i := range n {
 		id := "task-" + string(rune('a'+i%26)) + "-" + itoa(i)
 		ids = append(ids, id)
-		worktest.Schedule(t, e.store, newTask(id, "x"))
+		worktest.Schedule(t, e.Store, newTask(id, "x"))
 		time.Sleep(3 * time.Millisecond)
 		switch i {
 		case n / 3:
@@ -192,7 +192,7 @@ func TestRebalanceJoinAndLeave(t *testing.T) {
 			t.Logf("w3 left after %d tasks", i+1)
 		}
 	}
-	e.waitState(t, 60*time.Second, task.StateSucceeded, ids...)
+	e.WaitState(t, 60*time.Second, task.StateSucceeded, ids...)
 	testenv.WaitFor(t, 5*time.Second, "all runs recorded", func() bool { return led.distinct() == n })
 	if tw := led.twice(); len(tw) > 0 {
 		t.Fatalf("ran more than once: %v", tw)
@@ -245,22 +245,22 @@ func TestShutdownAbandonsAtDeadline(t *testing.T) {
 	for _, id := range ids {
 		tasks = append(tasks, newTask(id, "x"))
 	}
-	worktest.Fire(t, e.firer, tasks...)
+	worktest.Fire(t, e.Firer, tasks...)
 	<-blocked
-	e.waitState(t, 10*time.Second, task.StateSucceeded, ids...)
+	e.WaitState(t, 10*time.Second, task.StateSucceeded, ids...)
 	begin := time.Now()
 	w1.stop()
 	if d := time.Since(begin); d > 3*time.Second {
 		t.Errorf("shutdown took %v with a 300ms timeout", d)
 	}
-	if tk, _ := e.store.Get(t.Context(), "block"); tk.State != task.StateFired {
+	if tk, _ := e.Store.Get(t.Context(), "block"); tk.State != task.StateFired {
 		t.Fatalf("abandoned task is %s", tk.State)
 	}
 	cfg2, reg2 := e.config(t, "w2")
 	start(t, cfg2, reg2, func(w *worker.Worker) {
 		w.HandleDefault(func(ctx context.Context, tk *worker.Task) error { led.record("w2", tk); return nil })
 	})
-	e.waitState(t, 10*time.Second, task.StateSucceeded, "block")
+	e.WaitState(t, 10*time.Second, task.StateSucceeded, "block")
 	if n := led.count("block"); n != 2 {
 		t.Errorf("block ran %d times, want 2 (abandoned, then again)", n)
 	}
@@ -274,12 +274,12 @@ func TestShutdownAbandonsAtDeadline(t *testing.T) {
 func TestRedisOutageDelaysOutcomeNotCommit(t *testing.T) {
 	e := newEnv(t)
 	aof := testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
-	e.redis, e.rdb = aof, aof.Client(t)
+	e.Redis, e.RDB = aof, aof.Client(t)
 	var err error
-	if e.store, err = newStore(t, e); err != nil {
+	if e.Store, err = newStore(t, e); err != nil {
 		t.Fatal(err)
 	}
-	e.firer.Store = e.store
+	e.Firer.Store = e.Store
 	led := newLedger()
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
@@ -292,24 +292,24 @@ func TestRedisOutageDelaysOutcomeNotCommit(t *testing.T) {
 			return nil
 		})
 	})
-	worktest.Fire(t, e.firer, newTask("hold", "x"))
+	worktest.Fire(t, e.Firer, newTask("hold", "x"))
 	<-started
-	e.redis.Stop(t)
+	e.Redis.Stop(t)
 	close(release)
 	testenv.WaitFor(t, 5*time.Second, "not ready while Redis is down", func() bool {
 		return w1.w.Ready(t.Context()) != nil
 	})
 	time.Sleep(300 * time.Millisecond) // several commit intervals pass: nothing may be committed
-	for p, off := range worktest.Committed(t, e.kafka, e.group, task.DefaultTopic) {
+	for p, off := range worktest.Committed(t, e.Kafka, e.Group, task.DefaultTopic) {
 		if off > 0 {
 			t.Fatalf("partition %d committed to %d before the outcome was stored", p, off)
 		}
 	}
-	e.redis.Restart(t)
-	e.waitState(t, 15*time.Second, task.StateSucceeded, "hold")
+	e.Redis.Restart(t)
+	e.WaitState(t, 15*time.Second, task.StateSucceeded, "hold")
 	testenv.WaitFor(t, 5*time.Second, "committed after the outcome", func() bool {
 		total := int64(0)
-		for _, off := range worktest.Committed(t, e.kafka, e.group, task.DefaultTopic) {
+		for _, off := range worktest.Committed(t, e.Kafka, e.Group, task.DefaultTopic) {
 			total += max(off, 0)
 		}
 		return total == 1
@@ -341,11 +341,11 @@ func TestConcurrentCopiesRunOnce(t *testing.T) {
 		tasks = append(tasks, newTask("dup-"+itoa(i), "x"))
 		ids = append(ids, "dup-"+itoa(i))
 	}
-	worktest.Schedule(t, e.store, tasks...)
+	worktest.Schedule(t, e.Store, tasks...)
 	// fire by hand so each record can be written twice
 	var msgs []kafka.Message
 	for sh := range shards {
-		tk, err := e.store.Take(t.Context(), sh, 1, 1000, time.Minute)
+		tk, err := e.Store.Take(t.Context(), sh, 1, 1000, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,10 +357,10 @@ func TestConcurrentCopiesRunOnce(t *testing.T) {
 	if len(msgs) != 2*n {
 		t.Fatalf("took %d records", len(msgs)/2)
 	}
-	if err := e.firer.Writer.WriteMessages(t.Context(), msgs...); err != nil {
+	if err := e.Firer.Writer.WriteMessages(t.Context(), msgs...); err != nil {
 		t.Fatal(err)
 	}
-	e.waitState(t, 20*time.Second, task.StateSucceeded, ids...)
+	e.WaitState(t, 20*time.Second, task.StateSucceeded, ids...)
 	testenv.WaitFor(t, 10*time.Second, "every copy processed", func() bool {
 		return r.handled(t, "succeeded")+r.handled(t, "skipped_done") == 2*n
 	})
@@ -393,7 +393,7 @@ func TestClaimExpiredWhileQueuedIsCheckedAgain(t *testing.T) {
 		})
 	})
 	tasks := []*task.Task{newTask("q-a", "x"), newTask("q-b", "x")}
-	worktest.Fire(t, e.firer, tasks...)
+	worktest.Fire(t, e.Firer, tasks...)
 	var running string
 	select {
 	case running = <-first:
@@ -404,22 +404,22 @@ func TestClaimExpiredWhileQueuedIsCheckedAgain(t *testing.T) {
 	if running == "q-a" {
 		other = "q-b"
 	}
-	got, err := e.store.Get(t.Context(), other)
+	got, err := e.Store.Get(t.Context(), other)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "w1 claimed the queued record", func() bool {
-		v, _ := e.rdb.Get(t.Context(), e.store.RunKey(other, got.Gen)).Result()
+		v, _ := e.RDB.Get(t.Context(), e.Store.RunKey(other, got.Gen)).Result()
 		return strings.HasPrefix(v, "w1:")
 	})
 	// the queued record's claim expires; another worker claims and
 	// finishes the task
 	var res []redisstore.ClaimResult
 	testenv.WaitFor(t, 5*time.Second, "the queued record's claim expired", func() bool {
-		res, err = e.store.ClaimMany(t.Context(), []redisstore.Claim{{ID: other, Gen: got.Gen, TTL: time.Minute, Owner: "w2:1"}})
+		res, err = e.Store.ClaimMany(t.Context(), []redisstore.Claim{{ID: other, Gen: got.Gen, TTL: time.Minute, Owner: "w2:1"}})
 		return err == nil && res[0].Code == redisstore.Claimed
 	})
-	if _, err := e.store.FinishMany(t.Context(), []redisstore.Finish{{ID: other, Gen: got.Gen, Kind: redisstore.Succeeded, Owner: "w2:1"}}); err != nil {
+	if _, err := e.Store.FinishMany(t.Context(), []redisstore.Finish{{ID: other, Gen: got.Gen, Kind: redisstore.Succeeded, Owner: "w2:1"}}); err != nil {
 		t.Fatal(err)
 	}
 	close(release)

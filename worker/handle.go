@@ -10,7 +10,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/retry"
 )
 
 // claimPoll is how often a record whose execution another run holds checks
@@ -28,7 +30,7 @@ func (w *Worker) execute(ctx context.Context, log *slog.Logger, t *Task) error {
 	hctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
 	err := call(hctx, log, h, t)
-	w.met.duration.WithLabelValues(t.Type).Observe(time.Since(start).Seconds())
+	w.met.observeDuration(t.Type, time.Since(start).Seconds())
 	if err != nil && ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && !IsPermanent(err) {
 		err = fmt.Errorf("timed out after %s: %w", t.Timeout, err)
 	}
@@ -46,26 +48,23 @@ func call(ctx context.Context, log *slog.Logger, h HandlerFunc, t *Task) (err er
 }
 
 // report stores the outcome of a run: succeeded, retry with backoff, or
-// dead (dead letter first, then the dead state). It returns false only when
-// ctx ended before the outcome was stored.
+// dead. A dead task's state is stored in Redis first (the record of truth:
+// the dead listing shows it at once, and the record may be committed); its
+// dead letter is then queued for the dead topic (see deadLetters), which
+// never holds the record back. It returns false only when ctx ended before
+// the outcome was stored.
 func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message, t *Task, herr error, owner string) bool {
 	f := redisstore.Finish{ID: t.ID, Gen: t.Gen, Owner: owner}
-	var label string
+	var label, why string
 	switch {
 	case herr == nil:
 		f.Kind, label = redisstore.Succeeded, outSucceeded
 	case IsPermanent(herr) || t.LastAttempt():
 		f.Kind, label, f.Error = redisstore.Dead, outDead, herr.Error()
-		why := "permanent failure"
+		why = "permanent failure"
 		if !IsPermanent(herr) {
 			why = fmt.Sprintf("attempt %d of %d failed", t.Attempt, t.MaxAttempts)
 		}
-		msg := deadMessage(m, herr.Error(), t.Attempt, time.Now(), w.cfg.MaxPayload)
-		if err := w.writeDead(ctx, log, msg); err != nil {
-			return false
-		}
-		w.met.dead.Inc()
-		log.Warn("task dead", "type", t.Type, "attempt", t.Attempt, "why", why, "err", herr)
 	default:
 		d, ok := RetryDelay(herr)
 		if !ok {
@@ -77,13 +76,16 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message,
 	}
 	err := w.retryRedis(ctx, log, "store outcome", func() error {
 		_, err := w.finisher.finish(ctx, f)
-		if err == nil || errors.Is(err, redisstore.ErrStale) || errors.Is(err, redisstore.ErrConflict) ||
-			errors.Is(err, redisstore.ErrNotFound) || ctx.Err() != nil {
+		if err == nil || storeAnswered(err) || ctx.Err() != nil {
 			return err
 		}
-		return &retryable{err}
+		w.met.redisRetries.WithLabelValues("finish").Inc()
+		return &retryable{err} // any Redis error: the outcome is stored again
 	})
 	switch {
+	case err == nil && f.Kind == redisstore.Dead:
+		log.Warn("task dead", "type", t.Type, "attempt", t.Attempt, "why", why, "err", herr)
+		w.deadq.enqueue(record.DeadLetter(m, herr.Error(), t.Attempt, time.Now(), w.cfg.MaxPayload))
 	case err == nil:
 	case ctx.Err() != nil:
 		log.Warn("outcome not stored before shutdown; the record stays uncommitted", "outcome", label)
@@ -96,8 +98,18 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message,
 	if label == outRetry {
 		w.met.retries.Inc()
 	}
-	w.met.handled.WithLabelValues(t.Type, label).Inc()
+	w.met.handledInc(t.Type, label)
 	return true
+}
+
+// storeAnswered reports whether err is the store's answer about a task
+// (the task was fired again, finished or cancelled by someone else, or is
+// gone), as opposed to an error of Redis (unreachable, OOM, READONLY, a
+// script error, ...), which says nothing about the task: the write is
+// retried, never taken as a verdict on the task.
+func storeAnswered(err error) bool {
+	return errors.Is(err, redisstore.ErrStale) || errors.Is(err, redisstore.ErrConflict) ||
+		errors.Is(err, redisstore.ErrNotFound)
 }
 
 // retryable marks an error retryRedis retries although Redis answered.
@@ -106,11 +118,17 @@ type retryable struct{ err error }
 func (r *retryable) Error() string { return r.err.Error() }
 func (r *retryable) Unwrap() error { return r.err }
 
+// redisBackoff is the delay between tries of a Redis call the worker must
+// not give up: 50ms, doubling, at most 5s.
+func redisBackoff() retry.Backoff {
+	return retry.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second, NoJitter: true}
+}
+
 // retryRedis runs op until it succeeds, fails with an error that is not
 // "Redis unavailable" (or marked retryable), or ctx ends; it backs off
 // 50ms..5s between tries.
 func (w *Worker) retryRedis(ctx context.Context, log *slog.Logger, what string, op func() error) error {
-	delay := 50 * time.Millisecond
+	bo := redisBackoff()
 	for {
 		err := op()
 		if err == nil {
@@ -118,69 +136,27 @@ func (w *Worker) retryRedis(ctx context.Context, log *slog.Logger, what string, 
 		}
 		var r *retryable
 		marked := errors.As(err, &r)
-		if ctx.Err() != nil || !(marked || redisstore.IsUnavailable(err)) {
+		transient := marked || redisstore.IsUnavailable(err)
+		if ctx.Err() != nil || !transient {
 			if marked {
 				return r.err
 			}
 			return err
 		}
+		delay := bo.Next()
 		log.Warn("redis: "+what+" failed; retrying", "err", err, "retry_in", delay)
-		if !sleep(ctx, delay) {
+		if !retry.Sleep(ctx, delay) {
 			return ctx.Err()
 		}
-		delay = min(2*delay, 5*time.Second)
 	}
 }
 
-// deadLetterHostile writes a record that is not a usable delayq record to
-// the dead topic with the reason.
-func (w *Worker) deadLetterHostile(ctx context.Context, m *kafka.Message, reason string) bool {
-	log := w.log.With("topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
-	if err := w.writeDead(ctx, log, deadMessage(m, reason, 0, time.Now(), w.cfg.MaxPayload)); err != nil {
-		return false
-	}
-	w.met.dead.Inc()
-	w.met.handled.WithLabelValues(typeInvalid, outHostile).Inc()
-	log.Warn("dead-lettered a record that is not a usable delayq task", "reason", reason)
-	return true
-}
-
-// writeDead writes one dead letter synchronously, retrying until it is
-// written or ctx ends. A record the broker refuses as too large is written
-// again without its value.
-func (w *Worker) writeDead(ctx context.Context, log *slog.Logger, msg kafka.Message) error {
-	delay := 100 * time.Millisecond
-	for {
-		err := w.dead.WriteMessages(ctx, msg)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if tooLarge(err) && msg.Value != nil {
-			log.Warn("dead letter too large; writing it without its value", "bytes", len(msg.Value))
-			msg.Headers = append(msg.Headers, kafka.Header{Key: HeaderPayloadBytes, Value: fmt.Appendf(nil, "%d", len(msg.Value))})
-			msg.Value = nil
-			continue
-		}
-		log.Warn("write dead letter failed; retrying", "topic", w.cfg.DeadTopic, "err", err, "retry_in", delay)
-		if !sleep(ctx, delay) {
-			return ctx.Err()
-		}
-		delay = min(2*delay, 10*time.Second)
-	}
-}
-
-func tooLarge(err error) bool {
-	var we kafka.WriteErrors
-	if errors.As(err, &we) {
-		for _, e := range we {
-			if e != nil && tooLarge(e) {
-				return true
-			}
-		}
-		return false
-	}
-	return errors.Is(err, kafka.MessageSizeTooLarge)
+// deadLetterHostile queues a record that is not a usable delayq record for
+// the dead topic with the reason. The record is finished (committed): it
+// never holds its partition back, whether or not the dead topic takes it.
+func (w *Worker) deadLetterHostile(m *kafka.Message, reason string) {
+	w.met.handledInc(typeInvalid, outHostile)
+	w.log.Warn("dead-lettering a record that is not a usable delayq task", "reason", reason,
+		"topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
+	w.deadq.enqueue(record.DeadLetter(m, reason, 0, time.Now(), w.cfg.MaxPayload))
 }

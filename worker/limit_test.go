@@ -10,7 +10,7 @@ import (
 
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
-	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/internal/testenv/worktest"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -74,7 +74,7 @@ func TestLimiterDefersAndFailsClosed(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var fg sync.WaitGroup
 	fg.Go(func() {
-		if err := e.firer.Run(ctx); err != nil {
+		if err := e.Firer.Run(ctx); err != nil {
 			t.Errorf("firer: %v", err)
 		}
 	})
@@ -91,8 +91,8 @@ func TestLimiterDefersAndFailsClosed(t *testing.T) {
 		ids = append(ids, id)
 		tasks = append(tasks, newTask(id, typ))
 	}
-	worktest.Schedule(t, e.store, tasks...)
-	e.waitState(t, 20*time.Second, task.StateSucceeded, ids...)
+	worktest.Schedule(t, e.Store, tasks...)
+	e.WaitState(t, 20*time.Second, task.StateSucceeded, ids...)
 	testenv.WaitFor(t, 5*time.Second, "Done called for every run", func() bool {
 		lim.mu.Lock()
 		defer lim.mu.Unlock()
@@ -102,7 +102,7 @@ func TestLimiterDefersAndFailsClosed(t *testing.T) {
 		t.Fatalf("ran more than once: %v", tw)
 	}
 	for _, id := range ids {
-		tk, err := e.store.Get(t.Context(), id)
+		tk, err := e.Store.Get(t.Context(), id)
 		if err != nil || tk.Attempt != 1 {
 			t.Fatalf("%s: attempt %d (%v): a deferral must not use an attempt", id, tk.Attempt, err)
 		}

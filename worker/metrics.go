@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -15,10 +17,62 @@ const (
 	outDeferred     = "deferred" // held back by a rate limit, back in Redis
 )
 
-// typeInvalid is the type label of records that carry no usable type.
-const typeInvalid = "_invalid"
+// typeInvalid is the type label of records that carry no usable type;
+// typeOther the one of every type past Config.MetricsMaxTypes.
+const (
+	typeInvalid = "_invalid"
+	typeOther   = "_other"
+)
+
+// DefaultMetricsMaxTypes is the default of Config.MetricsMaxTypes.
+const DefaultMetricsMaxTypes = 100
+
+// typeLabels bounds the values of the type label: the first maxTypes distinct
+// task types this worker sees keep their own name, every later one is
+// counted under "_other" (task types are chosen by whoever schedules
+// tasks; without a bound, 2,000 types made 36,000 series). Every
+// type-labelled metric takes its label from here.
+type typeLabels struct {
+	maxTypes int
+	mu       sync.RWMutex
+	kept     map[string]struct{}
+}
+
+func newTypeLabels(maxTypes int) *typeLabels {
+	return &typeLabels{maxTypes: maxTypes, kept: make(map[string]struct{})}
+}
+
+// of is the label value for task type typ.
+func (l *typeLabels) of(typ string) string {
+	if typ == typeInvalid {
+		return typ
+	}
+	l.mu.RLock()
+	_, ok := l.kept[typ]
+	full := len(l.kept) >= l.maxTypes
+	l.mu.RUnlock()
+	switch {
+	case ok:
+		return typ
+	case full || typ == typeOther:
+		return typeOther
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.kept[typ]; ok {
+		return typ
+	}
+	if len(l.kept) >= l.maxTypes {
+		return typeOther
+	}
+	l.kept[typ] = struct{}{}
+	return typ
+}
 
 type metrics struct {
+	types *typeLabels
+	// handled and duration are labelled by type: use handledInc and
+	// observeDuration, which bound the label.
 	handled     *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	lag         prometheus.Histogram
@@ -30,11 +84,18 @@ type metrics struct {
 	commits     *prometheus.CounterVec
 	claimWaits  prometheus.Counter
 	reclaims    prometheus.Counter
+
+	redisRetries *prometheus.CounterVec // by op: claim, defer, finish
+	deadErrors   *prometheus.CounterVec // by reason: unknown_topic, too_large, other
+	deadDropped  *prometheus.CounterVec // by reason: queue_full, expired, shutdown
+	deadQueued   prometheus.Gauge
+	slotRenewals *prometheus.CounterVec // by result: ok, lost, error
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
 	const ns, sub = "delayq", "work"
 	m := &metrics{
+		types: newTypeLabels(maxTypes),
 		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "handled_total",
 			Help: "Records handled, by task type and outcome (succeeded, retry, dead, skipped_stale, skipped_done, hostile, deferred)."},
@@ -50,7 +111,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "retries_total", Help: "Failures scheduled again in Redis."}),
 		dead: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "dead_total", Help: "Records written to the dead topic (dead tasks and hostile records)."}),
+			Name: "dead_total", Help: "Dead letters written to the dead topic (notifications of dead tasks, and hostile records)."}),
 		consumerLag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "consumer_lag", Help: "Records behind the partition end, as the Kafka reader last saw it."}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -63,10 +124,39 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "claim_waits_total", Help: "Records that found their execution claimed by another run and waited."}),
 		reclaims: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "reclaims_total", Help: "Records claimed again before running because they waited for a handler slot for more than half their claim's TTL."}),
+		redisRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "redis_retries_total",
+			Help: "Records whose Redis write failed with an error of Redis (unreachable, OOM, READONLY, ...) and was retried, by operation (claim, defer, finish)."},
+			[]string{"op"}),
+		deadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "dead_letter_publish_errors_total",
+			Help: "Failed writes of dead letters to the dead topic, by reason (unknown_topic, too_large, other). The dead state is in Redis already."},
+			[]string{"reason"}),
+		deadDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "dead_letters_dropped_total",
+			Help: "Dead letters given up without being written to the dead topic, by reason (queue_full, expired, shutdown). The dead state is in Redis already."},
+			[]string{"reason"}),
+		deadQueued: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "dead_letters_queued", Help: "Dead letters waiting to be written to the dead topic."}),
+		slotRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "limit_slot_renewals_total",
+			Help: "Renewals of the concurrency slots of running handlers, by result (ok, lost, error)."},
+			[]string{"result"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.handled, m.duration, m.lag, m.retries, m.dead, m.consumerLag, m.running,
-			m.rebalances, m.commits, m.claimWaits, m.reclaims)
+			m.rebalances, m.commits, m.claimWaits, m.reclaims,
+			m.redisRetries, m.deadErrors, m.deadDropped, m.deadQueued, m.slotRenewals)
 	}
 	return m
+}
+
+// handledInc counts one record of task type typ with outcome.
+func (m *metrics) handledInc(typ, outcome string) {
+	m.handled.WithLabelValues(m.types.of(typ), outcome).Inc()
+}
+
+// observeDuration records how long a handler of task type typ ran.
+func (m *metrics) observeDuration(typ string, seconds float64) {
+	m.duration.WithLabelValues(m.types.of(typ)).Observe(seconds)
 }

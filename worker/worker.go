@@ -51,7 +51,7 @@ type Config struct {
 	Brokers        []string      // Kafka bootstrap addresses
 	Group          string        // consumer group; default "delayq-work"
 	Topics         []string      // topics to consume; default ["dq.tasks"]
-	DeadTopic      string        // dead letters; default "dq.dead" (must exist)
+	DeadTopic      string        // dead letters; default "dq.dead" (a notification: see DeadLetterQueue)
 	Concurrency    int           // handlers running at once; default 16
 	DefaultTimeout time.Duration // for tasks without their own timeout; default 30s
 	Backoff        Backoff       // delays between attempts; defaults 1s..10m, ×2, jitter 0.5
@@ -86,11 +86,26 @@ type Config struct {
 	// Limiter, when set, decides per micro-batch which claimed tasks run
 	// now (per-type rate limits); the others go back to Redis due when
 	// they may pass, without using an attempt. Nil: everything runs.
+	// NewLiveLimits gives the live rules of etcd, as the work binary
+	// applies them; Run watches them while it runs.
 	Limiter Limiter
 
 	Logger     *slog.Logger          // default: discard
 	Registerer prometheus.Registerer // metrics are registered here when set
-	InstanceID string                // names this worker in claims and logs; default host-pid
+	// MetricsMaxTypes bounds the values of the type label of the worker's
+	// metrics: the first MetricsMaxTypes task types seen keep their name,
+	// the others are counted under type="_other". Default 100
+	// (DefaultMetricsMaxTypes).
+	MetricsMaxTypes int
+
+	// DeadLetterQueue bounds the dead letters waiting to be written to
+	// DeadTopic (default 10000), and DeadLetterMaxAge how long one is
+	// retried (default 10m); past either, it is dropped and counted. The
+	// dead state is stored in Redis first: the dead topic is a
+	// notification that never holds back a commit or the dead listing.
+	DeadLetterQueue  int
+	DeadLetterMaxAge time.Duration
+	InstanceID       string // names this worker in claims and logs; default host-pid
 }
 
 func (c *Config) setDefaults() {
@@ -143,6 +158,15 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.MetricsMaxTypes == 0 {
+		c.MetricsMaxTypes = DefaultMetricsMaxTypes
+	}
+	if c.DeadLetterQueue == 0 {
+		c.DeadLetterQueue = 10000
+	}
+	if c.DeadLetterMaxAge == 0 {
+		c.DeadLetterMaxAge = 10 * time.Minute
+	}
 	if c.InstanceID == "" {
 		host, _ := os.Hostname()
 		c.InstanceID = host + "-" + strconv.Itoa(os.Getpid())
@@ -161,6 +185,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: default timeout %s not within 0..%s", c.DefaultTimeout, task.MaxTimeout)
 	case c.ClaimMargin < 0 || c.CommitInterval < 0 || c.ShutdownTimeout < 0:
 		return errors.New("worker: negative claim margin, commit interval or shutdown timeout")
+	case c.MetricsMaxTypes < 1:
+		return fmt.Errorf("worker: MetricsMaxTypes %d below 1", c.MetricsMaxTypes)
+	case c.DeadLetterQueue < 1 || c.DeadLetterMaxAge < 0:
+		return fmt.Errorf("worker: DeadLetterQueue %d below 1 or negative DeadLetterMaxAge", c.DeadLetterQueue)
 	}
 	return c.Backoff.validate()
 }
@@ -208,8 +236,10 @@ func (c *Config) deadWriter() *ownWriter {
 		ReadTimeout:            10 * time.Second,
 		MaxAttempts:            3,
 		AllowAutoTopicCreation: false,
+		// failed writes are counted and logged (at most once a minute) by
+		// deadLetters
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			log.Warn(fmt.Sprintf(msg, args...))
+			log.Debug(fmt.Sprintf(msg, args...))
 		}),
 	}}
 }
@@ -258,7 +288,7 @@ type Worker struct {
 	store    *redisstore.Store
 	claims   *claims
 	finisher *finisher
-	dead     messageWriter
+	deadq    *deadLetters
 	offs     *offsets
 	sem      chan struct{}   // one per record held (fetched, not ended): maxHeld
 	slots    chan struct{}   // one per handler running: Concurrency
@@ -278,7 +308,7 @@ func New(cfg Config) (*Worker, error) {
 	return &Worker{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		met:      newMetrics(cfg.Registerer),
+		met:      newMetrics(cfg.Registerer, cfg.MetricsMaxTypes),
 		handlers: map[string]HandlerFunc{},
 		offs:     newOffsets(),
 	}, nil
@@ -329,6 +359,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("worker: Run called twice")
 	}
+	if ll, ok := w.cfg.Limiter.(*LiveLimits); ok {
+		// the rules are watched while the worker runs (ctx's end stops
+		// fetching first; the last rules stay in force for the rest)
+		wctx, cancel := context.WithCancel(ctx)
+		var watch sync.WaitGroup
+		defer watch.Wait()
+		defer cancel() // also when Run returns early
+		watch.Go(func() {
+			if err := ll.Run(wctx); err != nil {
+				w.log.Warn("rate-limit rules watch ended", "err", err)
+			}
+		})
+	}
 	rdb := w.cfg.Redis
 	var store *redisstore.Store
 	err := w.retryRedis(ctx, w.log, "open store", func() error {
@@ -344,10 +387,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: open store: %w", err)
 	}
 	w.store = store
-	w.claims = newClaims(rdb, store, w.cfg.InstanceID)
+	w.claims = newClaims(store, w.cfg.InstanceID)
 	w.finisher = newFinisher(store)
 	writer := w.cfg.deadWriter()
-	w.dead = writer
+	w.deadq = newDeadLetters(writer, w.cfg.DeadTopic, w.cfg.DeadLetterQueue, w.cfg.DeadLetterMaxAge, w.log, w.met)
 	reader := kafka.NewReader(w.cfg.readerConfig())
 	w.log.Info("worker started", "group", w.cfg.Group, "topics", w.cfg.Topics,
 		"concurrency", w.cfg.Concurrency, "instance", w.cfg.InstanceID)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
-	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/internal/testenv/worktest"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -34,7 +34,7 @@ func TestTwoWorkersRunEachTaskOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var fg sync.WaitGroup
 	fg.Go(func() {
-		if err := e.firer.Run(ctx); err != nil {
+		if err := e.Firer.Run(ctx); err != nil {
 			t.Errorf("firer: %v", err)
 		}
 	})
@@ -45,12 +45,12 @@ func TestTwoWorkersRunEachTaskOnce(t *testing.T) {
 	for i := range n {
 		id := fmt.Sprintf("order-%d", i)
 		ids = append(ids, id)
-		worktest.Schedule(t, e.store, newTask(id, "order.cancel"))
+		worktest.Schedule(t, e.Store, newTask(id, "order.cancel"))
 		if i%50 == 49 {
 			time.Sleep(20 * time.Millisecond) // a stream, not one burst
 		}
 	}
-	e.waitState(t, 30*time.Second, task.StateSucceeded, ids...)
+	e.WaitState(t, 30*time.Second, task.StateSucceeded, ids...)
 	testenv.WaitFor(t, 5*time.Second, "all runs recorded", func() bool { return led.distinct() == n })
 	if tw := led.twice(); len(tw) > 0 {
 		t.Fatalf("ran more than once: %v", tw)
@@ -117,15 +117,15 @@ func TestOutcomes(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	var fg sync.WaitGroup
-	fg.Go(func() { _ = e.firer.Run(ctx) })
+	fg.Go(func() { _ = e.Firer.Run(ctx) })
 	defer func() { cancel(); fg.Wait() }()
 
-	mk := func(id, typ string, max int, timeout time.Duration) *task.Task {
+	mk := func(id, typ string, maxAttempts int, timeout time.Duration) *task.Task {
 		tk := newTask(id, typ)
-		tk.MaxAttempts, tk.Timeout = max, timeout
+		tk.MaxAttempts, tk.Timeout = maxAttempts, timeout
 		return tk
 	}
-	worktest.Schedule(t, e.store,
+	worktest.Schedule(t, e.Store,
 		mk("flaky-1", "flaky", 5, 0), mk("flaky-2", "flaky", 5, 0),
 		mk("perm-1", "perm", 5, 0),
 		mk("exhaust-1", "exhaust", 3, 0),
@@ -134,8 +134,8 @@ func TestOutcomes(t *testing.T) {
 		mk("slowdead-1", "slow", 1, 200*time.Millisecond),
 		mk("after-1", "after", 5, 0),
 	)
-	e.waitState(t, 30*time.Second, task.StateSucceeded, "flaky-1", "flaky-2", "panic-1", "slow-1", "after-1")
-	e.waitState(t, 30*time.Second, task.StateDead, "perm-1", "exhaust-1", "slowdead-1")
+	e.WaitState(t, 30*time.Second, task.StateSucceeded, "flaky-1", "flaky-2", "panic-1", "slow-1", "after-1")
+	e.WaitState(t, 30*time.Second, task.StateDead, "perm-1", "exhaust-1", "slowdead-1")
 
 	want := map[string]int{"slowdead-1": 1, "flaky-1": 3, "flaky-2": 3, "perm-1": 1, "exhaust-1": 3, "panic-1": 2, "slow-1": 2, "after-1": 2}
 	for id, n := range want {
@@ -152,14 +152,14 @@ func TestOutcomes(t *testing.T) {
 	da := ad[1].Sub(af[0])
 	led.mu.Unlock()
 	t.Logf("flaky-1 retry delays: %v, %v (backoff min 100ms, jitter 0.2); after-1: %v (RetryAfter 400ms)", d1, d2, da)
-	if !(d2 > d1) {
+	if d2 <= d1 {
 		t.Errorf("delays do not grow: %v then %v", d1, d2)
 	}
 	if da < 398*time.Millisecond || da > 450*time.Millisecond || af[1].Before(ad[1]) {
 		t.Errorf("RetryAfter 400ms: due after %v (ms precision), ran at %v", da, af[1].Sub(af[0]))
 	}
 
-	dead, err := e.store.ListDead(t.Context(), 10)
+	dead, err := e.Store.ListDead(t.Context(), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,15 +171,15 @@ func TestOutcomes(t *testing.T) {
 		!strings.Contains(lastErr["slowdead-1"], "timed out after 200ms") {
 		t.Errorf("dead set last errors: %q", lastErr)
 	}
-	tk, _ := e.store.Get(t.Context(), "slow-1")
+	tk, _ := e.Store.Get(t.Context(), "slow-1")
 	if tk.Attempt != 2 {
 		t.Errorf("slow-1 attempt %d", tk.Attempt)
 	}
-	recs := worktest.ReadTopic(t, e.kafka, "dq.dead", 3, 10*time.Second)
+	recs := worktest.ReadTopic(t, e.Kafka, "dq.dead", 3, 10*time.Second)
 	for _, rec := range recs {
-		id, _ := worktest.Header(rec, "dq-id")
-		why, _ := worktest.Header(rec, "dq-error")
-		att, _ := worktest.Header(rec, "dq-attempt")
+		id, _ := testenv.Header(rec, "dq-id")
+		why, _ := testenv.Header(rec, "dq-error")
+		att, _ := testenv.Header(rec, "dq-attempt")
 		want := map[string][2]string{"perm-1": {"no such order", "1"}, "exhaust-1": {"attempt 3", "3"},
 			"slowdead-1": {"timed out", "1"}}[id]
 		if !strings.Contains(why, want[0]) || att != want[1] || string(rec.Value) != `{"id":"`+id+`"}` {
@@ -196,10 +196,10 @@ func TestOutcomes(t *testing.T) {
 	mu.Lock()
 	fixed["exhaust-1"] = true
 	mu.Unlock()
-	if _, err := e.store.Redrive(t.Context(), "exhaust-1"); err != nil {
+	if _, err := e.Store.Redrive(t.Context(), "exhaust-1"); err != nil {
 		t.Fatal(err)
 	}
-	e.waitState(t, 10*time.Second, task.StateSucceeded, "exhaust-1")
+	e.WaitState(t, 10*time.Second, task.StateSucceeded, "exhaust-1")
 	if got := led.count("exhaust-1"); got != 4 {
 		t.Errorf("exhaust-1 ran %d times after redrive, want 4", got)
 	}

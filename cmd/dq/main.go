@@ -7,8 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,12 +19,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := cli.Main(ctx, os.Args, cli.OSEnv())
+	code := config.ExitCode(ctx, filepath.Base(os.Args[0]), err, os.Stderr)
 	stop()
-	if errors.Is(err, cli.ErrHelp) || errors.Is(err, config.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", filepath.Base(os.Args[0]), err)
-		os.Exit(1)
-	}
+	os.Exit(code)
 }

@@ -91,16 +91,23 @@ func TestChaos(t *testing.T) {
 	setDoing(t, "waiting until every task fired and was handled")
 	settle := waitSettled(t, hist, obs, c.sink, true, 90*time.Second)
 
+	setDoing(t, "checking that no task is stuck")
+	stuck := checkNoneStuck(t, c, hist.snapshot(), n.poisonTasks(), stuckBound)
+
 	setDoing(t, "reading the topics back and checking")
 	recs := readAll(t, c.kafka, obs)
 	v := check(hist.snapshot(), recs, c.sink.snapshot(), checkOptions{handled: true, faultsEnd: faultsEnd.UnixMilli()})
 	crashes, fenced := c.crashCounts()
-	t.Log("\n" + summary(s, n.counts, crashes, fenced, v, settle, time.Since(start)))
+	t.Log("\n" + summary(s, n.counts, crashes, fenced, v, settle, time.Since(start)) + "  none stuck: " + stuck.line())
 	t.Logf("chaos: nemesis timeline\n%s", strings.Join(mergeTimelines(n.timeline, gw.timeline()), "\n"))
 
 	if bad := v.violations(); len(bad) > 0 {
 		t.Errorf("chaos: %d violations with seed %d; replay with:\n  %s\nfirst ones:\n  %s",
 			len(bad), s.seed, replay, strings.Join(bad[:min(len(bad), 20)], "\n  "))
+	}
+	if len(stuck.stuck) > 0 {
+		t.Errorf("chaos: %d tasks stuck %s after the heal (seed %d); replay with:\n  %s\nfirst ones:\n  %s",
+			len(stuck.stuck), stuckBound, s.seed, replay, strings.Join(stuck.stuck[:min(len(stuck.stuck), 20)], "\n  "))
 	}
 	if v.mustFire == 0 || v.fired == 0 {
 		t.Errorf("chaos: the workload fired nothing (%d tasks that must fire): the run tested nothing", v.mustFire)
@@ -117,6 +124,11 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// stuckBound is how long after the settle every task may take to show an
+// end (or a due time ahead): a poison task's grace, a retry's backoff and a
+// lease, with room for a slow machine.
+const stuckBound = 60 * time.Second
+
 // workloadDrain bounds the wait for the workload's last requests: a
 // follow-up waits at most MaxDelay, then up to two daemons are tried with
 // a 5s client timeout each.
@@ -124,10 +136,10 @@ const workloadDrain = 30 * time.Second
 
 // chaosBudget is how long TestChaos may run, from the cluster's start to
 // the end of its cleanups, before the watchdog ends it: the faults, plus
-// the bounded waits after them (restore 60s, settle 90s, reading the
-// topics 60s) and the starts and stops. A passing 2-minute run takes about
+// the bounded waits after them (restore 60s, settle 90s, the none-stuck
+// check 60s, reading the topics 60s) and the starts and stops. A passing 2-minute run takes about
 // 2m30s.
-func chaosBudget(d time.Duration) time.Duration { return d + 5*time.Minute }
+func chaosBudget(d time.Duration) time.Duration { return d + 6*time.Minute }
 
 // mergeTimelines merges lines that start with their offset in seconds.
 func mergeTimelines(a, b []string) []string {

@@ -80,13 +80,13 @@ func check(tasks []taskHist, recs []record, handled map[string][]int64, o checkO
 		t := &tasks[i]
 		hist[t.id] = t
 		s := t.ops[0]
-		switch {
-		case s.out == ok:
+		switch s.out {
+		case ok:
 			v.accepted++
 			if s.journal {
 				v.journaled++
 			}
-		case s.out == refused:
+		case refused:
 			v.refused++
 		default:
 			v.unknownSchedules++

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/delayq/delayq/internal/leader"
+	"github.com/delayq/delayq/internal/event/leader"
 	"github.com/delayq/delayq/internal/testenv"
 )
 
@@ -54,11 +54,11 @@ type cluster struct {
 
 // links are one process' proxies.
 type links struct {
-	redis *proxy
-	etcd  []*proxy // one per member
+	redis *testenv.Proxy
+	etcd  []*testenv.Proxy // one per member
 }
 
-func (l *links) all() []*proxy { return append([]*proxy{l.redis}, l.etcd...) }
+func (l *links) all() []*testenv.Proxy { return append([]*testenv.Proxy{l.redis}, l.etcd...) }
 
 func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 	t.Helper()
@@ -75,6 +75,7 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 		links:  map[*proc]*links{},
 	}
 	c.etcdc = c.etcd.Client(t)
+	c.limitTopicMessageBytes(t, tasksTopic, tasksTopicMaxMsg)
 	c.kf = installKafkaFaults(c.kafka.Cluster)
 	hook := httptest.NewServer(c.sink)
 	t.Cleanup(hook.Close)
@@ -95,6 +96,7 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 			"DQ_KAFKA_WRITE_TIMEOUT": "4s",
 			"DQ_DEFAULT_TOPIC":       tasksTopic,
 			"DQ_DEAD_TOPIC":          deadTopic,
+			"DQ_FIRE_POISON_GRACE":   poisonGrace.String(),
 		},
 		workRole: {
 			"DQ_KAFKA_BROKERS":         strings.Join(c.kafka.Brokers, ","),
@@ -133,12 +135,12 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 			name := fmt.Sprintf("%s-%d", rc.r, i)
 			l := &links{}
 			var err error
-			if l.redis, err = startProxy(c.redis.Addr); err != nil {
+			if l.redis, err = testenv.StartProxy("127.0.0.1:0", c.redis.Addr); err != nil {
 				t.Fatalf("chaos: proxy: %v", err)
 			}
 			var etcdAddrs []string
 			for _, m := range c.etcd.Members {
-				px, err := startProxy(m.Endpoints[0])
+				px, err := testenv.StartProxy("127.0.0.1:0", m.Endpoints[0])
 				if err != nil {
 					t.Fatalf("chaos: proxy: %v", err)
 				}
@@ -200,7 +202,7 @@ func (c *cluster) teardown() {
 	setDoing(t, "teardown: closing the proxies")
 	for _, l := range c.links {
 		for _, px := range l.all() {
-			if err := px.close(); err != nil {
+			if err := px.CloseWithin(closeLimit); err != nil {
 				errs = append(errs, err.Error())
 			}
 		}

@@ -55,7 +55,8 @@ var builds = struct {
 }{byTags: map[string]*build{}}
 
 // binaries builds cmd/daemon, cmd/event and cmd/work from this tree with
-// the given build tags ("" or "dqplant"), once per test binary, like the
+// fault injection (tag dqfault) and the given build tags ("" or
+// "dqplant"), once per test binary, like the
 // integration suite builds them (static, -trimpath), so the compiled
 // packages are shared through the build cache.
 func binaries(t testing.TB, tags string) map[role]string {
@@ -80,7 +81,12 @@ func binaries(t testing.TB, tags string) map[role]string {
 		}
 		ctx, cancel := context.WithTimeoutCause(context.Background(), buildLimit, fmt.Errorf("not done after %v", buildLimit))
 		defer cancel()
-		if b.err = testenv.GoBuild(ctx, root, b.dir, tags, "./cmd/daemon", "./cmd/event", "./cmd/work"); b.err != nil {
+		// Fault injection exists only in dqfault builds (internal/fault).
+		buildTags := "dqfault"
+		if tags != "" {
+			buildTags += "," + tags
+		}
+		if b.err = testenv.GoBuild(ctx, root, b.dir, buildTags, "./cmd/daemon", "./cmd/event", "./cmd/work"); b.err != nil {
 			return
 		}
 		b.path = map[role]string{}

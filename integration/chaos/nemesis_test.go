@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kerr"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // The fault kinds, in the order the summary lists them.
@@ -28,11 +31,15 @@ const (
 	faultKafkaErrors  = "kfake produce errors"
 	faultKafkaSlow    = "kfake slow produce/fetch"
 	faultClockSkew    = "clock skew (DQ_FAULT_CLOCK_SKEW)"
+	faultRedisOOM     = "Redis OOM (maxmemory below use)"
+	faultPoisonTopic  = "poison task: missing topic"
+	faultPoisonLarge  = "poison task: oversized record"
 )
 
 var allFaults = []string{
 	faultKill, faultCrashPoints, faultPause, faultPartRedis, faultPartEtcd, faultLeaseRevoke,
 	faultEtcdMember, faultEtcdQuorum, faultRedisRestart, faultKafkaErrors, faultKafkaSlow, faultClockSkew,
+	faultRedisOOM, faultPoisonTopic, faultPoisonLarge,
 }
 
 // Crash-point settings (internal/fault): low probabilities per batch, so
@@ -68,11 +75,17 @@ type nemesis struct {
 	queue     []string
 	start     time.Time
 	timeline  []string
+	poison    poisonLog     // poison tasks scheduled, checked after the heal
+	rdb       *redis.Client // straight to redis-server, not through a proxy
 }
 
 func newNemesis(t *testing.T, c *cluster, seed uint64) *nemesis {
-	return &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), maxActive: 2, counts: map[string]int{}, start: time.Now()}
+	return &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), maxActive: 2, counts: map[string]int{}, start: time.Now(),
+		rdb: c.redis.Client(t)}
 }
+
+// poisonTasks are the poison tasks the run scheduled.
+func (n *nemesis) poisonTasks() []poisonTask { return n.poison.snapshot() }
 
 func (n *nemesis) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(n.rng.Int64N(int64(hi-lo)+1))
@@ -181,6 +194,8 @@ func applyLimit(kind string) time.Duration {
 		return max(etcdStopLimit, etcdStartLimit)
 	case faultRedisRestart:
 		return redisStepLimit
+	case faultPoisonTopic, faultPoisonLarge:
+		return 10 * time.Second // up to two daemons, 3 s each
 	}
 	return closeLimit
 }
@@ -229,22 +244,22 @@ func (n *nemesis) apply(tb testing.TB, kind string) *active {
 		if p == nil {
 			return nil
 		}
-		mode := hold
+		mode := testenv.Hold
 		if n.rng.IntN(2) == 0 {
-			mode = reset
+			mode = testenv.Reset
 		}
 		l := n.c.links[p]
-		pxs := []*proxy{l.redis}
+		pxs := []*testenv.Proxy{l.redis}
 		if kind == faultPartEtcd {
 			pxs = l.etcd
 		}
 		for _, px := range pxs {
-			px.partition(mode)
+			px.Partition(mode)
 		}
 		return &active{what: fmt.Sprintf("%s, %s", p.name, mode), uses: []string{p.name},
 			until: now.Add(n.between(2*time.Second, 6*time.Second)), heal: func(testing.TB) {
 				for _, px := range pxs {
-					px.heal()
+					px.Heal()
 				}
 			}}
 
@@ -291,6 +306,40 @@ func (n *nemesis) apply(tb testing.TB, kind string) *active {
 		return &active{what: "redis-server down", uses: []string{"redis"},
 			until: time.Now().Add(n.between(500*time.Millisecond, 3*time.Second)), heal: func(tb testing.TB) { c.redis.Restart(tb) }}
 
+	case faultRedisOOM:
+		// Redis refuses every write (noeviction, maxmemory below what it
+		// holds) for a while: schedules are journaled, fires, claims and
+		// outcomes wait and retry; nothing may turn into poison or bad
+		// input.
+		if n.busy("redis") {
+			return nil
+		}
+		rdb := n.rdb
+		if err := rdb.ConfigSet(tb.Context(), "maxmemory-policy", "noeviction").Err(); err != nil {
+			tb.Fatalf("chaos: maxmemory-policy: %v", err)
+		}
+		if err := rdb.ConfigSet(tb.Context(), "maxmemory", "1").Err(); err != nil {
+			tb.Fatalf("chaos: maxmemory: %v", err)
+		}
+		return &active{what: "every write refused with OOM", uses: []string{"redis"},
+			until: now.Add(n.between(2*time.Second, 5*time.Second)), heal: func(tb testing.TB) {
+				if err := rdb.ConfigSet(tb.Context(), "maxmemory", "0").Err(); err != nil {
+					tb.Fatalf("chaos: maxmemory back to 0: %v", err)
+				}
+			}}
+
+	case faultPoisonTopic, faultPoisonLarge:
+		pk := poisonMissingTopic
+		if kind == faultPoisonLarge {
+			pk = poisonOversized
+		}
+		p, accepted := c.schedulePoison(pk, len(n.poison.snapshot()))
+		if !accepted {
+			return nil
+		}
+		n.poison.add(p)
+		return &active{what: fmt.Sprintf("%s to %s (%d)", p.id, p.topic, p.status), until: now.Add(time.Second)}
+
 	case faultKafkaErrors:
 		if n.busy("kafka-errors") {
 			return nil
@@ -334,11 +383,11 @@ func (n *nemesis) apply(tb testing.TB, kind string) *active {
 // returned func heals the links.
 func (c *cluster) cutAndRevoke(p *proc, lease clientv3.LeaseID) (func(), error) {
 	for _, px := range c.links[p].etcd {
-		px.partition(hold)
+		px.Partition(testenv.Hold)
 	}
 	heal := func() {
 		for _, px := range c.links[p].etcd {
-			px.heal()
+			px.Heal()
 		}
 	}
 	ctx, cancel := context.WithTimeout(c.t.Context(), 2*time.Second)
@@ -364,7 +413,7 @@ func (c *cluster) restore(timeout time.Duration) {
 	}
 	for _, l := range c.links {
 		for _, px := range l.all() {
-			px.heal()
+			px.Heal()
 		}
 	}
 	c.kf.setSlow(0, false)

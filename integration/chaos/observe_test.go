@@ -73,10 +73,9 @@ func parseRecord(r *kgo.Record) record {
 // clock): a record seen before its due time was fired early whatever its
 // headers say.
 type observer struct {
-	mu    sync.Mutex
-	seen  map[recKey]int64
-	byID  map[string]int
-	total int
+	mu   sync.Mutex
+	seen map[recKey]int64
+	byID map[string]int
 }
 
 func startObserver(t testing.TB, k *testenv.Kafka) *observer {
@@ -99,7 +98,6 @@ func startObserver(t testing.TB, k *testenv.Kafka) *observer {
 					return
 				}
 				o.seen[key] = now
-				o.total++
 				if r.Topic == tasksTopic {
 					o.byID[parseRecord(r).id]++
 				}
@@ -116,12 +114,6 @@ func (o *observer) fired(id string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.byID[id] > 0
-}
-
-func (o *observer) count() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.total
 }
 
 // readAll reads both topics whole with a fresh franz-go client, up to the

@@ -268,7 +268,7 @@ const procLogLimit = 256 << 10
 
 func newProcLog() *procLog { return &procLog{crashes: map[string]int{}} }
 
-// Markers printed by the binaries (internal/fault, internal/fire).
+// Markers printed by the binaries (internal/fault, internal/event/fire).
 const (
 	crashMarker  = "fault injection: SIGKILL at "
 	fencedMarker = "fenced: a newer leader owns the shard"

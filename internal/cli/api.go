@@ -362,6 +362,12 @@ func runStats(ctx context.Context, env Env, args []string) error {
 
 func runDead(ctx context.Context, env Env, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(env.Stderr, "Usage: dq dead list [--limit N] | dq dead redrive ID | dq dead delete ID\n\n"+
+			"  list     dead tasks, most recent first\n  redrive  schedule a dead task again, now\n  delete   forget a dead task\n\n"+
+			"dq dead SUBCOMMAND -h lists its flags (--addr, --token, -o json).")
+		if len(args) > 0 && isHelp(args[0]) {
+			return ErrHelp
+		}
 		return errors.New("dead: list, redrive ID or delete ID")
 	}
 	sub, args := args[0], args[1:]
@@ -435,10 +441,10 @@ func runDead(ctx context.Context, env Env, args []string) error {
 	}
 }
 
-func oneLine(s string, max int) string {
+func oneLine(s string, maxLen int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > max {
-		s = s[:max-1] + "…"
+	if len(s) > maxLen {
+		s = s[:maxLen-1] + "…"
 	}
 	return s
 }

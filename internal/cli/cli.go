@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/delayq/delayq/internal/config"
 )
 
 // Env is what a command may use of the outside world; tests pass their own.
@@ -29,9 +31,6 @@ func OSEnv() Env {
 // the caller exits 0.
 var ErrHelp = flag.ErrHelp
 
-// AppFunc is an application's entry point, the shape every cmd/<bin> calls.
-type AppFunc func(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error
-
 // Main runs dq with args as os.Args: args[0] names the program. Under the
 // name of an application (daemon, event, work: a symlink to dq) it runs
 // that application with args[1:]; otherwise it runs a dq command.
@@ -39,10 +38,20 @@ func Main(ctx context.Context, args []string, env Env) error {
 	if len(args) == 0 {
 		args = []string{"dq"}
 	}
-	if run, ok := apps()[filepath.Base(args[0])]; ok {
-		return run(ctx, args[1:], env.Getenv, env.Stderr)
+	if name := filepath.Base(args[0]); apps()[name] != nil {
+		return runNamedApp(ctx, env, name, args[1:])
 	}
 	return Run(ctx, args[1:], env)
+}
+
+// runNamedApp runs an application, or prints its version for "version"
+// and "--version".
+func runNamedApp(ctx context.Context, env Env, name string, args []string) error {
+	if config.IsVersionArgs(args) {
+		_, err := fmt.Fprintln(env.Stdout, config.Version(name))
+		return err
+	}
+	return apps()[name](ctx, args, env.Getenv, env.Stderr)
 }
 
 // command is one dq subcommand.
@@ -60,17 +69,21 @@ func commands() []command {
 		{"cancel", "cancel a waiting task (dq cancel ID)", runCancel},
 		{"stats", "totals and per-shard figures", runStats},
 		{"dead", "dead tasks: dq dead list [--limit N] | dq dead redrive ID | dq dead delete ID", runDead},
-		{"limits", "rate limits per task type: dq limits [list] | get TYPE | set TYPE --quota N --window 1m | --rate R --burst B | --concurrency C | RULES-JSON | delete TYPE", runLimits},
+		{"limits", "rate limits per task type: dq limits [list] | get TYPE | set TYPE --quota N --window 1m | --rate R [--burst B] | --concurrency C [--slot-ttl 5m] | RULES-JSON | delete TYPE", runLimits},
 		{"import", "bulk schedule from a JSON Lines file, resumable (dq import FILE.jsonl)", runImport},
 		{"health", "probe a /healthz URL or a Kafka broker; exit 1 when unhealthy (for container healthchecks)", runHealth},
 		{"dev", "run delayq in one process (dq dev [--demo]), or one piece of it: dq dev etcd | dq dev kafka | dq dev sink", runDev},
 		{"app", "run an application by name: dq app daemon|event|work [flags]", runApp},
+		{"version", "print the version, VCS revision and Go version of this build (also dq --version)", runVersion},
 	}
 }
 
 // Run runs the dq command named by args[0].
 func Run(ctx context.Context, args []string, env Env) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if config.IsVersionArgs(args) {
+		return runVersion(ctx, env, nil)
+	}
+	if len(args) == 0 || isHelp(args[0]) || args[0] == "help" {
 		usage(env.Stderr)
 		if len(args) == 0 {
 			return errors.New("no command given")
@@ -95,15 +108,30 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run dq COMMAND -h for its flags.")
 }
 
-func runApp(ctx context.Context, env Env, args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("app: name one of %s", strings.Join(appNames(), ", "))
+func runVersion(_ context.Context, env Env, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("version: unexpected argument %q", args[0])
 	}
-	run, ok := apps()[args[0]]
-	if !ok {
+	_, err := fmt.Fprintln(env.Stdout, config.Version("dq"))
+	return err
+}
+
+// isHelp reports whether arg asks for a usage text.
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+func runApp(ctx context.Context, env Env, args []string) error {
+	if len(args) == 0 || isHelp(args[0]) {
+		fmt.Fprintf(env.Stderr, "Usage: dq app NAME [flags]\n\nRuns the application NAME (one of %s) in this process;\n"+
+			"dq app NAME -h lists its settings, dq app NAME version prints its version.\n", strings.Join(appNames(), ", "))
+		if len(args) == 0 {
+			return fmt.Errorf("app: name one of %s", strings.Join(appNames(), ", "))
+		}
+		return ErrHelp
+	}
+	if apps()[args[0]] == nil {
 		return fmt.Errorf("app %q: not one of %s", args[0], strings.Join(appNames(), ", "))
 	}
-	return run(ctx, args[1:], env.Getenv, env.Stderr)
+	return runNamedApp(ctx, env, args[0], args[1:])
 }
 
 func appNames() []string {

@@ -187,6 +187,11 @@ func TestLimitsCommand(t *testing.T) {
 	if out, _, err = runDQ(t, env, "limits", "set", "sms.send", `{"token_bucket":{"rate":10,"burst":20}}`); err != nil || !strings.Contains(out, `"token_bucket"`) {
 		t.Fatalf("limits set JSON: %q, %v", out, err)
 	}
+	// --concurrency without --slot-ttl, --rate without --burst: the defaults
+	if out, _, err = runDQ(t, env, "limits", "set", "pdf.render", "--concurrency", "2", "--rate", "2.5"); err != nil ||
+		!strings.Contains(out, `"slot_ttl": "5m0s"`) || !strings.Contains(out, `"burst": 3`) {
+		t.Fatalf("limits set with defaults: %q, %v", out, err)
+	}
 	if _, _, err = runDQ(t, env, "limits", "set", "bad", `{"window_quota":{"limit":-1,"window":"1m"}}`); err == nil {
 		t.Fatalf("invalid rules accepted")
 	}

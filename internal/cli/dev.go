@@ -54,7 +54,9 @@ func runDevSink(ctx context.Context, env Env, args []string) error {
 // answering 200. count, when not nil, counts deliveries.
 func SinkHandler(log *slog.Logger, count *atomic.Int64) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n") // a failed write means the prober went away: nothing to do
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 4096))
 		if count != nil {

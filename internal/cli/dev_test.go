@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // TestDevAllInOne: dq dev --demo starts Redis, etcd, Kafka and the three
@@ -27,7 +28,7 @@ func TestDevAllInOne(t *testing.T) {
 	apiURL := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- devAll(ctx, env, devOptions{apiAddr: addr, shards: 4, demo: true, redis: "redis-server"}, func(u string) { apiURL <- u })
+		done <- devAll(ctx, env, devOptions{apiAddr: addr, shards: 4, demo: true, redis: "redis-server", topics: "dev.extra"}, func(u string) { apiURL <- u })
 	}()
 	var api string
 	select {
@@ -42,17 +43,33 @@ func TestDevAllInOne(t *testing.T) {
 			t.Errorf("banner lacks %q:\n%s", want, out.String())
 		}
 	}
-	if _, err := client.New(api).Schedule(t.Context(), client.Task{ID: "dev-own", Type: "mine", Delay: 200 * time.Millisecond}); err != nil {
-		t.Fatal(err)
+	if !strings.Contains(out.String(), "topics          dq.tasks,dev.extra consumed") {
+		t.Errorf("banner does not name the consumed topics:\n%s", out.String())
+	}
+	// A task of the default topic, one of a topic given with --topics
+	// (created at start, consumed) and one of a topic nobody created
+	// (created on first use: it fires instead of waiting for its grace).
+	for _, tk := range []client.Task{
+		{ID: "dev-own", Type: "mine", Delay: 200 * time.Millisecond},
+		{ID: "dev-extra", Type: "mine", Topic: "dev.extra", Delay: 200 * time.Millisecond},
+		{ID: "dev-new-topic", Type: "mine", Topic: "dev.unplanned", Delay: 200 * time.Millisecond},
+	} {
+		if _, err := client.New(api).Schedule(t.Context(), tk); err != nil {
+			t.Fatal(err)
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(out.String(), `msg="task delivered"`) < 6 {
+	for strings.Count(out.String(), `msg="task delivered"`) < 7 {
 		if time.Now().After(deadline) {
-			t.Fatalf("not all 6 tasks delivered within 30s:\n%s\n--- stderr ---\n%s", out.String(), errb.String())
+			t.Fatalf("not all 7 tasks delivered within 30s:\n%s\n--- stderr ---\n%s", out.String(), errb.String())
 		}
 		time.Sleep(50 * time.Millisecond) // poll interval of a bounded wait
 	}
-	if !strings.Contains(out.String(), "task_id=dev-own") || strings.Count(out.String(), "demo: scheduled") != 5 {
+	testenv.WaitFor(t, 15*time.Second, "the task of an unplanned topic fired", func() bool {
+		ti, err := client.New(api).Get(t.Context(), "dev-new-topic")
+		return err == nil && ti.State == "fired"
+	})
+	if !strings.Contains(out.String(), "task_id=dev-own") || !strings.Contains(out.String(), "task_id=dev-extra") || strings.Count(out.String(), "demo: scheduled") != 5 {
 		t.Errorf("output:\n%s", out.String())
 	}
 	cancel()

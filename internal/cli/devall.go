@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/config"
 )
 
 // devOptions configures dq dev.
@@ -36,6 +38,23 @@ type devOptions struct {
 	demo    bool
 	verbose bool
 	redis   string // redis-server binary
+	topics  string // extra topics (comma-separated): created at start, consumed by work
+}
+
+// devPartitions is the partition count of every topic dq dev creates.
+const devPartitions = 4
+
+// devTopics are the topics dq dev creates at start and its worker
+// consumes: dq.tasks and the given extra ones (dq.dead is created too,
+// and any other topic on first use).
+func devTopics(extra string) []string {
+	out := []string{"dq.tasks"}
+	for _, t := range config.Split(extra) {
+		if !slices.Contains(out, t) && t != "dq.dead" {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // redisInstallHint is printed when redis-server is missing.
@@ -57,6 +76,7 @@ func runDevAll(ctx context.Context, env Env, args []string) error {
 	fs.BoolVar(&o.demo, "demo", false, "schedule a few tasks and show them firing")
 	fs.BoolVar(&o.verbose, "verbose", false, "show the applications' info logs (default: warnings and errors)")
 	fs.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
+	fs.StringVar(&o.topics, "topics", "", "more Kafka topics to create at start and consume besides dq.tasks (comma-separated, e.g. a,b); any other topic is created on first use")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -68,7 +88,7 @@ func runDevAll(ctx context.Context, env Env, args []string) error {
 func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string)) (err error) {
 	redisPath, lookErr := exec.LookPath(o.redis)
 	if lookErr != nil {
-		return errors.New(redisInstallHint)
+		return errors.New(redisInstallHint) //nolint:staticcheck // ST1005: a multi-line install hint printed as is, never wrapped
 	}
 	out := &lockedWriter{w: env.Stdout}
 	say := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
@@ -100,7 +120,8 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	defer etcd.Close()
 	etcdEndpoint := strings.TrimPrefix(etcd.Config().ListenClientUrls[0].String(), "http://")
 
-	kafka, err := StartKafka(KafkaOptions{Listen: "127.0.0.1:0", Partitions: 4, Topics: []string{"dq.tasks", "dq.dead"}})
+	topics := devTopics(o.topics)
+	kafka, err := StartKafka(KafkaOptions{Listen: "127.0.0.1:0", Partitions: devPartitions, Topics: append(slices.Clone(topics), "dq.dead")})
 	if err != nil {
 		return err
 	}
@@ -118,8 +139,13 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 		sinkLog := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: dropTime}))
 		srv := &http.Server{Handler: SinkHandler(sinkLog, &delivered), ReadHeaderTimeout: 10 * time.Second}
 		sinkCtx, stopSink := context.WithCancel(context.WithoutCancel(ctx))
-		sinkDone := make(chan error, 1)
-		go func() { sinkDone <- serveUntil(sinkCtx, srv, ln) }()
+		sinkDone := make(chan struct{})
+		go func() {
+			defer close(sinkDone)
+			// The sink is a stand-in receiver for trying dq out: how its
+			// server ended does not change how dq dev ends.
+			_ = serveUntil(sinkCtx, srv, ln)
+		}()
 		defer func() { stopSink(); <-sinkDone }()
 		webhook = "http://" + ln.Addr().String() + "/"
 	}
@@ -146,6 +172,10 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 		"DQ_ETCD_ENDPOINTS": etcdEndpoint,
 		"DQ_KAFKA_BROKERS":  brokers,
 		"DQ_WEBHOOK_URL":    webhook,
+		// a task to a topic nobody created fires (created on first use)
+		"DQ_KAFKA_AUTO_CREATE": "true",
+		"DQ_PARTITIONS":        strconv.Itoa(devPartitions),
+		"DQ_TOPICS":            strings.Join(topics, ","),
 	}
 	appsCtx, stopApps := context.WithCancel(ctx)
 	defer stopApps()
@@ -184,6 +214,7 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	say("  metrics         %s/metrics  http://%s/metrics  http://%s/metrics", api, ports["event"], ports["work"])
 	say("  redis           %s   etcd %s   kafka %s", redisAddr, etcdEndpoint, brokers)
 	say("  webhook         %s", webhook)
+	say("  topics          %s consumed (others are created on first use; --topics a,b adds some)", strings.Join(topics, ","))
 	say("try:")
 	say(`  curl -s %s/v1/tasks -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, api)
 	say("  dq schedule hello --in 5s --payload '{\"n\":1}'     (DQ_ADDR=%s)", api)

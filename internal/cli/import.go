@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/config"
 )
 
 // importProgress is what dq import keeps in FILE.progress after every
@@ -96,7 +97,8 @@ func runImport(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("import", env)
 	api := bindAPI(fs, env)
 	batch := fs.Int("batch", 500, "tasks per batch request (the daemon allows 1000 by default)")
-	maxBytes := fs.Int("max-bytes", 512<<10, "bytes per batch request at most (the daemon allows 1 MiB by default)")
+	maxBytes := new(int)
+	fs.Var(config.NewIntSizeValue(maxBytes, 512<<10), "max-bytes", "bytes per batch request at most, or with a unit: 512KiB, 1MiB (the daemon allows 1MiB by default)")
 	restart := fs.Bool("restart", false, "ignore FILE.progress and start from the first line")
 	autoID := fs.Bool("auto-id", true, `give lines without an "id" the id imp-<hash of the file's path>-<line>, so that a resumed or repeated import creates no duplicates`)
 	retries := fs.Int("retries", 8, "retries of a batch that failed as a whole (daemon unreachable, 5xx)")
@@ -181,11 +183,27 @@ func runImport(ctx context.Context, env Env, args []string) error {
 		if s.Bad == nil {
 			s.Bad = []badLine{}
 		}
-		return printJSON(env.Stdout, s)
+		err = printJSON(env.Stdout, s)
+	} else {
+		printSummary(env.Stdout, s)
 	}
-	printSummary(env.Stdout, s)
-	return nil
+	if err == nil && s.Rejected > 0 {
+		err = &RejectedLinesError{Rejected: s.Rejected, Lines: s.Lines - s.Blank}
+	}
+	return err
 }
+
+// RejectedLinesError ends an import that went through the whole file but
+// had lines rejected (listed in the summary): dq exits 2, so that a script
+// tells it from an import that stopped (exit 1).
+type RejectedLinesError struct{ Rejected, Lines int64 }
+
+func (e *RejectedLinesError) Error() string {
+	return fmt.Sprintf("import: %d of %d lines rejected (see the summary); fix them and import the file again", e.Rejected, e.Lines)
+}
+
+// ExitCode is dq's exit status for it.
+func (e *RejectedLinesError) ExitCode() int { return 2 }
 
 func printSummary(w io.Writer, s importSummary) {
 	secs := time.Duration(s.Elapsed).Seconds()
@@ -242,7 +260,7 @@ func loadProgress(path string) (importProgress, bool, error) {
 	}
 	var p importProgress
 	if err := json.Unmarshal(b, &p); err != nil || p.Version != 1 {
-		return importProgress{}, false, fmt.Errorf("import: %s is not a progress file of this dq (%v); remove it or use --restart", path, err)
+		return importProgress{}, false, fmt.Errorf("import: %s is not a progress file of this dq (%v); remove it or use --restart", path, err) //nolint:errorlint // err is nil on a version mismatch (%w would print %!w(<nil>)) and is detail, not a cause to match
 	}
 	return p, true, nil
 }

@@ -3,7 +3,9 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -16,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/config"
 )
 
 // badLines are the lines of the test file that must be rejected, with the
@@ -102,8 +105,9 @@ func TestImport100k(t *testing.T) {
 	}
 
 	out, stderr, err := runDQ(t, map[string]string{"DQ_ADDR": base}, "import", path, "-o", "json")
-	if err != nil {
-		t.Fatalf("resumed import: %v\n%s", err, stderr)
+	var rej *RejectedLinesError
+	if !errors.As(err, &rej) || rej.Rejected != int64(len(badLines)) {
+		t.Fatalf("resumed import: %v, want a RejectedLinesError for %d lines\n%s", err, len(badLines), stderr)
 	}
 	if !strings.Contains(stderr, "resuming") || !strings.Contains(stderr, "100%") {
 		t.Errorf("stderr lacks the resume note or the finished progress bar: %q", lastLines(stderr, 3))
@@ -161,8 +165,9 @@ func TestImportText(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _, err := runDQ(t, env, "import", path, "--batch", "2")
-	if err != nil {
-		t.Fatal(err)
+	// lines were rejected: the import went through but dq exits 2
+	if code := config.ExitCode(t.Context(), "dq", err, io.Discard); code != 2 || err.Error() != "import: 2 of 5 lines rejected (see the summary); fix them and import the file again" {
+		t.Fatalf("import with rejected lines: %v (exit %d), want exit 2", err, code)
 	}
 	for _, want := range []string{"6 lines, 3 accepted (3 created, 0 unchanged", "2 rejected, 1 blank", "line 2: invalid_json:", "line 5: "} {
 		if !strings.Contains(out, want) {
@@ -170,7 +175,7 @@ func TestImportText(t *testing.T) {
 		}
 	}
 	out, _, err = runDQ(t, env, "import", path)
-	if err != nil || !strings.Contains(out, "3 accepted (0 created, 3 unchanged") {
+	if !errors.As(err, new(*RejectedLinesError)) || !strings.Contains(out, "3 accepted (0 created, 3 unchanged") {
 		t.Errorf("second import: %v\n%s", err, out)
 	}
 
@@ -182,7 +187,7 @@ func TestImportText(t *testing.T) {
 	if _, _, err := runDQ(t, env, "import", path); err == nil || !strings.Contains(err.Error(), "--restart") {
 		t.Errorf("changed file resumed: %v", err)
 	}
-	if out, _, err := runDQ(t, env, "import", path, "--restart"); err != nil || !strings.Contains(out, "3 accepted") {
+	if out, _, err := runDQ(t, env, "import", path, "--restart"); !errors.As(err, new(*RejectedLinesError)) || !strings.Contains(out, "3 accepted") {
 		t.Errorf("--restart: %v\n%s", err, out)
 	}
 	if _, _, err := runDQ(t, env, "import", filepath.Join(t.TempDir(), "missing.jsonl")); err == nil {

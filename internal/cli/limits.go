@@ -144,11 +144,11 @@ func runLimits(ctx context.Context, env Env, args []string) error {
 		fs.Int64Var(&quota, "quota", 0, "window quota: at most this many per window")
 		fs.StringVar(&window, "window", "1m", "window of --quota")
 		fs.Float64Var(&rate, "rate", 0, "token bucket: tokens per second")
-		fs.Int64Var(&burst, "burst", 0, "token bucket: capacity")
+		fs.Int64Var(&burst, "burst", 0, "token bucket: capacity (default: the rate rounded up, at least 1)")
 		fs.Int64Var(&reserve, "reserve", 0, "token bucket: below this many tokens only --min-priority tasks pass")
 		fs.IntVar(&minPrio, "min-priority", 0, "token bucket: priority that may use the reserve")
 		fs.Int64Var(&conc, "concurrency", 0, "at most this many running at once across workers")
-		fs.StringVar(&slotTTL, "slot-ttl", "", "concurrency: a crashed worker's slot frees after this long")
+		fs.StringVar(&slotTTL, "slot-ttl", "", "concurrency: a crashed worker's slot frees after this long (default 5m)")
 		pos, err := parse(fs, args)
 		if err != nil {
 			return err

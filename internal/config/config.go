@@ -134,15 +134,24 @@ func (b *Binder) Usage(w io.Writer) {
 	b.fs.SetOutput(io.Discard)
 }
 
-// LogAttrs is the effective configuration, secrets redacted, for the
-// start-up log line.
+// LogAttrs is the effective configuration for the start-up log line:
+// Secret settings are REDACTED, and every URL or address in the others
+// goes through RedactURL (user info passwords and secret query values).
 func (b *Binder) LogAttrs() []any {
 	var names []string
 	b.fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	sort.Strings(names)
 	attrs := make([]any, 0, len(names))
 	for _, n := range names {
-		v := b.fs.Lookup(n).Value.String()
+		val := b.fs.Lookup(n).Value
+		v := Redact(val.String())
+		if l, ok := val.(*listValue); ok {
+			items := make([]string, len(*l))
+			for i, it := range *l {
+				items[i] = RedactURL(it)
+			}
+			v = strings.Join(items, ",")
+		}
 		if b.secret[n] && v != "" {
 			v = "REDACTED"
 		}

@@ -10,17 +10,21 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/delayq/delayq/internal/admin"
-	"github.com/delayq/delayq/internal/journal"
+	"github.com/delayq/delayq/internal/daemon/journal"
+	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 )
 
 // The HTTP API. Every /v1 answer is JSON; errors are
-// {"error":{"code","message"}} (codes in apierror.go). Bad input is a 4xx
-// and changes nothing.
+// {"error":{"code","message"}} (codes in wire/error.go). Bad input is a
+// 4xx and changes nothing. Each endpoint is a function from the request
+// to its answer (see handle); the wire package decodes and encodes.
 //
 // Redis unavailable: schedules are journaled (202). Reads and
 // PATCH/DELETE/redrive answer 503 unavailable with Retry-After: they
@@ -32,20 +36,20 @@ import (
 
 func (a *App) routes() http.Handler {
 	mux := http.NewServeMux()
-	admin.Mount(mux, a.reg, a.ready)
-	mux.HandleFunc("POST /v1/tasks", a.handleSchedule)
-	mux.HandleFunc("POST /v1/tasks/batch", a.handleBatch)
-	mux.HandleFunc("GET /v1/tasks/{id}", a.handleGet)
-	mux.HandleFunc("PATCH /v1/tasks/{id}", a.handleReschedule)
-	mux.HandleFunc("DELETE /v1/tasks/{id}", a.handleCancel)
-	mux.HandleFunc("GET /v1/stats", a.handleStats)
-	mux.HandleFunc("GET /v1/dead", a.handleListDead)
-	mux.HandleFunc("POST /v1/dead/{id}/redrive", a.handleRedrive)
-	mux.HandleFunc("DELETE /v1/dead/{id}", a.handleDeleteDead)
+	admin.MountReport(mux, a.reg, a.report)
+	mux.Handle("POST /v1/tasks", handle(a.handleSchedule))
+	mux.Handle("POST /v1/tasks/batch", handle(a.handleBatch))
+	mux.Handle("GET /v1/tasks/{id}", handle(a.handleGet))
+	mux.Handle("PATCH /v1/tasks/{id}", handle(a.handleReschedule))
+	mux.Handle("DELETE /v1/tasks/{id}", handle(a.handleCancel))
+	mux.Handle("GET /v1/stats", handle(a.handleStats))
+	mux.Handle("GET /v1/dead", handle(a.handleListDead))
+	mux.Handle("POST /v1/dead/{id}/redrive", handle(a.handleRedrive))
+	mux.Handle("DELETE /v1/dead/{id}", handle(a.handleDeleteDead))
 	mux.Handle("/v1/limits", a.limits)
 	mux.Handle("/v1/limits/", a.limits)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errNotFound(fmt.Sprintf("no endpoint %s %s", r.Method, truncateString(r.URL.Path, 100))))
+		wire.WriteError(w, wire.NotFound(fmt.Sprintf("no endpoint %s %s", r.Method, wire.Truncate(r.URL.Path, 100))))
 	})
 	return &server{app: a, mux: mux}
 }
@@ -64,18 +68,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
+				if p == http.ErrAbortHandler { //nolint:errorlint // p is recover()'s value, not an error chain: net/http panics with this exact value and compares it the same way
 					panic(p)
 				}
 				a.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
 				if sw.code == 0 {
-					writeError(sw, errInternal("internal error"))
+					wire.WriteError(sw, wire.Internal("internal error"))
 				}
 			}
 		}()
 		if strings.HasPrefix(r.URL.Path, "/v1/") && !s.authorized(r) {
 			_, r.Pattern = s.mux.Handler(r)
-			writeError(sw, &apiError{http.StatusUnauthorized, codeUnauthorized, "missing or wrong bearer token"})
+			wire.WriteError(sw, &wire.Error{Status: http.StatusUnauthorized, Code: wire.CodeUnauthorized, Message: "missing or wrong bearer token"})
 			return
 		}
 		s.mux.ServeHTTP(sw, r)
@@ -126,59 +130,130 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// --- schedule ---
+// --- the handler adapter ---
 
-func (a *App) handleSchedule(w http.ResponseWriter, r *http.Request) {
-	var buf bytes.Buffer
-	body, e := readJSONBody(w, r, a.cfg.MaxBody, &buf)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	sub, e := decodeTask(body, a.now())
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	res := a.coalesce.schedule(r.Context(), sub)
-	s := &res
-	if s.err != nil {
-		writeError(w, s.err)
-		return
-	}
-	a.log.Debug("task scheduled", "task_id", s.id, "outcome", s.outcome, "due_at", s.dueAt)
-	writeRaw(w, s.status(), append(appendScheduled(make([]byte, 0, 160), s), '\n'))
+// call is one request as an endpoint sees it.
+type call struct {
+	*http.Request
+	w    http.ResponseWriter
+	bufs []*bytes.Buffer // lent by buf until the answer is written
 }
 
-func (a *App) handleBatch(w http.ResponseWriter, r *http.Request) {
-	in, out := getBuf(), getBuf()
-	defer putBuf(in)
-	defer putBuf(out)
-	body, e := readJSONBody(w, r, a.cfg.MaxBody, in)
-	if e != nil {
-		writeError(w, e)
-		return
+// endpoint is one endpoint's logic: it returns the answer's status and
+// body ([]byte: JSON written as is; anything else: encoded with
+// encoding/json), or the error answer.
+type endpoint func(c *call) (status int, body any, e *wire.Error)
+
+// handle adapts an endpoint to net/http: it writes the answer or the
+// error, then takes back the buffers the endpoint borrowed.
+func handle(fn endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c := &call{Request: r, w: w}
+		defer c.release()
+		status, body, e := fn(c)
+		if e != nil {
+			wire.WriteError(w, e)
+			return
+		}
+		if b, ok := body.([]byte); ok {
+			wire.WriteRaw(w, status, b)
+			return
+		}
+		wire.WriteJSON(w, status, body)
 	}
-	items, e := decodeBatch(body, a.cfg.MaxBatch)
+}
+
+// body reads the request's JSON body within limit into buf.
+func (c *call) body(limit int64, buf *bytes.Buffer) ([]byte, *wire.Error) {
+	return wire.ReadJSONBody(c.w, c.Request, limit, buf)
+}
+
+// buf lends a pooled buffer until the answer is written. The batch
+// endpoint's request and response buffers are hundreds of kilobytes
+// each. A task's payload points into the request buffer, so a buffer
+// goes back to the pool only once the request is answered: nothing keeps
+// a task beyond its request (the store and the journal copy what they
+// keep).
+func (c *call) buf() *bytes.Buffer {
+	b := bufPool.Get().(*bytes.Buffer)
+	c.bufs = append(c.bufs, b)
+	return b
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (c *call) release() {
+	for _, b := range c.bufs {
+		if b.Cap() > 8<<20 {
+			continue
+		}
+		b.Reset()
+		bufPool.Put(b)
+	}
+}
+
+// inStore runs one store operation under the op context (opContext) and
+// records what its error says about Redis.
+func (a *App) inStore(ctx context.Context, op func(ctx context.Context) error) error {
+	octx, cancel := a.opContext(ctx)
+	defer cancel()
+	err := op(octx)
+	a.noteStore(err)
+	return err
+}
+
+// --- schedule ---
+
+func (a *App) handleSchedule(c *call) (int, any, *wire.Error) {
+	var buf bytes.Buffer
+	body, e := c.body(a.cfg.MaxBody, &buf)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
+	}
+	sub, e := wire.DecodeTask(body, a.now())
+	if e == nil {
+		e = a.checkRecordSize(sub.Task)
+	}
+	if e != nil {
+		return 0, nil, e
+	}
+	res := a.coalesce.schedule(c.Context(), sub)
+	s := &res
+	if s.Err != nil {
+		return 0, nil, s.Err
+	}
+	a.log.Debug("task scheduled", "task_id", s.ID, "outcome", s.Outcome, "due_at", s.DueAt)
+	return s.Status(), append(wire.AppendScheduled(make([]byte, 0, 160), s), '\n'), nil
+}
+
+func (a *App) handleBatch(c *call) (int, any, *wire.Error) {
+	in, out := c.buf(), c.buf()
+	body, e := c.body(a.cfg.MaxBody, in)
+	if e != nil {
+		return 0, nil, e
+	}
+	items, e := wire.DecodeBatch(body, a.cfg.MaxBatch)
+	if e != nil {
+		return 0, nil, e
 	}
 	now := a.now()
-	results := make([]scheduled, len(items))
+	results := make([]wire.Scheduled, len(items))
 	subs := make([]redisstore.Submit, 0, len(items))
 	pos := make([]int, 0, len(items))
 	for i, raw := range items {
-		sub, e := decodeTask(raw, now)
+		sub, e := wire.DecodeTask(raw, now)
+		if e == nil {
+			e = a.checkRecordSize(sub.Task)
+		}
 		if e != nil {
-			results[i].err = e
+			results[i].Err = e
 			continue
 		}
 		subs = append(subs, sub)
 		pos = append(pos, i)
 	}
 	if len(subs) > 0 {
-		for j, s := range a.schedule(r.Context(), subs) {
+		for j, s := range a.schedule(c.Context(), subs) {
 			results[pos[j]] = s
 		}
 	}
@@ -188,23 +263,38 @@ func (a *App) handleBatch(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendScheduled(b, &results[i])
+		b = wire.AppendScheduled(b, &results[i])
 	}
 	b = append(b, "]}\n"...)
 	a.log.Debug("batch scheduled", "tasks", len(items), "accepted", len(subs))
-	writeRaw(w, http.StatusOK, b)
+	return http.StatusOK, b, nil
+}
+
+// checkRecordSize refuses a task whose Kafka record would be larger than
+// DQ_MAX_RECORD_BYTES: the broker would refuse it at every fire, so it
+// would never run.
+func (a *App) checkRecordSize(t *task.Task) *wire.Error {
+	n := record.Size(t)
+	if int64(n) <= a.cfg.MaxRecordBytes {
+		return nil
+	}
+	return &wire.Error{Status: http.StatusRequestEntityTooLarge, Code: wire.CodeRecordTooLarge,
+		Message: fmt.Sprintf("task %s: its Kafka record would be %d bytes (payload %d, key, headers and framing %d), over the limit of %d bytes (DQ_MAX_RECORD_BYTES)",
+			wire.Truncate(t.ID, 64), n, len(t.Payload), n-len(t.Payload), a.cfg.MaxRecordBytes)}
 }
 
 // schedule stores tasks in Redis, or journals them when Redis is
 // unavailable (or the journal is not empty, to keep per-id order). The
 // results are in the order of subs.
-func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []scheduled {
-	out := make([]scheduled, len(subs))
+func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []wire.Scheduled {
+	out := make([]wire.Scheduled, len(subs))
 	var toJournal []int
 	st := a.store.Load()
 	// Straight to the journal when Redis is known to be down (no timeout
 	// per request during an outage) or entries wait for replay (order).
 	if st == nil || !a.redisUp.Load() || a.jr.Len() > 0 {
+		// (A Redis that refuses writes is tried again here while the
+		// journal is empty; the refusal journals the tasks.)
 		toJournal = make([]int, len(subs))
 		for i := range subs {
 			toJournal[i] = i
@@ -214,6 +304,7 @@ func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []schedule
 		res, err := st.Schedule(octx, subs)
 		cancel()
 		a.noteRedis(err)
+		a.noteWrite(err)
 		var journaledIDs map[string]bool // ids with an earlier item of this call journaled
 		var counts [5]int
 		for i := range res {
@@ -230,13 +321,12 @@ func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []schedule
 				toJournal = append(toJournal, i)
 			case r.Outcome == redisstore.Rejected:
 				counts[redisstore.Rejected]++
-				out[i] = scheduled{id: r.ID, err: errConflict(rejectedMessage(r))}
+				out[i] = wire.Scheduled{ID: r.ID, Err: wire.Conflict(rejectedMessage(r))}
 			case r.Err != nil || r.Outcome < redisstore.Created || r.Outcome > redisstore.Updated:
-				a.log.Error("schedule failed", "task_id", r.ID, "outcome", r.Outcome, "error", r.Err)
-				out[i] = scheduled{id: r.ID, err: errInternal(fmt.Sprintf("store: outcome %s: %v", r.Outcome, r.Err))}
+				out[i] = wire.Scheduled{ID: r.ID, Err: a.internalError("schedule", r.Err, "task_id", r.ID, "outcome", r.Outcome)}
 			default:
 				counts[r.Outcome]++
-				out[i] = scheduled{id: r.ID, state: r.State, outcome: r.Outcome.String(), dueAt: r.DueAt, shard: r.Shard}
+				out[i] = wire.Scheduled{ID: r.ID, State: r.State, Outcome: r.Outcome.String(), DueAt: r.DueAt, Shard: r.Shard}
 			}
 		}
 		for o, n := range counts {
@@ -256,7 +346,7 @@ func rejectedMessage(r *redisstore.Result) string {
 }
 
 // journal appends subs[idx...] to the journal in one fsync'd append.
-func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, out []scheduled) {
+func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, out []wire.Scheduled) {
 	entries := make([]journal.Entry, len(idx))
 	now := a.now()
 	for j, i := range idx {
@@ -267,53 +357,53 @@ func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, 
 	for _, i := range idx {
 		t := subs[i].Task
 		if err != nil {
-			out[i] = scheduled{id: t.ID, err: errUnavailable("redis is unreachable and the journal write failed")}
+			out[i] = wire.Scheduled{ID: t.ID, Err: wire.Unavailable("redis is unreachable and the journal write failed")}
 			continue
 		}
-		out[i] = scheduled{id: t.ID, state: task.StateJournaled, outcome: outcomeJournaled, dueAt: t.DueAt,
-			shard: redisstore.ShardOf(t.ID, a.cfg.Shards)}
+		out[i] = wire.Scheduled{ID: t.ID, State: task.StateJournaled, Outcome: wire.OutcomeJournaled, DueAt: t.DueAt,
+			Shard: redisstore.ShardOf(t.ID, a.cfg.Shards)}
 	}
 	if err != nil {
 		a.log.Error("journal append failed", "tasks", len(idx), "error", err)
 		return
 	}
-	a.m.scheduled.WithLabelValues(outcomeJournaled).Add(float64(len(idx)))
+	a.m.scheduled.WithLabelValues(wire.OutcomeJournaled).Add(float64(len(idx)))
 	a.wake()
 }
 
 // --- single task ---
 
 // pathID reads and checks the {id} path value.
-func pathID(r *http.Request) (string, *apiError) {
-	id := r.PathValue("id")
+func pathID(c *call) (string, *wire.Error) {
+	id := c.PathValue("id")
 	if err := task.ValidateID(id); err != nil {
-		return "", errInvalidTask(validationMessage(err))
+		return "", wire.InvalidTask(wire.ValidationMessage(err))
 	}
 	return id, nil
 }
 
 // storeFor returns the store, or the 503 answer while it is not open or
 // Redis is known to be down (the store keeper pings it every second).
-func (a *App) storeFor() (*redisstore.Store, *apiError) {
+func (a *App) storeFor() (*redisstore.Store, *wire.Error) {
 	st := a.store.Load()
 	switch {
 	case st == nil:
-		return nil, errUnavailable("redis has not been reachable since the daemon started")
+		return nil, wire.Unavailable("redis has not been reachable since the daemon started")
 	case !a.redisUp.Load():
-		return nil, errUnavailable("redis is unreachable")
+		return nil, wire.Unavailable("redis is unreachable")
 	}
 	return st, nil
 }
 
 // journaled returns the journal's latest entry for id, if any.
-func (a *App) journaled(ctx context.Context, id string) (*task.Task, bool, *apiError) {
+func (a *App) journaled(ctx context.Context, id string) (*task.Task, bool, *wire.Error) {
 	if a.jr.Len() == 0 {
 		return nil, false, nil
 	}
 	e, ok, err := a.jr.Lookup(ctx, id)
 	if err != nil {
 		a.log.Error("journal lookup failed", "task_id", id, "error", err)
-		return nil, false, errInternal("journal lookup failed")
+		return nil, false, wire.Internal("journal lookup failed")
 	}
 	if !ok {
 		return nil, false, nil
@@ -321,60 +411,53 @@ func (a *App) journaled(ctx context.Context, id string) (*task.Task, bool, *apiE
 	t, err := decodeJournalData(e.ID, e.Data)
 	if err != nil {
 		a.log.Error("unreadable journal entry", "task_id", id, "seq", e.Seq, "error", err)
-		return nil, false, errInternal("unreadable journal entry")
+		return nil, false, wire.Internal("unreadable journal entry")
 	}
 	t.State, t.Attempt, t.Shard = task.StateJournaled, 1, redisstore.ShardOf(id, a.cfg.Shards)
 	return t, true, nil
 }
 
 // storeError maps a store error of an operation on id to the answer.
-func (a *App) storeError(id string, err error) *apiError {
+func (a *App) storeError(id string, err error) *wire.Error {
 	var se *redisstore.StateError
 	switch {
 	case errors.Is(err, redisstore.ErrNotFound):
-		return errNotFound("task " + id + " not found")
+		return wire.NotFound("task " + id + " not found")
 	case errors.As(err, &se):
-		return errConflict(fmt.Sprintf("task %s is %s", id, se.State))
+		return wire.Conflict(fmt.Sprintf("task %s is %s", id, se.State))
 	case redisstore.IsUnavailable(err):
-		return errUnavailable("redis is unreachable")
+		return wire.Unavailable("redis is " + redisCondition(err))
 	}
-	a.log.Error("store operation failed", "task_id", id, "error", err)
-	return errInternal("store: " + err.Error())
+	return a.internalError("store", err, "task_id", id)
 }
 
-func (a *App) handleGet(w http.ResponseWriter, r *http.Request) {
-	id, e := pathID(r)
+func (a *App) handleGet(c *call) (int, any, *wire.Error) {
+	id, e := pathID(c)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
-	t, ok, e := a.journaled(r.Context(), id)
+	t, ok, e := a.journaled(c.Context(), id)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
 	if !ok {
 		st, e := a.storeFor()
 		if e != nil {
-			writeError(w, e)
-			return
+			return 0, nil, e
 		}
-		octx, cancel := a.opContext(r.Context())
-		var err error
-		t, err = st.Get(octx, id)
-		cancel()
-		a.noteStore(err)
+		err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+			t, err = st.Get(ctx, id)
+			return err
+		})
 		if err != nil {
-			writeError(w, a.storeError(id, err))
-			return
+			return 0, nil, a.storeError(id, err)
 		}
 	}
-	b, err := appendTask(make([]byte, 0, 256+len(t.Payload)), t, time.Time{})
+	b, err := wire.AppendTask(make([]byte, 0, 256+len(t.Payload)), t, time.Time{})
 	if err != nil {
-		writeError(w, errInternal("encode task: "+err.Error()))
-		return
+		return 0, nil, a.internalError("encode task", err, "task_id", id)
 	}
-	writeRaw(w, http.StatusOK, append(b, '\n'))
+	return http.StatusOK, append(b, '\n'), nil
 }
 
 // noteStore records a store error that is not an answer about a task.
@@ -388,7 +471,7 @@ func (a *App) noteStore(err error) {
 
 // writable checks that id can be changed in Redis now: the store is open
 // and the journal holds no newer version of it.
-func (a *App) writable(ctx context.Context, id string) (*redisstore.Store, *apiError) {
+func (a *App) writable(ctx context.Context, id string) (*redisstore.Store, *wire.Error) {
 	st, e := a.storeFor()
 	if e != nil {
 		return nil, e
@@ -398,66 +481,56 @@ func (a *App) writable(ctx context.Context, id string) (*redisstore.Store, *apiE
 		return nil, e
 	}
 	if ok {
-		return nil, errUnavailable("task " + id + " is journaled (redis was unreachable); retry once it is replayed")
+		return nil, wire.Unavailable("task " + id + " is journaled (redis was unreachable); retry once it is replayed")
 	}
 	return st, nil
 }
 
-func (a *App) handleReschedule(w http.ResponseWriter, r *http.Request) {
-	id, e := pathID(r)
+func (a *App) handleReschedule(c *call) (int, any, *wire.Error) {
+	id, e := pathID(c)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
 	var buf bytes.Buffer
-	body, e := readJSONBody(w, r, a.cfg.MaxBody, &buf)
+	body, e := c.body(a.cfg.MaxBody, &buf)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
-	d, e := decodeReschedule(body, a.now())
+	d, e := wire.DecodeReschedule(body, a.now())
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
-	st, e := a.writable(r.Context(), id)
+	st, e := a.writable(c.Context(), id)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
-	octx, cancel := a.opContext(r.Context())
-	at, err := st.Reschedule(octx, id, d.At, d.Delay, d.Relative)
-	cancel()
-	a.noteStore(err)
+	var at time.Time
+	err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+		at, err = st.Reschedule(ctx, id, d.At, d.Delay, d.Relative)
+		return err
+	})
 	if err != nil {
-		writeError(w, a.storeError(id, err))
-		return
+		return 0, nil, a.storeError(id, err)
 	}
 	a.log.Debug("task rescheduled", "task_id", id, "due_at", at)
-	writeJSON(w, http.StatusOK, map[string]string{"id": id, "due_at": formatTime(at)})
+	return http.StatusOK, map[string]string{"id": id, "due_at": wire.FormatTime(at)}, nil
 }
 
-func (a *App) handleCancel(w http.ResponseWriter, r *http.Request) {
-	id, e := pathID(r)
+func (a *App) handleCancel(c *call) (int, any, *wire.Error) {
+	id, e := pathID(c)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
-	st, e := a.writable(r.Context(), id)
+	st, e := a.writable(c.Context(), id)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
-	octx, cancel := a.opContext(r.Context())
-	err := st.Cancel(octx, id)
-	cancel()
-	a.noteStore(err)
+	err := a.inStore(c.Context(), func(ctx context.Context) error { return st.Cancel(ctx, id) })
 	if err != nil {
-		writeError(w, a.storeError(id, err))
-		return
+		return 0, nil, a.storeError(id, err)
 	}
 	a.log.Debug("task cancelled", "task_id", id)
-	writeJSON(w, http.StatusOK, map[string]string{"id": id, "state": string(task.StateCancelled)})
+	return http.StatusOK, map[string]string{"id": id, "state": string(task.StateCancelled)}, nil
 }
 
 // --- stats ---
@@ -478,17 +551,18 @@ type statsResponse struct {
 	Shards       []redisstore.ShardStats `json:"shards"`
 }
 
-func (a *App) handleStats(w http.ResponseWriter, r *http.Request) {
+func (a *App) handleStats(c *call) (int, any, *wire.Error) {
 	resp := statsResponse{Namespace: a.cfg.Namespace, ShardCount: a.cfg.Shards, Shards: []redisstore.ShardStats{}}
 	if st, e := a.storeFor(); e != nil {
 		resp.RedisError = e.Message
 	} else {
-		octx, cancel := a.opContext(r.Context())
-		shards, err := st.Stats(octx)
-		cancel()
-		a.noteRedis(err)
+		var shards []redisstore.ShardStats
+		err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+			shards, err = st.Stats(ctx)
+			return err
+		})
 		if err != nil {
-			resp.RedisError = err.Error()
+			resp.RedisError = "redis " + redisCondition(err)
 		} else {
 			resp.RedisUp = true
 			resp.Shards = shards
@@ -500,7 +574,7 @@ func (a *App) handleStats(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	resp.JournalDepth = a.jr.Len()
-	writeJSON(w, http.StatusOK, resp)
+	return http.StatusOK, resp, nil
 }
 
 // --- dead tasks ---
@@ -510,96 +584,85 @@ const (
 	maxDeadLimit     = 1000
 )
 
-func (a *App) handleListDead(w http.ResponseWriter, r *http.Request) {
+func (a *App) handleListDead(c *call) (int, any, *wire.Error) {
 	limit := defaultDeadLimit
-	if s := r.URL.Query().Get("limit"); s != "" {
+	if s := c.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxDeadLimit {
-			writeError(w, errInvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", truncateString(s, 32), maxDeadLimit)))
-			return
+			return 0, nil, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", wire.Truncate(s, 32), maxDeadLimit))
 		}
 		limit = n
 	}
 	st, e := a.storeFor()
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
-	octx, cancel := a.opContext(r.Context())
-	dead, err := st.ListDead(octx, limit)
-	cancel()
-	a.noteRedis(err)
+	var dead []redisstore.DeadTask
+	err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+		dead, err = st.ListDead(ctx, limit)
+		return err
+	})
 	if err != nil {
-		writeError(w, a.storeError("", err))
-		return
+		return 0, nil, a.storeError("", err)
 	}
 	b := append(make([]byte, 0, 64+len(dead)*256), `{"dead":[`...)
 	for i, d := range dead {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if b, err = appendTask(b, d.Task, d.DiedAt); err != nil {
-			writeError(w, errInternal("encode task: "+err.Error()))
-			return
+		if b, err = wire.AppendTask(b, d.Task, d.DiedAt); err != nil {
+			return 0, nil, a.internalError("encode task", err, "task_id", d.Task.ID)
 		}
 	}
-	writeRaw(w, http.StatusOK, append(b, "]}\n"...))
+	return http.StatusOK, append(b, "]}\n"...), nil
 }
 
-func (a *App) handleRedrive(w http.ResponseWriter, r *http.Request) {
-	id, e := pathID(r)
+func (a *App) handleRedrive(c *call) (int, any, *wire.Error) {
+	id, e := pathID(c)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
 	st, e := a.storeFor()
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
-	octx, cancel := a.opContext(r.Context())
-	at, err := st.Redrive(octx, id)
-	cancel()
-	a.noteStore(err)
+	var at time.Time
+	err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+		at, err = st.Redrive(ctx, id)
+		return err
+	})
 	if err != nil {
-		writeError(w, a.deadError(id, err))
-		return
+		return 0, nil, a.deadError(id, err)
 	}
 	a.log.Debug("dead task redriven", "task_id", id)
-	writeJSON(w, http.StatusOK, map[string]string{"id": id, "state": string(task.StateScheduled), "due_at": formatTime(at)})
+	return http.StatusOK, map[string]string{"id": id, "state": string(task.StateScheduled), "due_at": wire.FormatTime(at)}, nil
 }
 
-func (a *App) handleDeleteDead(w http.ResponseWriter, r *http.Request) {
-	id, e := pathID(r)
+func (a *App) handleDeleteDead(c *call) (int, any, *wire.Error) {
+	id, e := pathID(c)
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
 	st, e := a.storeFor()
 	if e != nil {
-		writeError(w, e)
-		return
+		return 0, nil, e
 	}
-	octx, cancel := a.opContext(r.Context())
-	err := st.DeleteDead(octx, id)
-	cancel()
-	a.noteStore(err)
+	err := a.inStore(c.Context(), func(ctx context.Context) error { return st.DeleteDead(ctx, id) })
 	if err != nil {
-		writeError(w, a.deadError(id, err))
-		return
+		return 0, nil, a.deadError(id, err)
 	}
 	a.log.Debug("dead task deleted", "task_id", id)
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "deleted": true})
+	return http.StatusOK, map[string]any{"id": id, "deleted": true}, nil
 }
 
 // deadError is storeError with messages for the dead-set operations.
-func (a *App) deadError(id string, err error) *apiError {
+func (a *App) deadError(id string, err error) *wire.Error {
 	var se *redisstore.StateError
 	switch {
 	case errors.Is(err, redisstore.ErrNotFound):
-		return errNotFound("dead task " + id + " not found")
+		return wire.NotFound("dead task " + id + " not found")
 	case errors.As(err, &se):
-		return errConflict(fmt.Sprintf("task %s is %s, not dead", id, se.State))
+		return wire.Conflict(fmt.Sprintf("task %s is %s, not dead", id, se.State))
 	}
 	return a.storeError(id, err)
 }

@@ -13,12 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/config"
-	"github.com/delayq/delayq/internal/journal"
+	"github.com/delayq/delayq/internal/daemon/journal"
+	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/ratelimit"
 	"github.com/delayq/delayq/internal/redisstore"
 )
@@ -36,6 +36,7 @@ type App struct {
 	rdb     redis.UniversalClient
 	store   atomic.Pointer[redisstore.Store] // nil until Redis answered once
 	redisUp atomic.Bool
+	refused atomic.Pointer[refusal] // Redis answers but refused the last write (OOM, READONLY, ...)
 	jr      *journal.Journal
 	kick    chan struct{} // wakes the compensator (new journal entry, Redis back)
 
@@ -71,6 +72,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		func() float64 { return float64(a.jr.Len()) },
 		func() float64 {
 			if a.redisUp.Load() {
+				return 1
+			}
+			return 0
+		},
+		func() float64 {
+			if a.redisWritable() {
 				return 1
 			}
 			return 0
@@ -163,15 +170,11 @@ func (a *App) Run(ctx context.Context) error {
 func (a *App) openLimits() error {
 	if len(a.cfg.EtcdEndpoints) == 0 {
 		a.limits = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, errUnavailable("rate limits are disabled: no etcd endpoints configured (DQ_ETCD_ENDPOINTS)"))
+			wire.WriteError(w, wire.Unavailable("rate limits are disabled: no etcd endpoints configured (DQ_ETCD_ENDPOINTS)"))
 		})
 		return nil
 	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   a.cfg.EtcdEndpoints,
-		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := config.EtcdClient(a.cfg.EtcdEndpoints)
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
@@ -185,16 +188,6 @@ func (a *App) openLimits() error {
 		return err
 	}
 	a.limits = ratelimit.NewAPI(rules, lim, a.cfg.MaxBody)
-	return nil
-}
-
-// ready is /readyz: the daemon is ready when it can accept schedules, that
-// is when its journal is open. Redis being down does not make it unready
-// (writes are journaled); Redis' state is in /v1/stats and delayq_redis_up.
-func (a *App) ready(ctx context.Context) error {
-	if a.jr == nil {
-		return errors.New("journal not open")
-	}
 	return nil
 }
 
@@ -216,11 +209,13 @@ func (a *App) noteRedis(err error) {
 	switch {
 	case err == nil:
 		a.setRedisUp(true, nil)
-	case redisstore.IsUnavailable(err):
+	case redisstore.IsUnavailable(err) && !redisAnswered(err):
 		a.m.redisErrs.Inc()
 		a.setRedisUp(false, err)
 	default:
-		a.m.redisErrs.Inc() // Redis answered, with an error
+		// Redis answered, with an error; a refused write (OOM, READONLY,
+		// ...) is recorded by noteWrite.
+		a.m.redisErrs.Inc()
 		a.setRedisUp(true, nil)
 	}
 }

@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -61,7 +63,7 @@ func TestBatchMixed(t *testing.T) {
 		Results []struct {
 			ID, State, Outcome string
 			Shard              *int
-			Error              *apiError
+			Error              *wire.Error
 		}
 	}
 	if err := json.Unmarshal(rp.Raw, &resp); err != nil {
@@ -92,7 +94,7 @@ func TestBatchMixed(t *testing.T) {
 		t.Errorf("generated id: %v", err)
 	}
 	for _, id := range []string{"bad1", "bad2", "bad3", "bad4"} {
-		if _, err := st.Get(t.Context(), id); err != redisstore.ErrNotFound {
+		if _, err := st.Get(t.Context(), id); !errors.Is(err, redisstore.ErrNotFound) {
 			t.Errorf("%s stored: %v", id, err)
 		}
 	}
@@ -114,7 +116,7 @@ func TestScheduleJournaledWhileDraining(t *testing.T) {
 	}
 	// The compensator is not running yet: the journal cannot drain.
 	old := &task.Task{ID: "o1", Type: "x", Payload: []byte(`"old"`), PayloadJSON: true, DueAt: time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)}
-	app.journal(t.Context(), []redisstore.Submit{{Task: old}}, []int{0}, make([]scheduled, 1))
+	app.journal(t.Context(), []redisstore.Submit{{Task: old}}, []int{0}, make([]wire.Scheduled, 1))
 
 	req := httptest.NewRequest("POST", "/v1/tasks", strings.NewReader(`{"id":"o1","type":"x","payload":"new","delay":"1h"}`))
 	req.Header.Set("Content-Type", "application/json")

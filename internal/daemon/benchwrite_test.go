@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/testenv"
 )
@@ -68,7 +69,7 @@ func BenchmarkWrite(b *testing.B) {
 		for i := range subs {
 			subs[i] = make([]redisstore.Submit, size)
 			for j := range subs[i] {
-				sub, e := decodeTask(taskBody(), time.Now())
+				sub, e := wire.DecodeTask(taskBody(), time.Now())
 				if e != nil {
 					b.Fatal(e)
 				}
@@ -195,6 +196,26 @@ func batchBody(n int) []byte {
 	}
 	buf.WriteString(`]}`)
 	return buf.Bytes()
+}
+
+// BenchmarkDecodeBatch is the daemon's CPU per task for decoding a
+// 1000-task batch body (envelope, items, validation), without HTTP or Redis.
+func BenchmarkDecodeBatch(b *testing.B) {
+	body := batchBody(1000)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		items, e := wire.DecodeBatch(body, 1000)
+		if e != nil {
+			b.Fatal(e)
+		}
+		for _, it := range items {
+			if _, e := wire.DecodeTask(it, fuzzNow); e != nil {
+				b.Fatal(e)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/task")
 }
 
 func post(b *testing.B, hc *http.Client, url string, body []byte, want int) {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
 )
 
@@ -34,7 +35,7 @@ const (
 
 type coalesced struct {
 	sub  redisstore.Submit
-	res  scheduled
+	res  wire.Scheduled
 	done chan struct{}
 }
 
@@ -43,7 +44,7 @@ func newCoalescer(a *App) *coalescer {
 }
 
 // schedule schedules one task, grouped with concurrent ones.
-func (c *coalescer) schedule(ctx context.Context, sub redisstore.Submit) scheduled {
+func (c *coalescer) schedule(ctx context.Context, sub redisstore.Submit) wire.Scheduled {
 	if !c.running.Load() {
 		return c.app.schedule(ctx, []redisstore.Submit{sub})[0]
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -34,7 +35,7 @@ func TestCompensationAcrossRestart(t *testing.T) {
 	base := time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC()
 	body := func(i, v int) string {
 		return fmt.Sprintf(`{"id":"c%d","type":"x","payload":{"id":%d, "version":%d},"due_at":"%s"}`,
-			i, i, v, formatTime(base.Add(time.Duration(v*1000+i)*time.Millisecond)))
+			i, i, v, wire.FormatTime(base.Add(time.Duration(v*1000+i)*time.Millisecond)))
 	}
 	want := map[string]string{} // id -> payload of the last submission
 	for v := 1; v <= versions; v++ {
@@ -169,7 +170,7 @@ func TestRedisKilledMidBatch(t *testing.T) {
 				var body struct {
 					Results []struct {
 						ID, State string
-						Error     *apiError
+						Error     *wire.Error
 					}
 				}
 				if err := json.Unmarshal(rp.Raw, &body); err != nil || len(body.Results) != perBatch {
@@ -301,7 +302,7 @@ func TestReplayDropsRejected(t *testing.T) {
 	})
 	// Journal other content for p1 directly (as if Redis had been down).
 	tk := &task.Task{ID: "p1", Type: "x", Payload: []byte("2"), PayloadJSON: true, DueAt: time.Now().UTC().Truncate(time.Millisecond)}
-	app.journal(t.Context(), []redisstore.Submit{{Task: tk}}, []int{0}, make([]scheduled, 1))
+	app.journal(t.Context(), []redisstore.Submit{{Task: tk}}, []int{0}, make([]wire.Scheduled, 1))
 	testenv.WaitFor(t, 10*time.Second, "journal drained", func() bool { return app.JournalDepth() == 0 })
 	got, err := st.Get(t.Context(), "p1")
 	if err != nil || string(got.Payload) != "1" || got.State != task.StateFired {

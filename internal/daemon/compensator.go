@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/delayq/delayq/internal/journal"
+	"github.com/delayq/delayq/internal/daemon/journal"
 	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/retry"
 )
 
 // replayBatch is how many journal entries one replay step schedules.
@@ -42,7 +43,7 @@ type compensator struct {
 // Run replays until ctx ends; it finishes the batch in progress first.
 func (c *compensator) Run(ctx context.Context) error {
 	a := c.app
-	bo := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
+	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second, NoJitter: true}
 	for ctx.Err() == nil {
 		if a.jr.Len() == 0 {
 			c.idle(ctx)
@@ -50,17 +51,17 @@ func (c *compensator) Run(ctx context.Context) error {
 		}
 		st := a.store.Load()
 		if st == nil || !a.redisUp.Load() {
-			c.backoff(ctx, bo.next())
+			c.backoff(ctx, bo.Next())
 			continue
 		}
 		// The batch runs to its end even when ctx ends meanwhile.
 		if err := c.replay(context.WithoutCancel(ctx), st); err != nil {
-			d := bo.next()
+			d := bo.Next()
 			a.log.Debug("journal replay deferred", "error", err, "retry_in", d, "journal_depth", a.jr.Len())
 			c.backoff(ctx, d)
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 	}
 	return nil
 }
@@ -127,6 +128,7 @@ func (c *compensator) replay(ctx context.Context, st *redisstore.Store) error {
 		res, err := st.Schedule(octx, subs)
 		cancel()
 		a.noteRedis(err)
+		a.noteWrite(err)
 		for i, r := range res {
 			if r.Err != nil && r.Outcome != redisstore.Rejected {
 				return fmt.Errorf("%w: %w", errRetry, r.Err)

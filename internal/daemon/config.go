@@ -16,6 +16,9 @@ const (
 	DefaultMaxBody      = 1 << 20 // 1 MiB
 	DefaultMaxBatch     = 1000
 	DefaultRedisTimeout = 2 * time.Second
+	// DefaultMaxRecordBytes is Kafka's default message.max.bytes, rounded
+	// down (the broker counts the batch framing too).
+	DefaultMaxRecordBytes = 1_000_000
 )
 
 // Config is the daemon's configuration: the settings every binary shares
@@ -33,6 +36,12 @@ type Config struct {
 	MaxBody int64
 	// MaxBatch bounds the number of tasks in one POST /v1/tasks/batch.
 	MaxBatch int
+	// MaxRecordBytes bounds the Kafka record a task becomes when it fires
+	// (key, payload, headers and framing; record.Size). A task over it
+	// is refused at submit (413 record_too_large): the broker would refuse
+	// its record, and it would never run. Set it to the topics'
+	// max.message.bytes.
+	MaxRecordBytes int64
 	// RedisTimeout bounds every Redis operation of a request. A write that
 	// times out is journaled (its outcome is unknown; replay is idempotent).
 	RedisTimeout time.Duration
@@ -46,8 +55,9 @@ func (c *Config) Bind(b *config.Binder) {
 	c.BindCommon(b, DefaultHTTPAddr)
 	b.Secret(&c.APIToken, "api-token", "DQ_API_TOKEN", "", "bearer token required on /v1/* (empty: no authentication)")
 	b.String(&c.JournalDir, "journal-dir", "DQ_JOURNAL_DIR", DefaultJournalDir, "directory of the compensation journal")
-	b.Int64(&c.MaxBody, "max-body", "DQ_MAX_BODY", DefaultMaxBody, "maximum request body in bytes")
+	b.Size(&c.MaxBody, "max-body", "DQ_MAX_BODY", DefaultMaxBody, "maximum request body")
 	b.Int(&c.MaxBatch, "max-batch", "DQ_MAX_BATCH", DefaultMaxBatch, "maximum tasks per batch request")
+	b.Size(&c.MaxRecordBytes, "max-record-bytes", "DQ_MAX_RECORD_BYTES", DefaultMaxRecordBytes, "maximum size of a task's Kafka record in bytes, headers included (the topics' max.message.bytes)")
 	b.Duration(&c.RedisTimeout, "redis-timeout", "DQ_REDIS_TIMEOUT", DefaultRedisTimeout, "timeout of one Redis operation")
 	b.List(&c.EtcdEndpoints, "etcd-endpoints", "DQ_ETCD_ENDPOINTS", "127.0.0.1:2379", "etcd endpoints holding the rate-limit rules served by /v1/limits")
 }
@@ -79,6 +89,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBody < 1024 || c.MaxBody > 1<<30 {
 		errs = append(errs, fmt.Errorf("max-body (DQ_MAX_BODY) %d: between 1024 and %d bytes", c.MaxBody, 1<<30))
+	}
+	if c.MaxRecordBytes < 1024 || c.MaxRecordBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("max-record-bytes (DQ_MAX_RECORD_BYTES) %d: between 1024 and %d bytes", c.MaxRecordBytes, 1<<30))
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > 100000 {
 		errs = append(errs, fmt.Errorf("max-batch (DQ_MAX_BATCH) %d: between 1 and 100000", c.MaxBatch))

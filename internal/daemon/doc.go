@@ -6,6 +6,9 @@
 // Components (each one Run(ctx), started and stopped by App.Run):
 //
 //   - the HTTP server (api.go): /v1 API, /healthz, /readyz, /metrics;
+//     each endpoint is a function from the request to its answer,
+//     adapted by handle; package wire decodes the bodies and encodes
+//     the answers;
 //   - the store keeper (storekeeper.go): opens the Redis store, retrying
 //     while Redis is down, then pings it to keep delayq_redis_up honest;
 //   - the compensator (compensator.go): replays the journal into Redis;
@@ -27,9 +30,9 @@
 // A schedule answer is {"id","state","outcome","due_at","shard"}; outcome
 // is created (201), unchanged (200, identical re-submit), updated (200,
 // upsert of a waiting task) or journaled (202). Errors are
-// {"error":{"code","message"}} with the codes in apierror.go; bad input is
+// {"error":{"code","message"}} with the codes in wire/error.go; bad input is
 // a 4xx and never changes state. The request decoding rules are at the top
-// of decode.go. With DQ_API_TOKEN set, /v1/* needs "Authorization: Bearer
+// of wire/decode.go. With DQ_API_TOKEN set, /v1/* needs "Authorization: Bearer
 // <token>"; /healthz, /readyz and /metrics stay open.
 //
 // # Compensation

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/daemon/wire"
 )
 
 // metrics are the daemon's Prometheus metrics (namespace delayq).
@@ -13,18 +14,10 @@ type metrics struct {
 	scheduled *prometheus.CounterVec   // delayq_tasks_scheduled_total{outcome}
 	replayed  prometheus.Counter       // delayq_journal_replayed_total
 	redisErrs prometheus.Counter       // delayq_redis_errors_total
+	refusals  *prometheus.CounterVec   // delayq_redis_write_refusals_total{reason}
 }
 
-// Outcome labels of delayq_tasks_scheduled_total.
-const (
-	outcomeCreated   = "created"
-	outcomeUnchanged = "unchanged"
-	outcomeUpdated   = "updated"
-	outcomeRejected  = "rejected"
-	outcomeJournaled = "journaled"
-)
-
-func newMetrics(reg prometheus.Registerer, journalDepth, redisUp func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable func() float64) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: admin.Namespace, Name: "http_requests_total",
@@ -47,11 +40,19 @@ func newMetrics(reg prometheus.Registerer, journalDepth, redisUp func() float64)
 			Namespace: admin.Namespace, Name: "redis_errors_total",
 			Help: "Redis operations of the daemon that failed (unreachable, timeout or an unexpected answer).",
 		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "redis_write_refusals_total",
+			Help: "Writes Redis refused although it answered (reason: oom, readonly, noreplicas, masterdown, loading, busy, cluster); their tasks were journaled.",
+		}, []string{"reason"}),
 	}
-	for _, o := range []string{outcomeCreated, outcomeUnchanged, outcomeUpdated, outcomeRejected, outcomeJournaled} {
+	for _, o := range []string{wire.OutcomeCreated, wire.OutcomeUnchanged, wire.OutcomeUpdated, wire.OutcomeRejected, wire.OutcomeJournaled} {
 		m.scheduled.WithLabelValues(o)
 	}
-	reg.MustRegister(m.requests, m.duration, m.scheduled, m.replayed, m.redisErrs,
+	reg.MustRegister(m.requests, m.duration, m.scheduled, m.replayed, m.redisErrs, m.refusals,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: admin.Namespace, Name: "redis_writable",
+			Help: "1 when Redis takes the daemon's writes; 0 while it is unreachable or refuses them (e.g. OOM) and schedules go to the journal.",
+		}, redisWritable),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: admin.Namespace, Name: "journal_depth",
 			Help: "Entries in the compensation journal waiting for replay.",

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/retry"
 )
 
 // pingInterval is how often the keeper pings Redis once the store is open,
@@ -41,6 +42,7 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 			a.log.Warn(advice)
 		}
 		a.redisUp.Store(true)
+		a.noteWrite(nil) // New wrote the namespace's meta: Redis takes writes
 		a.wake()
 		return nil
 	case errors.Is(err, redisstore.ErrShardMismatch):
@@ -48,6 +50,7 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 	default:
 		a.m.redisErrs.Inc()
 		a.setRedisUp(false, err)
+		a.noteWrite(err) // a Redis that answers but refuses writes (OOM) says why in /readyz
 		a.log.Warn("redis store not open yet; journaling schedules and retrying", "error", err)
 		return nil
 	}
@@ -56,9 +59,9 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 // Run opens the store if New could not, then pings Redis until ctx ends.
 func (k *storeKeeper) Run(ctx context.Context) error {
 	a := k.app
-	bo := backoff{min: 50 * time.Millisecond, max: 2 * time.Second}
+	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second, NoJitter: true}
 	for a.store.Load() == nil {
-		if !sleep(ctx, bo.next()) {
+		if !retry.Sleep(ctx, bo.Next()) {
 			return nil
 		}
 		if err := k.tryOpen(ctx); err != nil {
@@ -82,33 +85,5 @@ func (k *storeKeeper) Run(ctx context.Context) error {
 			return nil
 		}
 		a.noteRedis(err)
-	}
-}
-
-// backoff is capped exponential backoff.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
-}
-
-func (b *backoff) reset() { b.cur = 0 }
-
-// sleep waits d or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

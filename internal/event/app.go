@@ -2,25 +2,26 @@ package event
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/delayq/delayq/internal/admin"
-	"github.com/delayq/delayq/internal/fire"
-	"github.com/delayq/delayq/internal/leader"
+	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/event/fire"
+	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/redisstore"
 )
 
@@ -40,6 +41,10 @@ type App struct {
 	srv   *admin.Server
 	fm    *fire.Metrics
 	hooks *fire.Hooks
+	// topics checks that the default and dead topics exist (creating them
+	// with KafkaAutoCreate); a missing one is named in /readyz, which
+	// stays ready: tasks of other topics still fire.
+	topics *kafkatopic.TopicCheck
 }
 
 // Option adjusts an App (tests).
@@ -77,17 +82,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 	}
 	a.store = store
 
-	a.etcd, err = clientv3.New(clientv3.Config{
-		Endpoints:   cfg.EtcdEndpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		// gRPC's reconnect backoff grows to 120s by default; after an etcd
-		// outage the session must come back within a second or so.
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
-			MinConnectTimeout: time.Second,
-		})},
-	})
+	a.etcd, err = config.EtcdClient(cfg.EtcdEndpoints)
 	if err != nil {
 		_ = a.rdb.Close()
 		return nil, fmt.Errorf("etcd client: %w", err)
@@ -99,7 +94,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		BatchTimeout: cfg.KafkaBatchWait,
 		WriteTimeout: cfg.KafkaTimeout,
 		AutoCreate:   cfg.KafkaAutoCreate,
+		Partitions:   cfg.Partitions,
+		Replication:  cfg.Replication,
 		Log:          log,
+	})
+	a.topics = kafkatopic.NewTopicCheck(kafkatopic.TopicCheckConfig{
+		Brokers:     cfg.KafkaBrokers,
+		Topics:      []string{cfg.DefaultTopic, cfg.DeadTopic},
+		Create:      cfg.KafkaAutoCreate,
+		Partitions:  cfg.Partitions,
+		Replication: cfg.Replication,
+		Log:         log,
 	})
 	a.wakes = fire.NewWakeups(a.rdb, store.WakeChannel(), cfg.Shards, log)
 
@@ -115,8 +120,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		ShutdownTimeout: cfg.ShutdownGrace,
 	})
 	if err == nil {
+		inner := http.NewServeMux()
+		admin.Mount(inner, a.reg, func(context.Context) error { return a.mgr.Ready() })
 		mux := http.NewServeMux()
-		admin.Mount(mux, a.reg, func(context.Context) error { return a.mgr.Ready() })
+		mux.Handle("/", inner)
+		mux.HandleFunc("GET /readyz", a.readyz)
 		a.srv, err = admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace)
 	}
 	if err != nil {
@@ -124,6 +132,32 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		return nil, err
 	}
 	return a, nil
+}
+
+// readyz is admin's /readyz (ready while the leadership manager is) with
+// the Kafka topics in the body: a missing default or dead topic is named
+// ("missing_topics") but does not make the process unready, because the
+// tasks of every other topic still fire.
+func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
+	body := map[string]any{"status": "ready"}
+	code := http.StatusOK
+	if err := a.mgr.Ready(); err != nil {
+		code = http.StatusServiceUnavailable
+		body["status"], body["reason"] = "not ready", err.Error()
+	}
+	missing, err := a.topics.Missing()
+	switch {
+	case err != nil:
+		body["kafka"] = "topics not checked: " + err.Error()
+	case len(missing) > 0:
+		body["missing_topics"] = missing
+		body["kafka"] = "topics missing: " + strings.Join(missing, ", ") + " (their tasks cannot fire; create them or set DQ_KAFKA_AUTO_CREATE=true)"
+	default:
+		body["kafka"] = "ok"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // Addr is the bound HTTP address.
@@ -156,6 +190,7 @@ func (a *App) lead(ctx context.Context, l leader.Lead) error {
 		Wake:         a.wakes.Mailbox(l.Shard),
 		Stop:         l.Stop,
 		ValidUntil:   l.ValidUntil,
+		PoisonGrace:  a.cfg.PoisonGrace,
 		Metrics:      a.fm,
 		Log:          a.log,
 		Hooks:        a.hooks,
@@ -180,8 +215,9 @@ func (a *App) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	var wg sync.WaitGroup
-	bgErr := make(chan error, 2)
+	bgErr := make(chan error, 2) // the topic check only ends with bg
 	wg.Go(func() { bgErr <- a.wakes.Run(bg) })
+	wg.Go(func() { _ = a.topics.Run(bg) })
 	wg.Go(func() { bgErr <- a.srv.Run(bg) })
 	g.Go(func() error { return a.mgr.Run(gctx) })
 	g.Go(func() error {

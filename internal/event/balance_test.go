@@ -9,7 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/delayq/delayq/internal/leader"
+	"github.com/delayq/delayq/internal/event/leader"
 )
 
 // churn watches the shard elections from outside and counts how often a

@@ -22,7 +22,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/delayq/delayq/internal/fire"
+	"github.com/delayq/delayq/internal/event/fire"
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -169,11 +170,11 @@ func readLags(tb testing.TB, w *world, topic string, n int) []time.Duration {
 			tb.Fatalf("read back after %d of %d: %v", len(seen), n, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			id := hdr(r, fire.HeaderID)
+			id := hdr(r, record.HeaderID)
 			if _, ok := seen[id]; ok {
 				return
 			}
-			due := time.UnixMilli(hdrInt(r, fire.HeaderDueAt))
+			due := time.UnixMilli(hdrInt(r, record.HeaderDueAt))
 			seen[id] = r.Timestamp.Sub(due)
 		})
 	}
@@ -202,7 +203,7 @@ func benchBurst(b *testing.B) {
 	now := time.Now()
 	for i := range msgs {
 		tk := &task.Task{ID: "burst-0-" + strconv.Itoa(i), Type: "bench", Payload: payload, DueAt: now, Gen: 0, Attempt: 1}
-		msgs[i] = fire.Record(tk, "bench.raw", now)
+		msgs[i] = record.Encode(tk, "bench.raw", now)
 	}
 	// (all topics are created before the writer's first metadata request:
 	// kafka-go's cached metadata would not know a later one for 10s)
@@ -379,7 +380,7 @@ return m`)
 						b.Error(err)
 						return
 					}
-					msgs[i] = fire.Record(t, topic, now)
+					msgs[i] = record.Encode(t, topic, now)
 				}
 				for _, err := range p.Produce(ctx, msgs) {
 					if err != nil {

@@ -28,6 +28,13 @@ type Config struct {
 	KafkaAutoCreate bool
 	KafkaBatchWait  time.Duration
 	KafkaTimeout    time.Duration
+	// Partitions and Replication are what KafkaAutoCreate creates topics
+	// with.
+	Partitions  int
+	Replication int
+	// PoisonGrace is how long a task Kafka refuses for good keeps being
+	// fired again before it is made dead.
+	PoisonGrace time.Duration
 }
 
 // bind registers every setting on b.
@@ -42,7 +49,10 @@ func (c *Config) bind(b *config.Binder) {
 	b.Duration(&c.Lease, "lease", "DQ_LEASE", 30*time.Second, "claim lease: a claim not acked within it fires again")
 	b.Duration(&c.IdlePoll, "idle-poll", "DQ_IDLE_POLL", 5*time.Second, "longest sleep of an idle shard poller (covers lost wake-ups)")
 	b.String(&c.ProcessID, "process-id", "DQ_PROCESS_ID", "", "unique name of this process in etcd (default hostname-pid-random)")
-	b.Bool(&c.KafkaAutoCreate, "kafka-auto-create", "DQ_KAFKA_AUTO_CREATE", false, "let the broker create missing topics")
+	b.Bool(&c.KafkaAutoCreate, "kafka-auto-create", "DQ_KAFKA_AUTO_CREATE", false, "create missing topics (the default and dead topics at start, any other on first use) with DQ_PARTITIONS and DQ_REPLICATION")
+	b.Int(&c.Partitions, "partitions", "DQ_PARTITIONS", 8, "partitions of topics created by kafka-auto-create")
+	b.Int(&c.Replication, "replication", "DQ_REPLICATION", 1, "replication factor of topics created by kafka-auto-create")
+	b.Duration(&c.PoisonGrace, "fire-poison-grace", "DQ_FIRE_POISON_GRACE", 30*time.Second, "how long a task Kafka refuses for good (missing topic, record too large, ...) is fired again before it is made dead")
 	b.Duration(&c.KafkaBatchWait, "kafka-batch-timeout", "DQ_KAFKA_BATCH_TIMEOUT", time.Millisecond, "kafka-go BatchTimeout: how long a partition batch waits to fill")
 	b.Duration(&c.KafkaTimeout, "kafka-write-timeout", "DQ_KAFKA_WRITE_TIMEOUT", 5*time.Second, "timeout of one Kafka produce request")
 }
@@ -110,6 +120,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kafka-batch-timeout %s: between 1ns and 1s", c.KafkaBatchWait)
 	case c.KafkaTimeout < 100*time.Millisecond:
 		return fmt.Errorf("kafka-write-timeout %s: at least 100ms", c.KafkaTimeout)
+	case c.Partitions < 1 || c.Partitions > 10000:
+		return fmt.Errorf("partitions %d: between 1 and 10000", c.Partitions)
+	case c.Replication < 1 || c.Replication > 32:
+		return fmt.Errorf("replication %d: between 1 and 32", c.Replication)
+	case c.PoisonGrace < time.Millisecond || c.PoisonGrace > 24*time.Hour:
+		return fmt.Errorf("fire-poison-grace %s: between 1ms and 24h", c.PoisonGrace)
 	}
 	return nil
 }

@@ -37,6 +37,12 @@ func TestConfigDefaultsEnvAndFlags(t *testing.T) {
 		t.Errorf("kafka brokers %v", c.KafkaBrokers)
 	}
 	d := DefaultConfig()
+	if d.PoisonGrace != 30*time.Second || d.Partitions != 8 || d.Replication != 1 {
+		t.Errorf("defaults: poison grace %v partitions %d replication %d", d.PoisonGrace, d.Partitions, d.Replication)
+	}
+	if g, _, err := ParseConfig(nil, func(k string) string { return map[string]string{"DQ_FIRE_POISON_GRACE": "2s", "DQ_PARTITIONS": "3"}[k] }, io.Discard); err != nil || g.PoisonGrace != 2*time.Second || g.Partitions != 3 {
+		t.Errorf("DQ_FIRE_POISON_GRACE=2s DQ_PARTITIONS=3: %v %d %v", g.PoisonGrace, g.Partitions, err)
+	}
 	if d.ProcessID == "" || d.ProcessID == DefaultConfig().ProcessID {
 		t.Errorf("default process ids %q should be unique per call", d.ProcessID)
 	}
@@ -55,6 +61,9 @@ func TestConfigValidateRefusesBadValues(t *testing.T) {
 		"idle poll zero":     func(c *Config) { c.IdlePoll = 0 },
 		"id with slash":      func(c *Config) { c.ProcessID = "a/b" },
 		"bad namespace":      func(c *Config) { c.Namespace = "a:b" },
+		"partitions zero":    func(c *Config) { c.Partitions = 0 },
+		"replication zero":   func(c *Config) { c.Replication = 0 },
+		"poison grace zero":  func(c *Config) { c.PoisonGrace = 0 },
 	} {
 		c := DefaultConfig()
 		mod(&c)

@@ -41,8 +41,8 @@ func TestDeliveryEveryTaskOnTimeFromTwoProcesses(t *testing.T) {
 	if late := time.Since(start.Add(5 * time.Second)); late > 0 {
 		t.Logf("scheduling finished %v after the last due time: lag figures include it", late)
 	}
-	recs.waitAll(t, tasks, 30*time.Second)
-	r := check(tasks, recs.snapshot())
+	waitAll(t, recs, tasks, 30*time.Second)
+	r := check(tasks, recs.ByID())
 	r.fail(t)
 	p50, p99, mx := quantiles(r.lags)
 	say(t, "delivery: %d tasks, %d records, %d duplicates; lag (record timestamp - due, ms resolution) p50=%v p99=%v max=%v",

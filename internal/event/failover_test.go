@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/fire"
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -129,7 +129,7 @@ func TestFailoverKillTheBusiestProcess(t *testing.T) {
 	tasks := w.scheduleSpread("failover", n, start, 8*time.Second)
 
 	// Kill the busiest one ~2.5s into the firing.
-	testenv.WaitFor(t, 20*time.Second, "firing under way", func() bool { return recs.distinct() >= n/4 })
+	testenv.WaitFor(t, 20*time.Second, "firing under way", func() bool { return recs.Distinct() >= n/4 })
 	leaders := w.leaders()
 	counts := countsOf(leaders)
 	victim, survivor := p1, p2
@@ -149,10 +149,10 @@ func TestFailoverKillTheBusiestProcess(t *testing.T) {
 	killedAt := time.Now()
 	<-victim.done
 	say(t, "SIGKILLed %s (led shards %v) at %s; %d of %d tasks fired so far",
-		victim.id, victimShards, killedAt.Format("15:04:05.000"), recs.distinct(), n)
+		victim.id, victimShards, killedAt.Format("15:04:05.000"), recs.Distinct(), n)
 
-	recs.waitAll(t, tasks, 40*time.Second)
-	snap := recs.snapshot()
+	waitAll(t, recs, tasks, 40*time.Second)
+	snap := recs.ByID()
 	r := check(tasks, snap)
 	r.fail(t)
 
@@ -160,8 +160,8 @@ func TestFailoverKillTheBusiestProcess(t *testing.T) {
 	resume := map[int]time.Duration{}
 	for _, rs := range snap {
 		for _, rec := range rs {
-			s := redisstore.ShardOf(hdr(rec, fire.HeaderID), w.shards)
-			fired := time.UnixMilli(hdrInt(rec, fire.HeaderFiredAt))
+			s := redisstore.ShardOf(hdr(rec, record.HeaderID), w.shards)
+			fired := time.UnixMilli(hdrInt(rec, record.HeaderFiredAt))
 			if !slices.Contains(victimShards, s) || !fired.After(killedAt) {
 				continue
 			}

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/fire"
+	"github.com/delayq/delayq/internal/event/fire"
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -79,11 +80,11 @@ func TestFencingPausedLeaderIsRefusedAfterItsSessionWasRevoked(t *testing.T) {
 	}
 	b := w.startApp("fence-b")
 	testenv.WaitFor(t, 15*time.Second, "B fires every task again (records with B's higher token)", func() bool {
-		snap := recs.snapshot()
+		snap := recs.ByID()
 		for _, tk := range tasks {
 			ok := false
 			for _, r := range snap[tk.ID] {
-				ok = ok || hdrInt(r, fire.HeaderToken) > tokenA
+				ok = ok || hdrInt(r, record.HeaderToken) > tokenA
 			}
 			if !ok {
 				return false
@@ -123,7 +124,7 @@ func TestFencingPausedLeaderIsRefusedAfterItsSessionWasRevoked(t *testing.T) {
 	if ss, err := w.store.Stats(t.Context()); err != nil || ss[0].Firing != 0 {
 		t.Errorf("shard 0 still has takes in flight after B settled: %+v %v", ss, err)
 	}
-	snap := recs.snapshot()
+	snap := recs.ByID()
 	r := check(tasks, snap)
 	r.fail(t)
 	say(t, "fencing: %d tasks, %d records (%d duplicates from the paused leader's produce), A's ack refused, fenced_total(A)=%v",

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,8 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/delayq/delayq/internal/fire"
-	"github.com/delayq/delayq/internal/leader"
+	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -257,63 +256,17 @@ func (w *world) schedule(tasks []*task.Task) {
 	}
 }
 
-// collector reads topics from the start with an independent franz-go client.
-type collector struct {
-	mu   sync.Mutex
-	byID map[string][]*kgo.Record
-	n    int
-}
-
-func (w *world) collect(topics ...string) *collector {
+// collect reads topics from the start with an independent franz-go client.
+func (w *world) collect(topics ...string) *testenv.Collector {
 	w.t.Helper()
-	cl := w.kafka.Client(w.t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.MetadataMinAge(50*time.Millisecond), kgo.FetchMaxWait(50*time.Millisecond))
-	c := &collector{byID: map[string][]*kgo.Record{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			fs.EachRecord(func(r *kgo.Record) {
-				id := hdr(r, fire.HeaderID)
-				c.mu.Lock()
-				c.byID[id] = append(c.byID[id], r)
-				c.n++
-				c.mu.Unlock()
-			})
-		}
-	}()
-	w.t.Cleanup(func() { cancel(); <-done })
-	return c
+	return w.kafka.Collect(w.t, topics...)
 }
 
-func (c *collector) distinct() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.byID)
-}
-
-func (c *collector) total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-func (c *collector) snapshot() map[string][]*kgo.Record {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string][]*kgo.Record, len(c.byID))
-	for k, v := range c.byID {
-		out[k] = slices.Clone(v)
-	}
-	return out
-}
-
-func (c *collector) waitAll(t testing.TB, tasks []*task.Task, timeout time.Duration) {
+// waitAll waits until every task reached Kafka.
+func waitAll(t testing.TB, c *testenv.Collector, tasks []*task.Task, timeout time.Duration) {
 	t.Helper()
-	if !poll(timeout, func() bool { return c.distinct() >= len(tasks) }) {
-		snap := c.snapshot()
+	if !poll(timeout, func() bool { return c.Distinct() >= len(tasks) }) {
+		snap := c.ByID()
 		var missing []string
 		for _, tk := range tasks {
 			if len(snap[tk.ID]) == 0 {
@@ -325,12 +278,8 @@ func (c *collector) waitAll(t testing.TB, tasks []*task.Task, timeout time.Durat
 }
 
 func hdr(r *kgo.Record, k string) string {
-	for _, h := range r.Headers {
-		if h.Key == k {
-			return string(h.Value)
-		}
-	}
-	return ""
+	v, _ := testenv.Header(r, k)
+	return v
 }
 
 func hdrInt(r *kgo.Record, k string) int64 {
@@ -366,8 +315,8 @@ func check(tasks []*task.Task, snap map[string][]*kgo.Record) report {
 			if rec.Timestamp.Before(first.Timestamp) {
 				first = rec
 			}
-			if hdrInt(rec, fire.HeaderFiredAt) < due || rec.Timestamp.UnixMilli() < due {
-				r.early = append(r.early, fmt.Sprintf("%s: due %d fired-at %s ts %d", tk.ID, due, hdr(rec, fire.HeaderFiredAt), rec.Timestamp.UnixMilli()))
+			if hdrInt(rec, record.HeaderFiredAt) < due || rec.Timestamp.UnixMilli() < due {
+				r.early = append(r.early, fmt.Sprintf("%s: due %d fired-at %s ts %d", tk.ID, due, hdr(rec, record.HeaderFiredAt), rec.Timestamp.UnixMilli()))
 			}
 			if msg := contract(tk, rec); msg != "" {
 				r.bad = append(r.bad, tk.ID+": "+msg)
@@ -387,19 +336,19 @@ func contract(tk *task.Task, rec *kgo.Record) string {
 		return "key " + string(rec.Key)
 	case string(rec.Value) != string(tk.Payload):
 		return fmt.Sprintf("payload %q, want %q", rec.Value, tk.Payload)
-	case hdr(rec, fire.HeaderID) != tk.ID || hdr(rec, fire.HeaderType) != tk.Type:
+	case hdr(rec, record.HeaderID) != tk.ID || hdr(rec, record.HeaderType) != tk.Type:
 		return "id/type headers"
-	case hdrInt(rec, fire.HeaderDueAt) != task.Millis(tk.DueAt):
-		return "dq-due-at " + hdr(rec, fire.HeaderDueAt)
-	case hdr(rec, fire.HeaderAttempt) != "1" || hdr(rec, fire.HeaderGen) != "0": // a new task, fired (maybe again) without waiting again
-		return "attempt/gen " + hdr(rec, fire.HeaderAttempt) + "/" + hdr(rec, fire.HeaderGen)
-	case hdr(rec, fire.HeaderContentType) != tk.ContentType():
-		return "content type " + hdr(rec, fire.HeaderContentType)
-	case hdr(rec, fire.HeaderMaxAttempts) != strconv.Itoa(tk.Attempts()):
-		return "max attempts " + hdr(rec, fire.HeaderMaxAttempts)
+	case hdrInt(rec, record.HeaderDueAt) != task.Millis(tk.DueAt):
+		return "dq-due-at " + hdr(rec, record.HeaderDueAt)
+	case hdr(rec, record.HeaderAttempt) != "1" || hdr(rec, record.HeaderGen) != "0": // a new task, fired (maybe again) without waiting again
+		return "attempt/gen " + hdr(rec, record.HeaderAttempt) + "/" + hdr(rec, record.HeaderGen)
+	case hdr(rec, record.HeaderContentType) != tk.ContentType():
+		return "content type " + hdr(rec, record.HeaderContentType)
+	case hdr(rec, record.HeaderMaxAttempts) != strconv.Itoa(tk.Attempts()):
+		return "max attempts " + hdr(rec, record.HeaderMaxAttempts)
 	case hdr(rec, "x-test") != tk.Headers["x-test"]:
 		return "own header x-test"
-	case rec.Timestamp.UnixMilli() != hdrInt(rec, fire.HeaderFiredAt):
+	case rec.Timestamp.UnixMilli() != hdrInt(rec, record.HeaderFiredAt):
 		return "timestamp differs from dq-fired-at"
 	}
 	return ""

@@ -11,8 +11,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/delayq/delayq/internal/fire"
+	"github.com/delayq/delayq/internal/event/fire"
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // pollerWatch is a test-only instrument shared by every process of a test:
@@ -83,11 +85,11 @@ func (pw *pollerWatch) running() int {
 }
 
 // firstFiredAfter is the earliest dq-fired-at after t among the records.
-func firstFiredAfter(c *collector, at time.Time) (time.Duration, bool) {
+func firstFiredAfter(c *testenv.Collector, at time.Time) (time.Duration, bool) {
 	best, found := time.Duration(0), false
-	for _, rs := range c.snapshot() {
+	for _, rs := range c.ByID() {
 		for _, r := range rs {
-			f := time.UnixMilli(hdrInt(r, fire.HeaderFiredAt))
+			f := time.UnixMilli(hdrInt(r, record.HeaderFiredAt))
 			if f.After(at) && (!found || f.Sub(at) < best) {
 				best, found = f.Sub(at), true
 			}
@@ -167,8 +169,8 @@ func TestOutagesKafkaThenEtcd(t *testing.T) {
 	say(t, "firing resumed %v after etcd came back", d)
 	w.waitBalanced(15*time.Second, a, b)
 
-	recs.waitAll(t, tasks, 45*time.Second)
-	r := check(tasks, recs.snapshot())
+	waitAll(t, recs, tasks, 45*time.Second)
+	r := check(tasks, recs.ByID())
 	r.fail(t)
 	pw.check(t)
 	p50, p99, mx := quantiles(r.lags)

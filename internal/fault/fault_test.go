@@ -1,3 +1,5 @@
+//go:build dqfault
+
 package fault
 
 import (

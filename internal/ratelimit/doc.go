@@ -20,9 +20,9 @@
 //     snapshot that Rule(type) reads without blocking.
 //   - Limiter (limiter.go): Admit(ctx, []Item) decides a fetched batch in
 //     one Redis round trip (a type without a rule costs none); deferred
-//     items carry NotBefore, the moment they can pass; Done frees a slot.
-//     AdmitWindow, TakeTokens, Acquire/Release/RefreshSlot and Usage are
-//     the single-limit building blocks. Each atomic check is one Lua script
-//     (*.lua, next to its caller); "now" is Redis TIME inside the script.
+//     items carry NotBefore, the moment they can pass; Refresh renews a
+//     slot while its handler runs, Done frees it; Usage/UsageOf read the
+//     current consumption. Each atomic check is one Lua script (*.lua,
+//     next to its caller); "now" is Redis TIME inside the script.
 //   - NewAPI (api.go): GET /v1/limits, GET/PUT/DELETE /v1/limits/{type}.
 package ratelimit

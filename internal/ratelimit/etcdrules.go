@@ -49,8 +49,8 @@ type Rules struct {
 
 // Watcher timings.
 const (
-	relistMin = 100 * time.Millisecond
-	relistMax = 2 * time.Second
+	relistFloor   = 100 * time.Millisecond
+	relistCeiling = 2 * time.Second
 )
 
 // NewRules returns the rule store of namespace ns. Call Run to keep the
@@ -194,12 +194,12 @@ func (r *Rules) Ready() <-chan struct{} { return r.ready }
 // backoff. Readers keep the last snapshot meanwhile. It returns nil when
 // ctx ends.
 func (r *Rules) Run(ctx context.Context) error {
-	wait := relistMin
+	wait := relistFloor
 	for {
 		m, rev, err := r.list(ctx)
 		if err == nil {
 			r.publish(m, rev)
-			wait = relistMin
+			wait = relistFloor
 			err = r.watch(ctx, rev+1)
 		}
 		if ctx.Err() != nil {
@@ -213,7 +213,7 @@ func (r *Rules) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		wait = min(2*wait, relistMax)
+		wait = min(2*wait, relistCeiling)
 	}
 }
 

@@ -134,12 +134,12 @@ func (q *dueQueue) push(it Item, at time.Time) {
 	heap.Push(&q.h, queued{it, at, q.seq})
 }
 
-// pop takes up to max items due at now.
-func (q *dueQueue) pop(now time.Time, max int) []Item {
+// pop takes up to limit items due at now.
+func (q *dueQueue) pop(now time.Time, limit int) []Item {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []Item
-	for len(out) < max && q.h.Len() > 0 && !q.h[0].at.After(now) {
+	for len(out) < limit && q.h.Len() > 0 && !q.h[0].at.After(now) {
 		out = append(out, heap.Pop(&q.h).(queued).it)
 	}
 	q.inflight += len(out)

@@ -41,15 +41,6 @@ var commonLua string
 //go:embed admit.lua
 var admitLua string
 
-//go:embed window.lua
-var windowLua string
-
-//go:embed tokens.lua
-var tokensLua string
-
-//go:embed acquire.lua
-var acquireLua string
-
 //go:embed refresh.lua
 var refreshLua string
 
@@ -60,9 +51,6 @@ func script(src string) *redis.Script { return redis.NewScript(commonLua + "\n" 
 
 var (
 	admitScript   = script(admitLua)
-	windowScript  = script(windowLua)
-	tokensScript  = script(tokensLua)
-	acquireScript = script(acquireLua)
 	refreshScript = script(refreshLua)
 	usageScript   = script(usageLua)
 )
@@ -132,12 +120,24 @@ type Decision struct {
 	NotBefore time.Time // deferred: the moment it can pass (by Redis' clock)
 	Reason    string    // deferred: ReasonWindowQuota, ReasonTokenBucket or ReasonConcurrency
 
-	slot   string // concurrency slot held while it runs
-	window int64  // quota window (start ms) an admitted item counted in
+	slot    string        // concurrency slot held while it runs
+	slotTTL time.Duration // the slot's TTL when it was taken
+	window  int64         // quota window (start ms) an admitted item counted in
 }
 
 // Slot is the concurrency slot the item holds while it runs ("" if none).
 func (d Decision) Slot() string { return d.slot }
+
+// RenewEvery is how often the holder of the item's concurrency slot must
+// renew it (Refresh) while its handler runs: a third of the slot's TTL, so
+// that two renewals may fail before the slot expires. Zero when the item
+// holds no slot.
+func (d Decision) RenewEvery() time.Duration {
+	if d.slot == "" {
+		return 0
+	}
+	return max(d.slotTTL/3, time.Millisecond)
+}
 
 // state is what a script reports about a type after deciding.
 type state struct {
@@ -283,7 +283,8 @@ func (l *Limiter) admitCall(g *group, from, to int, shift int64) *call {
 		args = append(args, 0, 0)
 	}
 	high := min(max(g.high-from, 0), c.n)
-	c.args = append(args, c.n, high, c.prefix)
+	args = append(args, c.n, high, c.prefix)
+	c.args = args
 	return c
 }
 
@@ -342,6 +343,7 @@ func (l *Limiter) decide(g *group, items []Item, out []Decision) error {
 				admitted++
 				if c.prefix != "" {
 					d.slot = c.prefix + strconv.Itoa(k+1)
+					d.slotTTL = g.rule.Concurrency.SlotTTL.D()
 				}
 				d.window = st.windowStart
 				continue
@@ -450,18 +452,25 @@ func asFloat(v any) (float64, error) {
 
 // Done frees the concurrency slot an admitted item held. Call it when the
 // item's handler finished (whatever the outcome); it is a no-op for an item
-// without a slot.
+// without a slot (and for a slot already gone).
 func (l *Limiter) Done(ctx context.Context, it Item, d Decision) error {
 	if d.slot == "" {
 		return nil
 	}
-	return l.Release(ctx, it.Type, d.slot)
+	keys := typeKeys(l.ns, it.Type)
+	if err := l.rdb.ZRem(ctx, keys[keyRunning], d.slot).Err(); err != nil {
+		return fmt.Errorf("release %s: %w", it.Type, err)
+	}
+	return nil
 }
 
 // Refresh pushes the expiry of the slot an admitted item holds to now plus
-// the type's current slot TTL, for handlers that run longer than the TTL.
-// It reports false when the slot was lost (expired: another task may have
-// taken it).
+// the type's current slot TTL (refresh.lua), for handlers that run longer
+// than the TTL: the holder calls it every d.RenewEvery() while the handler
+// runs, so the limit holds however long the handler takes, and the slot of
+// a holder that crashed still expires one TTL after its last renewal. It
+// reports false when the slot was lost (expired or released: another task
+// may have taken it).
 func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error) {
 	if d.slot == "" || l.rules == nil {
 		return true, nil
@@ -470,90 +479,11 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 	if !ok || rule.Concurrency == nil {
 		return true, nil // no limit any more: nothing to hold
 	}
-	return l.RefreshSlot(ctx, it.Type, d.slot, *rule.Concurrency)
-}
-
-// AdmitWindow adds n tasks of typ to the current window of quota q and
-// admits min(n, what is left); only the admitted part is counted. The rest
-// may pass from nextWindow, the start of the next window (by Redis' clock).
-func (l *Limiter) AdmitWindow(ctx context.Context, typ string, n int64, q WindowQuota) (admitted int64, nextWindow time.Time, err error) {
-	win := q.Window.D().Milliseconds()
-	if win <= 0 || q.Limit <= 0 {
-		return 0, time.Time{}, fmt.Errorf("%w: window quota needs a positive limit and window", ErrInvalidRule)
-	}
-	keys := typeKeys(l.ns, typ)
-	v, err := windowScript.Run(ctx, l.rdb, keys[keyWindow:keyWindow+1], l.shift.Load(), q.Limit, win, max(n, 0)).Int64Slice()
+	keys := typeKeys(l.ns, it.Type)
+	v, err := refreshScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], l.shift.Load(),
+		rule.Concurrency.SlotTTL.D().Milliseconds(), d.slot).Int64()
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("admit window %s: %w", typ, err)
-	}
-	return v[0], time.UnixMilli(v[1] + win), nil
-}
-
-// TakeTokens takes up to n tokens of typ's bucket b for tasks of the given
-// priority. Below b.MinPriority, a task may only take a token that leaves
-// at least b.Reserve. retryAt is when the bucket will hold the next token
-// this request could take (now when all n were granted).
-func (l *Limiter) TakeTokens(ctx context.Context, typ string, n int64, priority int, b TokenBucket) (granted int64, retryAt time.Time, err error) {
-	if !(b.Rate > 0) || b.Burst < 1 {
-		return 0, time.Time{}, fmt.Errorf("%w: token bucket needs a positive rate and burst", ErrInvalidRule)
-	}
-	keys := typeKeys(l.ns, typ)
-	v, err := tokensScript.Run(ctx, l.rdb, keys[keyBucket:keyBucket+1], l.shift.Load(),
-		strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst, b.Reserve, b.MinPriority, max(n, 0), priority).Slice()
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("take tokens %s: %w", typ, err)
-	}
-	if len(v) != 3 {
-		return 0, time.Time{}, fmt.Errorf("take tokens %s: script returned %d values", typ, len(v))
-	}
-	granted, err1 := asInt(v[0])
-	tokens, err2 := asFloat(v[1])
-	now, err3 := asInt(v[2])
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return 0, time.Time{}, fmt.Errorf("take tokens %s: %w", typ, err)
-	}
-	if granted >= n {
-		return granted, time.UnixMilli(now), nil
-	}
-	return granted, time.UnixMilli(now + tokenWaitMs(&b, priority, tokens, 0)), nil
-}
-
-// Acquire takes a concurrency slot of typ named slotID (unique per running
-// task), expiring after c.SlotTTL unless refreshed. Acquiring a slot
-// already held refreshes it. When all c.Limit slots are held, ok is false
-// and retryAt is when to try again.
-func (l *Limiter) Acquire(ctx context.Context, typ, slotID string, c Concurrency) (ok bool, retryAt time.Time, err error) {
-	ttl := c.SlotTTL.D().Milliseconds()
-	if ttl <= 0 || c.Limit <= 0 {
-		return false, time.Time{}, fmt.Errorf("%w: concurrency needs a positive limit and slot_ttl", ErrInvalidRule)
-	}
-	keys := typeKeys(l.ns, typ)
-	v, err := acquireScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], l.shift.Load(), c.Limit, ttl, slotID).Int64Slice()
-	if err != nil {
-		return false, time.Time{}, fmt.Errorf("acquire %s: %w", typ, err)
-	}
-	if v[0] == 1 {
-		return true, time.UnixMilli(v[1]), nil
-	}
-	return false, time.UnixMilli(l.concurrencyRetry(state{now: v[1], earliest: v[3]})), nil
-}
-
-// Release frees the concurrency slot slotID of typ (no-op if not held).
-func (l *Limiter) Release(ctx context.Context, typ, slotID string) error {
-	keys := typeKeys(l.ns, typ)
-	if err := l.rdb.ZRem(ctx, keys[keyRunning], slotID).Err(); err != nil {
-		return fmt.Errorf("release %s: %w", typ, err)
-	}
-	return nil
-}
-
-// RefreshSlot pushes slotID's expiry to now + c.SlotTTL. It reports false
-// when the slot was not held (expired or released).
-func (l *Limiter) RefreshSlot(ctx context.Context, typ, slotID string, c Concurrency) (bool, error) {
-	keys := typeKeys(l.ns, typ)
-	v, err := refreshScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], l.shift.Load(), c.SlotTTL.D().Milliseconds(), slotID).Int64()
-	if err != nil {
-		return false, fmt.Errorf("refresh slot %s: %w", typ, err)
+		return false, fmt.Errorf("refresh slot %s: %w", it.Type, err)
 	}
 	return v == 1, nil
 }

@@ -13,26 +13,31 @@ import (
 	"github.com/delayq/delayq/internal/testenv"
 )
 
+// A window quota admits what is left of it, batch after batch; only the
+// admitted part counts; the rest may pass when the next window starts,
+// which begins from zero; the window key expires with its window.
 func TestAdmitWindowPartial(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
 	ctx := t.Context()
-	l := newLimiter(t, rdb, testNS(t), nil, Options{})
 	q := WindowQuota{Limit: 10, Window: dur(time.Hour)}
+	l := newLimiter(t, rdb, testNS(t), StaticRules{"mail": {WindowQuota: &q}}, Options{})
 	alignShift(t, rdb, time.Hour, l)
 	w := time.Hour.Milliseconds()
 	start := (redisMillis(t, rdb) + l.shift.Load()) / w * w // the window start the shift aligned to
 
-	steps := []struct{ n, want int64 }{{7, 7}, {7, 3}, {1, 0}, {0, 0}}
+	steps := []struct{ n, want int }{{7, 7}, {7, 3}, {1, 0}}
 	for _, s := range steps {
-		got, next, err := l.AdmitWindow(ctx, "mail", s.n, q)
+		ds, err := l.Admit(ctx, items("mail", s.n, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != s.want {
-			t.Fatalf("AdmitWindow(%d) admitted %d, want %d", s.n, got, s.want)
+		if got := countRun(ds); got != s.want {
+			t.Fatalf("Admit of %d admitted %d, want %d", s.n, got, s.want)
 		}
-		if next.UnixMilli() != start+time.Hour.Milliseconds() {
-			t.Fatalf("next window %d, want %d", next.UnixMilli(), start+time.Hour.Milliseconds())
+		for _, d := range ds {
+			if !d.Run && (d.Reason != ReasonWindowQuota || d.NotBefore.UnixMilli() != start+w) {
+				t.Fatalf("deferred %+v, want window_quota until the next window %d", d, start+w)
+			}
 		}
 	}
 	u, err := l.Usage(ctx, "mail", Rule{WindowQuota: &q})
@@ -41,8 +46,8 @@ func TestAdmitWindowPartial(t *testing.T) {
 	}
 	// the next window starts from zero
 	l.shift.Add(time.Hour.Milliseconds())
-	if got, _, err := l.AdmitWindow(ctx, "mail", 4, q); err != nil || got != 4 {
-		t.Fatalf("next window admitted %d %v, want 4", got, err)
+	if ds, err := l.Admit(ctx, items("mail", 4, 0)); err != nil || countRun(ds) != 4 {
+		t.Fatalf("next window admitted %d %v, want 4", countRun(ds), err)
 	}
 	ttl := rdb.PTTL(ctx, typeKeys(l.ns, "mail")[keyWindow]).Val()
 	if ttl <= 0 || ttl > time.Hour {
@@ -168,28 +173,28 @@ func TestTokenBucketReserveUnit(t *testing.T) {
 	l := newLimiter(t, rdb, testNS(t), StaticRules{"api": {TokenBucket: &b}}, Options{})
 
 	// low priority may take only what leaves the reserve
-	got, _, err := l.TakeTokens(ctx, "api", 15, 0, b)
-	if err != nil || got != 10 {
+	ds, err := l.Admit(ctx, items("api", 15, 0))
+	if got := countRun(ds); err != nil || got != 10 {
 		t.Fatalf("low priority took %d %v, want 10 (burst 20 - reserve 10)", got, err)
 	}
 	now := redisMillis(t, rdb)
-	got, retry, err := l.TakeTokens(ctx, "api", 1, 0, b)
-	if err != nil || got != 0 {
-		t.Fatalf("low priority inside the reserve took %d %v", got, err)
+	ds, err = l.Admit(ctx, items("api", 1, 0))
+	if err != nil || ds[0].Run || ds[0].Reason != ReasonTokenBucket {
+		t.Fatalf("low priority inside the reserve: %+v %v", ds, err)
 	}
 	// it needs 11 tokens; there are ~10 and one comes per second
-	if w := retry.UnixMilli() - now; w < 500 || w > 1100 {
-		t.Fatalf("low priority retry in %d ms, want about 1000", w)
+	if w := ds[0].NotBefore.UnixMilli() - now; w < 500 || w > 1100 {
+		t.Fatalf("low priority may pass in %d ms, want about 1000", w)
 	}
 	// high priority takes the reserve
-	got, _, err = l.TakeTokens(ctx, "api", 7, 5, b)
-	if err != nil || got != 7 {
+	ds, err = l.Admit(ctx, items("api", 7, 5))
+	if got := countRun(ds); err != nil || got != 7 {
 		t.Fatalf("high priority took %d %v, want 7", got, err)
 	}
 
 	// the same through Admit: high ones run, low ones are deferred
 	batch := append(items("api", 3, 0), items("api", 3, 9)...)
-	ds, err := l.Admit(ctx, batch)
+	ds, err = l.Admit(ctx, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +217,8 @@ func TestTokenBucketReserveUnit(t *testing.T) {
 	if u, _ := l.Usage(ctx, "api", Rule{TokenBucket: &b}); u.Tokens != 20 {
 		t.Fatalf("after an hour the bucket holds %v, want burst 20", u.Tokens)
 	}
-	if got, _, _ := l.TakeTokens(ctx, "api", 100, 9, b); got != 20 {
-		t.Fatalf("took %d after an hour, want burst 20", got)
+	if ds, err := l.Admit(ctx, items("api", 100, 9)); err != nil || countRun(ds) != 20 {
+		t.Fatalf("took %d %v after an hour, want burst 20", countRun(ds), err)
 	}
 }
 
@@ -245,35 +250,38 @@ func TestTokenBucketNotBeforeSpread(t *testing.T) {
 	}
 }
 
-func TestAcquireRelease(t *testing.T) {
+// Admitted items hold concurrency slots until Done; a full limit defers
+// the next item by the retry delay; Refresh renews a held slot and reports
+// a slot that is not held.
+func TestConcurrencySlots(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
 	ctx := t.Context()
 	c := Concurrency{Limit: 2, SlotTTL: dur(time.Minute)}
-	l := newLimiter(t, rdb, testNS(t), nil, Options{ConcurrencyRetry: 50 * time.Millisecond})
-	for _, s := range []string{"a", "b", "a"} { // re-acquiring a held slot refreshes it
-		if ok, _, err := l.Acquire(ctx, "conv", s, c); err != nil || !ok {
-			t.Fatalf("acquire %s: %v %v", s, ok, err)
-		}
+	l := newLimiter(t, rdb, testNS(t), StaticRules{"conv": {Concurrency: &c}}, Options{ConcurrencyRetry: 50 * time.Millisecond})
+	held := items("conv", 2, 0)
+	ds, err := l.Admit(ctx, held)
+	if err != nil || countRun(ds) != 2 || ds[0].Slot() == "" || ds[0].Slot() == ds[1].Slot() {
+		t.Fatalf("two slots of 2: %+v %v", ds, err)
 	}
 	now := redisMillis(t, rdb)
-	ok, retry, err := l.Acquire(ctx, "conv", "c", c)
-	if err != nil || ok {
-		t.Fatalf("third slot of 2: %v %v", ok, err)
+	third, err := l.Admit(ctx, items("conv", 1, 0))
+	if err != nil || third[0].Run || third[0].Reason != ReasonConcurrency {
+		t.Fatalf("third slot of 2: %+v %v", third, err)
 	}
-	if w := retry.UnixMilli() - now; w < 30 || w > 200 {
+	if w := third[0].NotBefore.UnixMilli() - now; w < 30 || w > 200 {
 		t.Fatalf("retry in %d ms, want about the 50 ms retry", w)
 	}
-	if held, err := l.RefreshSlot(ctx, "conv", "a", c); err != nil || !held {
-		t.Fatalf("refresh held slot: %v %v", held, err)
+	if ok, err := l.Refresh(ctx, held[0], ds[0]); err != nil || !ok {
+		t.Fatalf("refresh held slot: %v %v", ok, err)
 	}
-	if held, err := l.RefreshSlot(ctx, "conv", "zz", c); err != nil || held {
-		t.Fatalf("refresh unknown slot: %v %v", held, err)
+	if ok, err := l.Refresh(ctx, held[0], Decision{Run: true, slot: "zz", slotTTL: time.Minute}); err != nil || ok {
+		t.Fatalf("refresh unknown slot: %v %v", ok, err)
 	}
-	if err := l.Release(ctx, "conv", "a"); err != nil {
+	if err := l.Done(ctx, held[0], ds[0]); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := l.Acquire(ctx, "conv", "c", c); err != nil || !ok {
-		t.Fatalf("after release: %v %v", ok, err)
+	if again, err := l.Admit(ctx, items("conv", 1, 0)); err != nil || !again[0].Run {
+		t.Fatalf("after Done: %+v %v", again, err)
 	}
 	if u, err := l.Usage(ctx, "conv", Rule{Concurrency: &c}); err != nil || u.Running != 2 {
 		t.Fatalf("usage %+v %v, want running 2", u, err)
@@ -424,9 +432,6 @@ func TestAdmitRedisCluster(t *testing.T) {
 		if u.WindowCount != 3 || u.Running != 0 || u.Tokens < 97 {
 			t.Fatalf("%s usage %+v", typ, u)
 		}
-	}
-	if _, _, err := l.AdmitWindow(ctx, "alpha", 1, *rule.WindowQuota); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -583,5 +588,64 @@ func TestAdmitCombined(t *testing.T) {
 	}
 	if n := countRun(ds); n != 1000 || ds[999].Run != true || ds[1000].Run {
 		t.Fatalf("admitted %d of 1200 with quota 1000 (or not the first ones)", n)
+	}
+}
+
+// A slot renewed every RenewEvery (a third of its TTL) stays held however
+// long its handler runs: nobody else gets it for three TTLs. Once the
+// renewals stop (the holder crashed) it expires one TTL after the last.
+func TestRenewedSlotHoldsWhileRunning(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ns := testNS(t)
+	ttl := 600 * time.Millisecond
+	c := Concurrency{Limit: 1, SlotTTL: dur(ttl)}
+	rules := StaticRules{"slow": {Concurrency: &c}}
+	holder := newLimiter(t, srv.Client(t), ns, rules, Options{})
+	other := newLimiter(t, srv.Client(t), ns, rules, Options{ConcurrencyRetry: 20 * time.Millisecond})
+	ctx := t.Context()
+
+	ds, err := holder.Admit(ctx, items("slow", 1, 0))
+	if err != nil || !ds[0].Run {
+		t.Fatalf("first admit: %+v %v", ds, err)
+	}
+	d := ds[0]
+	if got := d.RenewEvery(); got != ttl/3 {
+		t.Fatalf("RenewEvery %v, want %v", got, ttl/3)
+	}
+	it := Item{ID: "slow-0", Type: "slow"}
+	end := time.Now().Add(3 * ttl)
+	next := time.Now().Add(d.RenewEvery())
+	for time.Now().Before(end) {
+		if time.Now().After(next) {
+			if held, err := holder.Refresh(ctx, it, d); err != nil || !held {
+				t.Fatalf("refresh: %v %v", held, err)
+			}
+			next = next.Add(d.RenewEvery())
+		}
+		ods, err := other.Admit(ctx, items("slow", 1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ods[0].Run {
+			t.Fatalf("a second task got the only slot while its holder renews it")
+		}
+		time.Sleep(20 * time.Millisecond) // the handler's work between two checks
+	}
+	// the holder crashed: no more renewals, no Done
+	stopped := time.Now()
+	testenv.WaitFor(t, 3*time.Second, "the crashed holder's slot to expire", func() bool {
+		ods, err := other.Admit(ctx, items("slow", 1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ods[0].Run {
+			_ = other.Done(ctx, Item{Type: "slow"}, ods[0])
+			return true
+		}
+		return false
+	})
+	t.Logf("slot freed %v after the last renewal window (slot_ttl %v)", time.Since(stopped).Round(time.Millisecond), ttl)
+	if held, err := holder.Refresh(ctx, it, d); err != nil || held {
+		t.Fatalf("refresh of an expired slot: %v %v, want false", held, err)
 	}
 }

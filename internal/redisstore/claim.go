@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,9 +21,13 @@ var claimLua string
 //go:embed unclaim.lua
 var unclaimLua string
 
+//go:embed extend.lua
+var extendLua string
+
 var (
 	claimScript   = script(claimLua)
 	unclaimScript = script(unclaimLua)
+	extendScript  = script(extendLua)
 )
 
 // Claim asks for the execution of one fired task: generation Gen of task
@@ -65,12 +68,6 @@ type ClaimResult struct {
 	Err error
 }
 
-// RunKey is the run marker key of generation gen of task id, in the task's
-// shard hash tag: dq:{<ns>:<shard>}:run:<id>:<gen>.
-func (s *Store) RunKey(id string, gen uint64) string {
-	return s.k.prefix[s.Shard(id)] + "run:" + id + ":" + strconv.FormatUint(gen, 10)
-}
-
 // ClaimMany claims the execution of fired tasks: for each, atomically, the
 // record must exist with that generation in state firing or fired, and the
 // run marker (RunKey) is set with Owner and TTL unless another owner holds
@@ -89,7 +86,7 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 				if !c.Due.IsZero() {
 					due = task.Millis(c.Due)
 				}
-				keys = append(keys, s.k.bucket(sh, c.ID), s.RunKey(c.ID, c.Gen))
+				keys = append(keys, s.k.bucket(sh, c.ID), s.k.run(sh, c.ID, c.Gen))
 				args = append(args, c.ID, c.Gen, max(c.TTL.Milliseconds(), 1), c.Owner, due)
 			}
 			return keys, args
@@ -148,11 +145,11 @@ func (s *Store) fillClaims(res []ClaimResult, idx []int, shard int, cs []Claim, 
 // with its TTL).
 func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
 	calls := s.groupCalls(len(cs), func(i int) string { return cs[i].ID },
-		func(_ int, idx []int) ([]string, []any) {
+		func(sh int, idx []int) ([]string, []any) {
 			keys := make([]string, 0, len(idx))
 			args := make([]any, 0, len(idx))
 			for _, i := range idx {
-				keys = append(keys, s.RunKey(cs[i].ID, cs[i].Gen))
+				keys = append(keys, s.k.run(sh, cs[i].ID, cs[i].Gen))
 				args = append(args, cs[i].Owner)
 			}
 			return keys, args
@@ -167,6 +164,33 @@ func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
 		n += int(d)
 	}
 	return n, nil
+}
+
+// ReleaseClaim gives one execution claim up now (unclaim.lua, like
+// ReleaseMany): the run marker is deleted only if it still holds c.Owner
+// (ID, Gen and Owner are used). It reports whether it was deleted.
+func (s *Store) ReleaseClaim(ctx context.Context, c Claim) (bool, error) {
+	sh := s.Shard(c.ID)
+	v, err := s.run(ctx, unclaimScript, []string{s.k.run(sh, c.ID, c.Gen)}, c.Owner)
+	if err != nil {
+		return false, fmt.Errorf("release claim %s gen %d: %w", c.ID, c.Gen, err)
+	}
+	n, _ := v.(int64)
+	return n == 1, nil
+}
+
+// ExtendClaim sets the TTL of an execution claim again to c.TTL (the
+// task's own timeout turned out longer than the one the claim was taken
+// for), only while c.Owner holds it: a claim that expired and was taken by
+// another run is not touched. It reports whether the TTL was set.
+func (s *Store) ExtendClaim(ctx context.Context, c Claim) (bool, error) {
+	sh := s.Shard(c.ID)
+	v, err := s.run(ctx, extendScript, []string{s.k.run(sh, c.ID, c.Gen)}, c.Owner, max(c.TTL.Milliseconds(), 1))
+	if err != nil {
+		return false, fmt.Errorf("extend claim %s gen %d: %w", c.ID, c.Gen, err)
+	}
+	n, _ := v.(int64)
+	return n == 1, nil
 }
 
 // FinishResult is the answer for one Finish of FinishMany.
@@ -192,7 +216,7 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, er
 		args = append(args, s.retention.Milliseconds(), s.k.wake, sh)
 		for _, i := range idx {
 			f := fs[i]
-			keys = append(keys, s.k.bucket(sh, f.ID), s.RunKey(f.ID, f.Gen))
+			keys = append(keys, s.k.bucket(sh, f.ID), s.k.run(sh, f.ID, f.Gen))
 			args = append(args, f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048), f.Owner)
 		}
 		return keys, args

@@ -127,6 +127,50 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 		}
 	})
 
+	t.Run("ExtendReleaseClaim", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		ids, gen := fireN(t, s, "e", 1)
+		mine := Claim{ID: ids[0], Gen: gen[ids[0]], TTL: time.Minute, Owner: "w1:1"}
+		if r, err := s.ClaimMany(t.Context(), []Claim{mine}); err != nil || r[0].Code != Claimed {
+			t.Fatalf("claim: %+v %v", r, err)
+		}
+		key := s.RunKey(mine.ID, mine.Gen)
+		other := mine
+		other.Owner, other.TTL = "w2:1", time.Hour
+		// another owner neither extends nor releases it
+		if ok, err := s.ExtendClaim(t.Context(), other); err != nil || ok {
+			t.Fatalf("extend by another owner: %v %v", ok, err)
+		}
+		if ttl := rdb.PTTL(t.Context(), key).Val(); ttl <= 0 || ttl > time.Minute {
+			t.Fatalf("marker TTL %v after a refused extend", ttl)
+		}
+		if ok, err := s.ReleaseClaim(t.Context(), other); err != nil || ok {
+			t.Fatalf("release by another owner: %v %v", ok, err)
+		}
+		// its owner extends it, then releases it
+		mine.TTL = time.Hour
+		if ok, err := s.ExtendClaim(t.Context(), mine); err != nil || !ok {
+			t.Fatalf("extend: %v %v", ok, err)
+		}
+		if ttl := rdb.PTTL(t.Context(), key).Val(); ttl <= time.Minute || ttl > time.Hour {
+			t.Fatalf("marker TTL %v after extend, want about 1h", ttl)
+		}
+		if ok, err := s.ReleaseClaim(t.Context(), mine); err != nil || !ok {
+			t.Fatalf("release: %v %v", ok, err)
+		}
+		if rdb.Exists(t.Context(), key).Val() != 0 {
+			t.Fatal("released marker still exists")
+		}
+		// a claim that is gone is neither extended (nor made again) nor released
+		if ok, err := s.ExtendClaim(t.Context(), mine); err != nil || ok || rdb.Exists(t.Context(), key).Val() != 0 {
+			t.Fatalf("extend of a released claim: %v %v", ok, err)
+		}
+		if ok, err := s.ReleaseClaim(t.Context(), mine); err != nil || ok {
+			t.Fatalf("second release: %v %v", ok, err)
+		}
+	})
+
 	t.Run("FinishMany", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, rdb, Options{})

@@ -90,10 +90,10 @@ func fencedErr(v any) error {
 // takeHeader is how many values come before the tasks in take.lua's reply.
 const takeHeader = 5
 
-// Take claims up to max due tasks of a shard (and tasks whose lease ran
+// Take claims up to limit due tasks of a shard (and tasks whose lease ran
 // out) with a lease, and says when the next task is due.
-func (s *Store) Take(ctx context.Context, shard int, token int64, max int, lease time.Duration) (Taken, error) {
-	args := []any{token, max, lease.Milliseconds(), s.k.prefix[shard], s.purgeBudget(shard)}
+func (s *Store) Take(ctx context.Context, shard int, token int64, limit int, lease time.Duration) (Taken, error) {
+	args := []any{token, limit, lease.Milliseconds(), s.k.prefix[shard], s.purgeBudget(shard)}
 	if fault.Plant("localclock") {
 		args = append(args, task.Millis(fault.Now()))
 	}

@@ -41,10 +41,22 @@ func (k keys) fence(shard int) string    { return k.prefix[shard] + "fence" }
 func (k keys) errs(shard int) string     { return k.prefix[shard] + "err" }
 func (k keys) leaseSeq(shard int) string { return k.prefix[shard] + "leaseq" }
 
+// run is the run marker (execution claim) of generation gen of task id:
+// dq:{<ns>:<shard>}:run:<id>:<gen>, in the task's shard hash tag.
+func (k keys) run(shard int, id string, gen uint64) string {
+	return k.prefix[shard] + "run:" + id + ":" + strconv.FormatUint(gen, 10)
+}
+
 // bucket is the hash that holds the record of id. The Lua scripts compute
 // the same function (see bucketLua) when they only know the id.
 func (k keys) bucket(shard int, id string) string {
 	return k.prefix[shard] + "t:" + strconv.Itoa(bucketOf(id))
+}
+
+// RunKey is the run marker key of generation gen of task id (see
+// keys.run), for tests and tools that look at a claim directly.
+func (s *Store) RunKey(id string, gen uint64) string {
+	return s.k.run(s.Shard(id), id, gen)
 }
 
 // ShardOf is the shard of a task id: FNV-1a 32 of the id modulo n. It must

@@ -14,8 +14,14 @@ import (
 // IsUnavailable is the one predicate that decides whether an error means
 // "Redis could not be reached or cannot serve right now" (so the write may
 // be retried later, e.g. from the daemon's journal), as opposed to an
-// answer. A timed-out write counts: its outcome is unknown, and every write
-// of this store is idempotent, so replaying it is safe.
+// answer about the data. A timed-out write counts: its outcome is unknown,
+// and every write of this store is idempotent, so replaying it is safe.
+//
+// A server that refuses writes for a while counts too: OOM (maxmemory
+// reached with noeviction), BUSY (a long script), NOREPLICAS, LOADING,
+// READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN. None of them says anything
+// about the task, so none may ever make a task poison or bad input; Redis
+// refuses such a command before it changes anything.
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
@@ -34,11 +40,37 @@ func IsUnavailable(err error) bool {
 	if errors.As(err, &oe) {
 		return true
 	}
+	if RefusalCode(err) != "" {
+		return true
+	}
 	msg := err.Error()
-	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED", "ASK"} {
-		if strings.HasPrefix(msg, p) || strings.Contains(msg, ": "+p) {
-			return true
+	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "i/o timeout")
+}
+
+// RefusalCode returns the Redis error code of err when it is one of the
+// "not now" refusals (transientPrefixes: OOM, READONLY, LOADING, …), or ""
+// otherwise. A refusal inside a script comes back as "ERR ...
+// @user_script:N: -OOM ..." (Redis 7.0) or with the code after ": ", and an
+// out-of-memory refusal may carry only its text.
+func RefusalCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "command not allowed when used memory") {
+		return "OOM"
+	}
+	for _, p := range transientPrefixes {
+		if strings.HasPrefix(msg, p) || strings.Contains(msg, ": "+p) || strings.Contains(msg, ": -"+p) {
+			return p
 		}
 	}
-	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "i/o timeout")
+	return ""
+}
+
+// transientPrefixes are the Redis error codes that mean "not now": the
+// command was refused before it ran, or the cluster is moving.
+var transientPrefixes = []string{
+	"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED", "ASK",
+	"OOM", "BUSY", "NOREPLICAS",
 }

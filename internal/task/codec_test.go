@@ -88,19 +88,42 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("valid task rejected: %v", err)
 	}
 	cases := map[string]func(*Task){
-		"empty id":       func(t *Task) { t.ID = "" },
-		"long id":        func(t *Task) { t.ID = strings.Repeat("a", MaxIDLen+1) },
-		"control in id":  func(t *Task) { t.ID = "a\x00b" },
-		"space in id":    func(t *Task) { t.ID = "a b" },
-		"no type":        func(t *Task) { t.Type = "" },
-		"bad topic":      func(t *Task) { t.Topic = "a/b" },
-		"dq header":      func(t *Task) { t.Headers = map[string]string{"dq-id": "x"} },
-		"neg attempts":   func(t *Task) { t.MaxAttempts = -1 },
-		"huge attempts":  func(t *Task) { t.MaxAttempts = MaxMaxAttempts + 1 },
-		"neg timeout":    func(t *Task) { t.Timeout = -time.Second },
-		"huge priority":  func(t *Task) { t.Priority = 5000 },
-		"no due":         func(t *Task) { t.DueAt = time.Time{} },
-		"due year 20000": func(t *Task) { t.DueAt = time.Date(20000, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"empty id":               func(t *Task) { t.ID = "" },
+		"long id":                func(t *Task) { t.ID = strings.Repeat("a", MaxIDLen+1) },
+		"control in id":          func(t *Task) { t.ID = "a\x00b" },
+		"space in id":            func(t *Task) { t.ID = "a b" },
+		"no type":                func(t *Task) { t.Type = "" },
+		"bad topic":              func(t *Task) { t.Topic = "a/b" },
+		"dq header":              func(t *Task) { t.Headers = map[string]string{"dq-id": "x"} },
+		"neg attempts":           func(t *Task) { t.MaxAttempts = -1 },
+		"huge attempts":          func(t *Task) { t.MaxAttempts = MaxMaxAttempts + 1 },
+		"neg timeout":            func(t *Task) { t.Timeout = -time.Second },
+		"huge priority":          func(t *Task) { t.Priority = 5000 },
+		"no due":                 func(t *Task) { t.DueAt = time.Time{} },
+		"due year 20000":         func(t *Task) { t.DueAt = time.Date(20000, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"due year 2300":          func(t *Task) { t.DueAt = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"due after max":          func(t *Task) { t.DueAt = MaxDueAt.Add(time.Millisecond) },
+		"before 1970":            func(t *Task) { t.DueAt = time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC) },
+		"timeout 1ns":            func(t *Task) { t.Timeout = time.Nanosecond },
+		"timeout 999us":          func(t *Task) { t.Timeout = 999 * time.Microsecond },
+		"key not utf-8":          func(t *Task) { t.Key = "k\xff" },
+		"header value not utf-8": func(t *Task) { t.Headers = map[string]string{"h": "v\xfe"} },
+		"header name not utf-8":  func(t *Task) { t.Headers = map[string]string{"h\xfe": "v"} },
+		"type not utf-8":         func(t *Task) { t.Type = "t\xff" },
+	}
+	for name, mutate := range map[string]func(*Task){
+		"due at max":  func(t *Task) { t.DueAt = MaxDueAt },
+		"timeout 1ms": func(t *Task) { t.Timeout = time.Millisecond },
+		"timeout 0":   func(t *Task) { t.Timeout = 0 },
+	} {
+		tk := sample()
+		mutate(tk)
+		if err := tk.Validate(); err != nil {
+			t.Errorf("%s: rejected: %v", name, err)
+		}
+	}
+	if got := MaxDueAt.Format("2006-01-02T15:04:05.000Z07:00"); got != MaxDueText {
+		t.Errorf("MaxDueText %s, MaxDueAt %s", MaxDueText, got)
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -40,6 +40,19 @@ const (
 	DefaultTopic       = "dq.tasks"
 )
 
+// MaxDueMillis is the latest due time, in unix ms, that a task may have:
+// 2^43 - 1 (2248-09-26T15:10:22.207Z). The Redis store's due-set score is
+// the due time in ms plus the record's bucket/1024 (see redisstore's
+// common.lua); a double holds that fraction exactly only below 2^43 ms, so
+// a later task would be looked up in the wrong bucket when due.
+const MaxDueMillis = 1<<43 - 1
+
+// MaxDueAt is MaxDueMillis as a time.
+var MaxDueAt = FromMillis(MaxDueMillis)
+
+// MaxDueText is MaxDueAt as the API writes times, for messages.
+const MaxDueText = "2248-09-26T15:10:22.207Z"
+
 // Task is one delayed task. The first group of fields is set by the producer
 // and never changes once scheduled (except DueAt); the second group is kept
 // by the store.
@@ -139,6 +152,9 @@ func (t *Task) Validate() error {
 	if len(t.Key) > MaxIDLen {
 		return invalid("key", "longer than %d bytes", MaxIDLen)
 	}
+	if !utf8.ValidString(t.Key) {
+		return invalid("key", "not valid UTF-8")
+	}
 	if len(t.Headers) > MaxHeaders {
 		return invalid("headers", "more than %d headers", MaxHeaders)
 	}
@@ -149,12 +165,15 @@ func (t *Task) Validate() error {
 		if len(v) > 4096 {
 			return invalid("headers", "value of %q longer than 4096 bytes", k)
 		}
+		if !utf8.ValidString(v) {
+			return invalid("headers", "value of %q is not valid UTF-8", k)
+		}
 	}
 	if t.MaxAttempts < 0 || t.MaxAttempts > MaxMaxAttempts {
 		return invalid("max_attempts", "must be between 1 and %d", MaxMaxAttempts)
 	}
-	if t.Timeout < 0 || t.Timeout > MaxTimeout {
-		return invalid("timeout", "must be between 0 and %s", MaxTimeout)
+	if t.Timeout < 0 || t.Timeout > MaxTimeout || (t.Timeout > 0 && t.Timeout < time.Millisecond) {
+		return invalid("timeout", "must be 0 (the worker's default) or between 1ms and %s", MaxTimeout)
 	}
 	if t.Priority < -1000 || t.Priority > 1000 {
 		return invalid("priority", "must be between -1000 and 1000")
@@ -162,8 +181,8 @@ func (t *Task) Validate() error {
 	if t.DueAt.IsZero() {
 		return invalid("due_at", "is required")
 	}
-	if y := t.DueAt.Year(); y < 1970 || y > 9999 {
-		return invalid("due_at", "out of range")
+	if t.DueAt.Before(time.Unix(0, 0)) || Millis(t.DueAt) > MaxDueMillis {
+		return invalid("due_at", "out of range (1970-01-01T00:00:00Z to %s)", MaxDueText)
 	}
 	return nil
 }
@@ -182,12 +201,16 @@ func printable(s string) bool {
 
 func validTopic(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if !topicByte(s[i]) {
 			return false
 		}
 	}
 	return s != "." && s != ".."
+}
+
+// topicByte reports whether c may appear in a topic name: [a-zA-Z0-9._-].
+func topicByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
 // Millis is t as Unix milliseconds, the unit every stored time uses.

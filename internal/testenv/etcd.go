@@ -36,10 +36,10 @@ type Etcd struct {
 	// Server is the running server; nil while stopped.
 	Server *embed.Etcd
 
-	backendURL     string    // where the server itself listens for clients
-	peerBackendURL string    // where the server itself listens for peers
-	proxy          *tcpProxy // forwards Endpoints to backendURL while running
-	peerProxy      *tcpProxy // forwards PeerURL to peerBackendURL while running
+	backendURL     string // where the server itself listens for clients
+	peerBackendURL string // where the server itself listens for peers
+	proxy          *Proxy // forwards Endpoints to backendURL while running
+	peerProxy      *Proxy // forwards PeerURL to peerBackendURL while running
 	name           string
 	initialCluster string
 	token          string
@@ -114,19 +114,19 @@ func (e *Etcd) launch() error {
 	if err != nil {
 		return err
 	}
-	peerProxy, err := startProxy(hostPort(e.PeerURL), hostPort(e.peerBackendURL))
+	peerProxy, err := StartProxy(hostPort(e.PeerURL), hostPort(e.peerBackendURL))
 	if err != nil {
 		return fmt.Errorf("peer proxy: %w", err)
 	}
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
-		peerProxy.close()
+		peerProxy.Close()
 		return err
 	}
-	proxy, err := startProxy(e.Endpoints[0], hostPort(e.backendURL))
+	proxy, err := StartProxy(e.Endpoints[0], hostPort(e.backendURL))
 	if err != nil {
 		stopServer(srv) // not ready yet: a plain Close would hang
-		peerProxy.close()
+		peerProxy.Close()
 		return fmt.Errorf("client proxy: %w", err)
 	}
 	e.Server, e.proxy, e.peerProxy = srv, proxy, peerProxy
@@ -150,7 +150,7 @@ func (e *Etcd) waitReady(timeout time.Duration) error {
 	case <-srv.Server.ReadyNotify():
 		return nil
 	case err := <-srv.Err():
-		return fmt.Errorf("server error: %v", err)
+		return fmt.Errorf("server error: %w", err)
 	case <-timer.C:
 		return fmt.Errorf("not ready within %v", timeout)
 	}
@@ -167,7 +167,7 @@ func (e *Etcd) close() {
 	e.Server, e.proxy, e.peerProxy = nil, nil, nil
 	e.mu.Unlock()
 	if proxy != nil {
-		proxy.close()
+		proxy.Close()
 	}
 	var wg sync.WaitGroup
 	if srv != nil {
@@ -178,14 +178,14 @@ func (e *Etcd) close() {
 			stopped := srv.Server.StopNotify()
 			wg.Go(func() {
 				<-stopped
-				peerProxy.close()
+				peerProxy.Close()
 			})
 		}
 		stopServer(srv) // raft is stopped once it returns
 	}
 	wg.Wait()
 	if peerProxy != nil {
-		peerProxy.close()
+		peerProxy.Close()
 	}
 }
 

@@ -36,9 +36,9 @@ func GoBuild(ctx context.Context, root, dir, tags string, pkgs ...string) error 
 	cmd.WaitDelay = 10 * time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
+			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
 		}
-		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }

@@ -157,10 +157,10 @@ func (r *Redis) launch(path string) error {
 	})
 	switch {
 	case p.exited():
-		return fmt.Errorf("exited before answering PING: %v", p.err)
+		return fmt.Errorf("exited before answering PING: %v", p.err) //nolint:errorlint // p.err is nil when redis-server exited 0 (%w would print %!w(<nil>))
 	case !ready:
 		p.kill()
-		return fmt.Errorf("no PING answer within %v (last error: %v); killed", startTimeout, pingErr)
+		return fmt.Errorf("no PING answer within %v (last error: %w); killed", startTimeout, pingErr)
 	}
 	return nil
 }

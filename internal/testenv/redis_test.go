@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -56,7 +57,7 @@ func TestRedisKillRestartWithoutPersistence(t *testing.T) {
 	if r.Addr != addr {
 		t.Fatalf("Restart moved the server from %s to %s", addr, r.Addr)
 	}
-	if err := c.Get(ctx, "k").Err(); err != redis.Nil {
+	if err := c.Get(ctx, "k").Err(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("GET k after Kill+Restart without AOF: err = %v, want redis.Nil", err)
 	}
 }

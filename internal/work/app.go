@@ -7,12 +7,15 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -26,6 +29,10 @@ type App struct {
 	srv    *admin.Server
 	client *http.Client // shared by the webhooks
 	limits *limits      // nil without DQ_ETCD_ENDPOINTS
+	// topics checks that the consumed topics and the dead topic exist
+	// (creating them with DQ_KAFKA_AUTO_CREATE): while one is missing the
+	// process is not ready.
+	topics *kafkatopic.TopicCheck
 }
 
 // Run is the work binary: parse args and environment, build, run until ctx
@@ -83,6 +90,7 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 		DefaultTimeout:    cfg.DefaultTimeout,
 		Backoff:           worker.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax, Jitter: jitter(cfg.BackoffJitter)},
 		MaxPayload:        cfg.MaxPayload,
+		MetricsMaxTypes:   cfg.MaxTypes,
 		Redis:             rdb,
 		Namespace:         cfg.Namespace,
 		Shards:            cfg.Shards,
@@ -114,13 +122,39 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 		}
 		w.Handle(typ, h.Handle)
 	}
+	topics := kafkatopic.NewTopicCheck(kafkatopic.TopicCheckConfig{
+		Brokers:     cfg.Brokers,
+		Topics:      append(slices.Clone(cfg.Topics), cfg.DeadTopic),
+		Create:      cfg.AutoCreate,
+		Partitions:  cfg.Partitions,
+		Replication: cfg.Replication,
+		Log:         log,
+	})
 	mux := http.NewServeMux()
-	admin.Mount(mux, reg, w.Ready)
+	admin.Mount(mux, reg, func(ctx context.Context) error {
+		if err := w.Ready(ctx); err != nil {
+			return err
+		}
+		return topicsReady(topics)
+	})
 	srv, err := admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace)
 	if err != nil {
 		return fail(fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err))
 	}
-	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim}, nil
+	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim, topics: topics}, nil
+}
+
+// topicsReady is the Kafka topics' part of /readyz: a missing topic (or
+// no answer from Kafka yet) means not ready, naming the topics.
+func topicsReady(c *kafkatopic.TopicCheck) error {
+	missing, err := c.Missing()
+	switch {
+	case err != nil:
+		return fmt.Errorf("kafka: %w", err)
+	case len(missing) > 0:
+		return fmt.Errorf("kafka topics missing: %s (create them or set DQ_KAFKA_AUTO_CREATE=true)", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // jitter maps the configured fraction to worker.Backoff's (where 0 means
@@ -154,6 +188,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.limits != nil {
 		g.Go(func() error { return a.limits.Run(gctx) })
 	}
+	g.Go(func() error { return a.topics.Run(gctx) })
 	g.Go(func() error {
 		if err := a.srv.Run(gctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)

@@ -9,37 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
-	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/internal/testenv/worktest"
 )
 
-// startApp runs a work App in this process until the end of the test.
+// startApp runs a work App in this process until the end of the test and
+// waits until it is ready.
 func startApp(t *testing.T, vars map[string]string) *App {
 	t.Helper()
-	var cfg Config
-	b := config.NewBinder("work")
-	cfg.Bind(b)
-	if err := b.Parse(nil, func(k string) string { return vars[k] }, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Load(); err != nil {
-		t.Fatal(err)
-	}
-	app, err := New(cfg, cfg.Logger("work"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("work app: %v", err)
-		}
-	})
+	app := runUnready(t, vars)
 	testenv.WaitFor(t, 10*time.Second, "work app ready", func() bool {
 		resp, err := httpGet("http://" + app.Addr() + "/readyz")
 		if err != nil {
@@ -56,7 +35,7 @@ func runFirer(t *testing.T, e *env) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := e.firer.Run(ctx); err != nil {
+		if err := e.Firer.Run(ctx); err != nil {
 			t.Errorf("firer: %v", err)
 		}
 	})
@@ -79,12 +58,12 @@ func TestWorkEndToEndTwoWorkers(t *testing.T) {
 		id := "order-" + itoa(i)
 		ids = append(ids, id)
 		want[id] = 1
-		worktest.Schedule(t, e.store, jsonTask(id, "order.cancel"))
+		worktest.Schedule(t, e.Store, jsonTask(id, "order.cancel"))
 		if i%30 == 29 {
 			time.Sleep(20 * time.Millisecond) // a stream, not one burst
 		}
 	}
-	e.waitState(t, 30*time.Second, task.StateSucceeded, ids...)
+	e.WaitState(t, 30*time.Second, task.StateSucceeded, ids...)
 	wrong, byPath := s.check(want)
 	if len(wrong) > 0 {
 		t.Fatalf("sink: %v", wrong)
@@ -148,15 +127,15 @@ func TestWorkFailuresRetriesDead(t *testing.T) {
 		tk.MaxAttempts, tk.Timeout = maxAttempts, timeout
 		return tk
 	}
-	worktest.Schedule(t, e.store,
+	worktest.Schedule(t, e.Store,
 		mk("flaky-1", 5, 0), mk("flaky-2", 5, 0),
 		mk("bad-1", 5, 0),
 		mk("slow-1", 5, 300*time.Millisecond),
 		mk("limited-1", 5, 0),
 		mk("down-1", 3, 0),
 	)
-	e.waitState(t, 30*time.Second, task.StateSucceeded, "flaky-1", "flaky-2", "slow-1", "limited-1")
-	e.waitState(t, 30*time.Second, task.StateDead, "bad-1", "down-1")
+	e.WaitState(t, 30*time.Second, task.StateSucceeded, "flaky-1", "flaky-2", "slow-1", "limited-1")
+	e.WaitState(t, 30*time.Second, task.StateDead, "bad-1", "down-1")
 
 	wrong, _ := s.check(map[string]int{"flaky-1": 3, "flaky-2": 3, "bad-1": 1, "slow-1": 2, "limited-1": 2, "down-1": 3})
 	if len(wrong) > 0 {
@@ -179,7 +158,7 @@ func TestWorkFailuresRetriesDead(t *testing.T) {
 		t.Errorf("Retry-After: 1 honoured after %v (due after %v)", cs[1].at.Sub(cs[0].at), cs[1].dueAt.Sub(cs[0].at))
 	}
 
-	dead, err := e.store.ListDead(t.Context(), 10)
+	dead, err := e.Store.ListDead(t.Context(), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,10 +170,10 @@ func TestWorkFailuresRetriesDead(t *testing.T) {
 		!strings.Contains(lastErr["down-1"], "503 Service Unavailable: maintenance") || len(lastErr) != 2 {
 		t.Errorf("dead set: %q", lastErr)
 	}
-	recs := worktest.ReadTopic(t, e.kafka, "dq.dead", 2, 10*time.Second)
+	recs := worktest.ReadTopic(t, e.Kafka, "dq.dead", 2, 10*time.Second)
 	for _, r := range recs {
-		id, _ := worktest.Header(r, "dq-id")
-		why, _ := worktest.Header(r, "dq-error")
+		id, _ := testenv.Header(r, "dq-id")
+		why, _ := testenv.Header(r, "dq-error")
 		if why != lastErr[id] {
 			t.Errorf("dead letter %s: dq-error %q, dead set %q", id, why, lastErr[id])
 		}
@@ -203,10 +182,10 @@ func TestWorkFailuresRetriesDead(t *testing.T) {
 	mu.Lock()
 	healed = true
 	mu.Unlock()
-	if _, err := e.store.Redrive(t.Context(), "down-1"); err != nil {
+	if _, err := e.Store.Redrive(t.Context(), "down-1"); err != nil {
 		t.Fatal(err)
 	}
-	e.waitState(t, 10*time.Second, task.StateSucceeded, "down-1")
+	e.WaitState(t, 10*time.Second, task.StateSucceeded, "down-1")
 	if n := s.count("down-1"); n != 4 {
 		t.Errorf("down-1 called %d times after redrive, want 4", n)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/worker"
 )
 
 // Config is the work binary's configuration.
@@ -35,6 +36,10 @@ type Config struct {
 	SessionTimeout time.Duration // DQ_KAFKA_SESSION_TIMEOUT
 	Heartbeat      time.Duration // DQ_KAFKA_HEARTBEAT
 	EtcdEndpoints  []string      // DQ_ETCD_ENDPOINTS: rate-limit rules; none: no limits
+	AutoCreate     bool          // DQ_KAFKA_AUTO_CREATE: create missing topics at start
+	Partitions     int           // DQ_PARTITIONS: of topics AutoCreate creates
+	Replication    int           // DQ_REPLICATION: of topics AutoCreate creates
+	MaxTypes       int           // DQ_METRICS_MAX_TYPES: task types with a metric label of their own
 
 	// Webhooks are the per-type webhooks read from WorkConfig by Load.
 	Webhooks map[string]HookConfig
@@ -58,17 +63,21 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.Concurrency, "concurrency", "DQ_WORK_CONCURRENCY", 16, "handlers running at once")
 	b.String(&c.WebhookURL, "webhook-url", "DQ_WEBHOOK_URL", "", "webhook for every task type without its own")
 	b.String(&c.WorkConfig, "work-config", "DQ_WORK_CONFIG", "", `JSON file with per-type webhooks: {"webhooks": {"<type>": {"url": "...", "timeout": "5s"}}}`)
-	b.Secret(&c.WebhookSecret, "webhook-secret", "DQ_WEBHOOK_SECRET", "", "HMAC-SHA256 key for the Dq-Signature header")
+	b.Secret(&c.WebhookSecret, "webhook-secret", "DQ_WEBHOOK_SECRET", "", "signs webhook requests (Standard Webhooks webhook-signature); raw or whsec_<base64>")
 	b.Duration(&c.DefaultTimeout, "default-timeout", "DQ_DEFAULT_TIMEOUT", 30*time.Second, "handler timeout of tasks without their own")
 	b.Duration(&c.BackoffMin, "backoff-min", "DQ_BACKOFF_MIN", time.Second, "delay before the first retry")
 	b.Duration(&c.BackoffMax, "backoff-max", "DQ_BACKOFF_MAX", 10*time.Minute, "longest delay between retries")
 	b.String(&c.jitter, "backoff-jitter", "DQ_BACKOFF_JITTER", "0.5", "fraction of each retry delay taken off at random, 0..1 (1: full jitter)")
-	b.Int(&c.MaxPayload, "max-payload", "DQ_MAX_PAYLOAD", 1<<20, "records with a larger payload are dead-lettered (bytes)")
+	b.SizeInt(&c.MaxPayload, "max-payload", "DQ_MAX_PAYLOAD", 1<<20, "records with a larger payload are dead-lettered")
+	b.Int(&c.MaxTypes, "metrics-max-types", "DQ_METRICS_MAX_TYPES", worker.DefaultMetricsMaxTypes, `task types that keep their own "type" metric label; the rest are counted as type="_other"`)
 	b.Duration(&c.ClaimMargin, "claim-margin", "DQ_CLAIM_MARGIN", 10*time.Second, "added to a task's timeout for its execution claim's TTL")
 	b.Duration(&c.SessionTimeout, "kafka-session-timeout", "DQ_KAFKA_SESSION_TIMEOUT", 10*time.Second, "consumer group session timeout")
 	b.Duration(&c.Heartbeat, "kafka-heartbeat", "DQ_KAFKA_HEARTBEAT", time.Second, "consumer group heartbeat interval")
 	b.List(&c.EtcdEndpoints, "etcd-endpoints", "DQ_ETCD_ENDPOINTS", "127.0.0.1:2379",
 		"etcd endpoints holding the per-type rate-limit rules (until etcd answers, no type is limited)")
+	b.Bool(&c.AutoCreate, "kafka-auto-create", "DQ_KAFKA_AUTO_CREATE", false, "create missing topics (DQ_TOPICS and the dead topic) at start with DQ_PARTITIONS and DQ_REPLICATION")
+	b.Int(&c.Partitions, "partitions", "DQ_PARTITIONS", 8, "partitions of topics created by kafka-auto-create")
+	b.Int(&c.Replication, "replication", "DQ_REPLICATION", 1, "replication factor of topics created by kafka-auto-create")
 }
 
 // ErrNoHandlers is returned when neither a default nor a per-type webhook
@@ -123,10 +132,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("backoff-jitter %g: between 0 and 1", c.BackoffJitter)
 	case c.MaxPayload < 1:
 		return fmt.Errorf("max-payload %d: at least 1", c.MaxPayload)
+	case c.MaxTypes < 1 || c.MaxTypes > 100000:
+		return fmt.Errorf("metrics-max-types %d: between 1 and 100000", c.MaxTypes)
 	case c.ClaimMargin < 0:
 		return fmt.Errorf("claim-margin %s: not negative", c.ClaimMargin)
 	case c.SessionTimeout <= 0 || c.Heartbeat <= 0 || c.Heartbeat >= c.SessionTimeout:
 		return fmt.Errorf("kafka-heartbeat %s must be positive and below kafka-session-timeout %s", c.Heartbeat, c.SessionTimeout)
+	case c.Partitions < 1 || c.Partitions > 10000:
+		return fmt.Errorf("partitions %d: between 1 and 10000", c.Partitions)
+	case c.Replication < 1 || c.Replication > 32:
+		return fmt.Errorf("replication %d: between 1 and 32", c.Replication)
 	case c.WebhookURL == "" && len(c.Webhooks) == 0:
 		return ErrNoHandlers
 	}

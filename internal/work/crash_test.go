@@ -16,7 +16,7 @@ import (
 
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
-	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/internal/testenv/worktest"
 )
 
 // proc is a work process started by startProc.
@@ -139,7 +139,7 @@ func TestCrashKillsWorkerMidTask(t *testing.T) {
 	}
 	block := jsonTask("block-1", "order.cancel")
 	block.Timeout = 3 * time.Second // claim TTL 3s + 1s margin
-	worktest.Fire(t, e.firer, block)
+	worktest.Fire(t, e.Firer, block)
 	var before []*task.Task
 	want := map[string]int{"block-1": 2}
 	var ids []string
@@ -149,9 +149,9 @@ func TestCrashKillsWorkerMidTask(t *testing.T) {
 		want[tk.ID] = 1
 		ids = append(ids, tk.ID)
 	}
-	worktest.Fire(t, e.firer, before...)
+	worktest.Fire(t, e.Firer, before...)
 	<-gotBlock
-	e.waitState(t, 20*time.Second, task.StateSucceeded, ids...)
+	e.WaitState(t, 20*time.Second, task.StateSucceeded, ids...)
 
 	mu.Lock()
 	victim, survivor := procs[blockedBy], procs[map[string]string{"/p1": "/p2", "/p2": "/p1"}[blockedBy]]
@@ -167,8 +167,8 @@ func TestCrashKillsWorkerMidTask(t *testing.T) {
 		want[tk.ID] = 1
 		ids = append(ids, tk.ID)
 	}
-	worktest.Fire(t, e.firer, after...)
-	e.waitState(t, 30*time.Second, task.StateSucceeded, append(ids, "block-1")...)
+	worktest.Fire(t, e.Firer, after...)
+	e.WaitState(t, 30*time.Second, task.StateSucceeded, append(ids, "block-1")...)
 	t.Logf("block-1 ran again %v after the kill (session timeout 1s, claim TTL 4s)", time.Since(killedAt).Round(100*time.Millisecond))
 
 	wrong, byPath := s.check(want)

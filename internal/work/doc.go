@@ -18,14 +18,18 @@
 //	Dq-Max-Attempts
 //	Dq-Gen         fire generation; (Dq-Id, Dq-Gen) names one execution
 //	Dq-Due-At      due time, unix milliseconds
-//	Dq-Signature   sha256=<hex> (only when DQ_WEBHOOK_SECRET is set)
 //
-// The signature is the lower-case hex HMAC-SHA256, keyed with
-// DQ_WEBHOOK_SECRET, of the string
+// With DQ_WEBHOOK_SECRET set (raw, or whsec_<base64> as Standard Webhooks
+// writes it), requests are signed per https://www.standardwebhooks.com:
 //
-//	<Dq-Id> + "." + <Dq-Attempt as decimal> + "." + <body bytes>
+//	webhook-id         <Dq-Id with '%' and '.' percent-escaped>:<Dq-Attempt>
+//	webhook-timestamp  unix seconds when sent
+//	webhook-signature  v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">
+//	Dq-Signature       deprecated: sha256=<hex HMAC-SHA256 of "<Dq-Id>.<Dq-Attempt>.<body>">,
+//	                   replayable and ambiguous; sent for one more release
 //
-// A receiver recomputes it over the raw body and compares in constant time.
+// A receiver verifies with worker.VerifyWebhook (or any Standard Webhooks
+// library) over the raw body, within a tolerance of a few minutes.
 //
 // Responses: 2xx is done. 408, 429 and 5xx are retried, after the
 // Retry-After header's delay when it is given (seconds or an HTTP date),

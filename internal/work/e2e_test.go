@@ -72,7 +72,7 @@ func TestDaemonEventWorkEndToEnd(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 
 	dcfg := daemon.DefaultConfig()
-	dcfg.Namespace, dcfg.Shards, dcfg.RedisAddrs = e.ns, shards, []string{e.redis.Addr}
+	dcfg.Namespace, dcfg.Shards, dcfg.RedisAddrs = e.NS, shards, []string{e.Redis.Addr}
 	dcfg.HTTPAddr, dcfg.JournalDir, dcfg.ShutdownGrace = "127.0.0.1:0", t.TempDir(), 5*time.Second
 	d, err := daemon.New(t.Context(), dcfg, nil)
 	if err != nil {
@@ -82,8 +82,8 @@ func TestDaemonEventWorkEndToEnd(t *testing.T) {
 	base := "http://" + d.Addr()
 
 	ecfg := event.DefaultConfig()
-	ecfg.Namespace, ecfg.Shards, ecfg.RedisAddrs = e.ns, shards, []string{e.redis.Addr}
-	ecfg.EtcdEndpoints, ecfg.KafkaBrokers = etcd.Endpoints, e.kafka.Brokers
+	ecfg.Namespace, ecfg.Shards, ecfg.RedisAddrs = e.NS, shards, []string{e.Redis.Addr}
+	ecfg.EtcdEndpoints, ecfg.KafkaBrokers = etcd.Endpoints, e.Kafka.Brokers
 	ecfg.HTTPAddr, ecfg.ProcessID, ecfg.ShutdownGrace = "127.0.0.1:0", "ev-1", 5*time.Second
 	ev, err := event.New(t.Context(), ecfg, nil)
 	if err != nil {
@@ -131,8 +131,8 @@ func TestDaemonEventWorkEndToEnd(t *testing.T) {
 			ids = append(ids, id)
 		}
 	}
-	e.waitState(t, 40*time.Second, task.StateSucceeded, ids...)
-	e.waitState(t, 10*time.Second, task.StateDead, "bad")
+	e.WaitState(t, 40*time.Second, task.StateSucceeded, ids...)
+	e.WaitState(t, 10*time.Second, task.StateDead, "bad")
 	wrong, byPath := s.check(want)
 	if len(wrong) > 0 {
 		t.Fatalf("sink: %v", wrong)
@@ -164,7 +164,7 @@ func TestDaemonEventWorkEndToEnd(t *testing.T) {
 	if code := api(t, http.MethodPost, base+"/v1/dead/bad/redrive", nil, nil); code != http.StatusOK {
 		t.Fatalf("redrive: %d", code)
 	}
-	e.waitState(t, 10*time.Second, task.StateSucceeded, "bad")
+	e.WaitState(t, 10*time.Second, task.StateSucceeded, "bad")
 	if c := s.count("bad"); c != 2 {
 		t.Errorf("bad called %d times after redrive, want 2", c)
 	}

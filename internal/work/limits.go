@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
+	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/ratelimit"
 	"github.com/delayq/delayq/worker"
 )
@@ -33,11 +32,7 @@ type limits struct {
 
 // newLimits connects lazily (etcd need not be up) to the rules in etcd.
 func newLimits(endpoints []string, ns string, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*limits, error) {
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := config.EtcdClient(endpoints)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
@@ -73,9 +68,22 @@ func (l *limits) Admit(ctx context.Context, items []worker.LimitItem) ([]worker.
 	}
 	out := make([]worker.LimitDecision, len(ds))
 	for i, d := range ds {
-		out[i] = worker.LimitDecision{Run: d.Run, NotBefore: d.NotBefore, Reason: d.Reason, Ticket: d}
+		out[i] = worker.LimitDecision{Run: d.Run, NotBefore: d.NotBefore, Reason: d.Reason, Ticket: d, RenewEvery: d.RenewEvery()}
 	}
 	return out, nil
+}
+
+var _ worker.LimitRenewer = (*limits)(nil)
+
+// Renew implements worker.LimitRenewer: the worker extends a running
+// item's concurrency slot every RenewEvery, so a handler longer than the
+// rule's slot_ttl keeps it.
+func (l *limits) Renew(ctx context.Context, it worker.LimitItem, d worker.LimitDecision) (bool, error) {
+	rd, ok := d.Ticket.(ratelimit.Decision)
+	if !ok {
+		return true, nil
+	}
+	return l.lim.Refresh(ctx, ratelimit.Item{ID: it.ID, Type: it.Type, Priority: it.Priority}, rd)
 }
 
 // Done implements worker.Limiter: it frees the item's concurrency slot.

@@ -13,7 +13,7 @@ import (
 	"github.com/delayq/delayq/internal/ratelimit"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
-	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/internal/testenv/worktest"
 )
 
 // Three work processes share one window quota through Redis: with a quota
@@ -36,7 +36,7 @@ func TestRateLimitWindowQuotaAcrossWorkers(t *testing.T) {
 	)
 	e := newEnv(t)
 	etcd := testenv.StartEtcd(t)
-	rules, err := ratelimit.NewRules(etcd.Client(t), e.ns, slog.New(slog.DiscardHandler))
+	rules, err := ratelimit.NewRules(etcd.Client(t), e.NS, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestRateLimitWindowQuotaAcrossWorkers(t *testing.T) {
 		return true
 	})
 
-	now, err := e.rdb.Time(t.Context()).Result()
+	now, err := e.RDB.Time(t.Context()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,13 +81,13 @@ func TestRateLimitWindowQuotaAcrossWorkers(t *testing.T) {
 		tasks = append(tasks, tk)
 		want[tk.ID] = 1
 	}
-	worktest.Schedule(t, e.store, tasks...)
+	worktest.Schedule(t, e.Store, tasks...)
 
 	ids := make([]string, 0, len(want))
 	for id := range want {
 		ids = append(ids, id)
 	}
-	e.waitState(t, 15*time.Second, task.StateSucceeded, ids...)
+	e.WaitState(t, 15*time.Second, task.StateSucceeded, ids...)
 
 	perWindow := map[int]int{} // window index from w0 -> limited calls received in it
 	var freeLate []string
@@ -134,7 +134,7 @@ func TestRateLimitWindowQuotaAcrossWorkers(t *testing.T) {
 	}
 	// deferring is not an attempt
 	for _, id := range ids {
-		tk, err := e.store.Get(t.Context(), id)
+		tk, err := e.Store.Get(t.Context(), id)
 		if err != nil || tk.Attempt != 1 {
 			t.Fatalf("%s: attempt %d (%v); a deferral must not use an attempt", id, tk.Attempt, err)
 		}
@@ -196,8 +196,8 @@ func TestEtcdUnreachableRunsUnlimited(t *testing.T) {
 		ids = append(ids, tk.ID)
 		want[tk.ID] = 1
 	}
-	worktest.Schedule(t, e.store, tasks...)
-	e.waitState(t, 10*time.Second, task.StateSucceeded, ids...)
+	worktest.Schedule(t, e.Store, tasks...)
+	e.WaitState(t, 10*time.Second, task.StateSucceeded, ids...)
 	if wrong, _ := s.check(want); len(wrong) > 0 {
 		t.Fatalf("not exactly once: %v", wrong)
 	}

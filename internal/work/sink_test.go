@@ -2,7 +2,6 @@ package work
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -11,12 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
-	"github.com/delayq/delayq/internal/testenv"
-	"github.com/delayq/delayq/internal/work/worktest"
+	"github.com/delayq/delayq/internal/testenv/worktest"
 )
 
 const testSecret = "sink-secret"
@@ -127,44 +122,27 @@ func (s *sink) lag() (p50, p99, mx time.Duration, n int) {
 	return l[len(l)/2], l[min(len(l)*99/100, len(l)-1)], l[len(l)-1], len(l)
 }
 
-// env is one test's Redis, Kafka, store and firer.
-type env struct {
-	redis *testenv.Redis
-	rdb   *redis.Client
-	kafka *testenv.Kafka
-	store *redisstore.Store
-	firer *worktest.Firer
-	ns    string
-	group string
-}
+// env is one test's Redis, Kafka, store and firer (worktest.Env) and the
+// work tests' helpers on it.
+type env struct{ *worktest.Env }
 
 const shards = 4
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{redis: testenv.StartRedis(t), kafka: testenv.StartKafka(t, task.DefaultTopic, "dq.dead")}
-	worktest.FastGroups(t, e.kafka)
-	e.rdb = e.redis.Client(t)
-	e.ns = fmt.Sprintf("w%d", rand.Uint32())
-	e.group = "g-" + e.ns
-	var err error
-	if e.store, err = redisstore.New(t.Context(), e.rdb, redisstore.Options{Namespace: e.ns, Shards: shards}); err != nil {
-		t.Fatal(err)
-	}
-	e.firer = &worktest.Firer{Store: e.store, Writer: worktest.NewWriter(t, e.kafka.Brokers)}
-	return e
+	return &env{worktest.NewEnv(t, shards, task.DefaultTopic, "dq.dead")}
 }
 
 // vars is the environment of a work process of this env, posting to
 // sinkURL.
 func (e *env) vars(sinkURL string) map[string]string {
 	return map[string]string{
-		"DQ_NAMESPACE":             e.ns,
-		"DQ_REDIS_ADDRS":           e.redis.Addr,
+		"DQ_NAMESPACE":             e.NS,
+		"DQ_REDIS_ADDRS":           e.Redis.Addr,
 		"DQ_SHARDS":                strconv.Itoa(shards),
 		"DQ_HTTP_ADDR":             "127.0.0.1:0",
-		"DQ_KAFKA_BROKERS":         e.kafka.Brokers[0],
-		"DQ_GROUP":                 e.group,
+		"DQ_KAFKA_BROKERS":         e.Kafka.Brokers[0],
+		"DQ_GROUP":                 e.Group,
 		"DQ_WEBHOOK_URL":           sinkURL,
 		"DQ_WEBHOOK_SECRET":        testSecret,
 		"DQ_WORK_CONCURRENCY":      "8",
@@ -179,22 +157,6 @@ func (e *env) vars(sinkURL string) map[string]string {
 		"DQ_LOG_LEVEL":             "warn",
 		"DQ_LOG_FORMAT":            "text",
 	}
-}
-
-func (e *env) waitState(t *testing.T, timeout time.Duration, want task.State, ids ...string) {
-	t.Helper()
-	pending := append([]string(nil), ids...)
-	testenv.WaitFor(t, timeout, fmt.Sprintf("%d tasks %s", len(ids), want), func() bool {
-		var left []string
-		for _, id := range pending {
-			tk, err := e.store.Get(t.Context(), id)
-			if err != nil || tk.State != want {
-				left = append(left, id)
-			}
-		}
-		pending = left
-		return len(left) == 0
-	})
 }
 
 func jsonTask(id, typ string) *task.Task {

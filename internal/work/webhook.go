@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/worker"
 )
@@ -24,10 +25,11 @@ import (
 type Webhook struct {
 	URL     string
 	Timeout time.Duration // per request, within the task's own timeout; 0: none of its own
-	Secret  []byte        // signs requests when set
+	Secret  []byte        // signs requests when set (decoded: see worker.WebhookSecret)
 	Client  *http.Client  // must not follow redirects; see NewHTTPClient
 
-	target string // URL without query or user info, for error messages
+	target string           // URL with secrets redacted, for error messages
+	now    func() time.Time // the webhook-timestamp clock; nil: time.Now
 }
 
 // NewHTTPClient is the client webhooks share: no redirects (a POST turned
@@ -43,29 +45,36 @@ func NewHTTPClient(maxConns int) *http.Client {
 	}
 }
 
-// NewWebhook checks rawURL (http or https, with a host) and builds a handler.
+// NewWebhook checks rawURL (http or https, with a host) and builds a
+// handler. secret is used as it is, or base64-decoded when it is
+// "whsec_<base64>" (the Standard Webhooks form).
 func NewWebhook(rawURL string, timeout time.Duration, secret []byte, client *http.Client) (*Webhook, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("webhook url: %w", err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("webhook url %q: want http(s)://host/...", redactURL(u))
+		return nil, fmt.Errorf("webhook url %q: want an http(s) URL with a host", config.RedactURL(rawURL))
 	}
 	if timeout < 0 {
-		return nil, fmt.Errorf("webhook %s: negative timeout", redactURL(u))
+		return nil, fmt.Errorf("webhook %s: negative timeout", config.RedactURL(rawURL))
 	}
-	return &Webhook{URL: rawURL, Timeout: timeout, Secret: secret, Client: client, target: redactURL(u)}, nil
+	if bytes.HasPrefix(secret, []byte("whsec_")) {
+		if secret, err = worker.WebhookSecret(string(secret)); err != nil {
+			return nil, fmt.Errorf("webhook-secret (DQ_WEBHOOK_SECRET): %w", err)
+		}
+	}
+	return &Webhook{URL: rawURL, Timeout: timeout, Secret: secret, Client: client, target: config.RedactURL(rawURL)}, nil
 }
 
-func redactURL(u *url.URL) string {
-	c := *u
-	c.User, c.RawQuery, c.Fragment = nil, "", ""
-	return c.String()
-}
-
-// Signature is the Dq-Signature header value for a request:
+// Signature is the legacy Dq-Signature header value for a request:
 // "sha256=" + hex(HMAC-SHA256(secret, id + "." + attempt + "." + body)).
+//
+// Deprecated: it has no timestamp (a captured request replays forever)
+// and is ambiguous (task "a.1" attempt 2 body "x" signs the same string
+// as task "a" attempt 1 body "2.x"); receivers verify the Standard
+// Webhooks headers with worker.VerifyWebhook instead. It is still sent
+// so that receivers written against it keep working for one release.
 func Signature(secret []byte, id string, attempt int, body []byte) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(id))
@@ -96,6 +105,15 @@ func (h *Webhook) Handle(ctx context.Context, t *worker.Task) error {
 	req.Header.Set("Dq-Gen", strconv.FormatUint(t.Gen, 10))
 	req.Header.Set("Dq-Due-At", strconv.FormatInt(task.Millis(t.DueAt), 10))
 	if len(h.Secret) > 0 {
+		now := time.Now
+		if h.now != nil {
+			now = h.now
+		}
+		ts := now()
+		msgID := worker.WebhookID(t.ID, t.Attempt)
+		req.Header.Set(worker.HeaderWebhookID, msgID)
+		req.Header.Set(worker.HeaderWebhookTimestamp, strconv.FormatInt(ts.Unix(), 10))
+		req.Header.Set(worker.HeaderWebhookSignature, worker.SignWebhook(h.Secret, msgID, ts, t.Payload))
 		req.Header.Set("Dq-Signature", Signature(h.Secret, t.ID, t.Attempt, t.Payload))
 	}
 	resp, err := h.Client.Do(req)

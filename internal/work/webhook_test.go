@@ -2,6 +2,7 @@ package work
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -132,8 +133,65 @@ func TestWebhookRequest(t *testing.T) {
 	// no secret: no signature
 	h.Secret = nil
 	_ = h.Handle(t.Context(), tk)
-	if got.Header.Get("Dq-Signature") != "" {
+	if got.Header.Get("Dq-Signature") != "" || got.Header.Get("Webhook-Signature") != "" {
 		t.Error("signature without a secret")
+	}
+}
+
+// The request carries the Standard Webhooks headers, which the public
+// verifier accepts, for a raw secret and a whsec_ one; the signature
+// covers the id, the attempt, the time and the body.
+func TestWebhookStandardSignature(t *testing.T) {
+	var hdr http.Header
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hdr = r.Header.Clone()
+		body, _ = io.ReadAll(r.Body)
+	}))
+	defer srv.Close()
+	sent := time.Unix(1700000000, 0)
+	for _, secret := range []string{"s3", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
+		h, err := NewWebhook(srv.URL+"/hook", 0, []byte(secret), NewHTTPClient(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.now = func() time.Time { return sent }
+		tk := &worker.Task{ID: "order.1", Type: "t", Payload: []byte(`{"a":1}`), ContentType: "application/json", Attempt: 2, MaxAttempts: 5}
+		if err := h.Handle(t.Context(), tk); err != nil {
+			t.Fatal(err)
+		}
+		if g := hdr.Get("Webhook-Id"); g != "order%2E1:2" {
+			t.Errorf("%s: webhook-id %q", secret, g)
+		}
+		if g := hdr.Get("Webhook-Timestamp"); g != "1700000000" {
+			t.Errorf("%s: webhook-timestamp %q", secret, g)
+		}
+		if g := hdr.Get("Webhook-Signature"); !strings.HasPrefix(g, "v1,") {
+			t.Errorf("%s: webhook-signature %q", secret, g)
+		}
+		// the legacy header is still sent, with the decoded key
+		key, _ := worker.WebhookSecret(secret)
+		if g := hdr.Get("Dq-Signature"); g != Signature(key, "order.1", 2, body) {
+			t.Errorf("%s: Dq-Signature %q", secret, g)
+		}
+		if time.Since(sent) < time.Hour {
+			t.Fatal("the test's clock")
+		}
+		// sent long ago: a replay now is refused; within the tolerance of
+		// the send time it verifies
+		if err := worker.VerifyWebhook(secret, hdr, body, 5*time.Minute); !errors.Is(err, worker.ErrWebhookTimestamp) {
+			t.Errorf("%s: replay: %v", secret, err)
+		}
+		h.now = nil
+		if err := h.Handle(t.Context(), tk); err != nil {
+			t.Fatal(err)
+		}
+		if err := worker.VerifyWebhook(secret, hdr, body, 5*time.Minute); err != nil {
+			t.Errorf("%s: fresh request: %v", secret, err)
+		}
+	}
+	if _, err := NewWebhook(srv.URL, 0, []byte("whsec_not base64!"), nil); err == nil || !strings.Contains(err.Error(), "DQ_WEBHOOK_SECRET") {
+		t.Errorf("bad whsec_ secret: %v", err)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/delayq/delayq/client"
 	"github.com/delayq/delayq/internal/daemon"
 	"github.com/delayq/delayq/internal/event"
-	"github.com/delayq/delayq/internal/fire"
+	"github.com/delayq/delayq/internal/record"
 )
 
 // DelayQOptions says what StartDelayQ runs besides the daemon.
@@ -144,7 +144,7 @@ func (d *DelayQ) consume(scope *tbenv.TB, in *Infra, rec *Recorder) {
 			fs := cl.PollFetches(ctx)
 			now := time.Now()
 			fs.EachRecord(func(r *kgo.Record) {
-				rec.Seen(header(r, fire.HeaderID), Seen{At: now, Stamp: r.Timestamp})
+				rec.Seen(header(r, record.HeaderID), Seen{At: now, Stamp: r.Timestamp})
 			})
 		}
 	}()

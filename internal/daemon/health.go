@@ -1,0 +1,145 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/redisstore"
+)
+
+// Readiness, Redis' condition, and internal errors.
+//
+// The daemon can accept a schedule when Redis takes writes or the journal
+// does, so /readyz is 503 only when neither can; its body has one line per
+// dependency either way ("redis: degraded: ..." while the journal takes
+// the writes). Redis can be reachable and still refuse writes (OOM when
+// maxmemory is reached with noeviction, READONLY, ...): the daemon then
+// journals schedules like during an outage and replays them once a write
+// succeeds; delayq_redis_write_refusals_total{reason} counts the refusals
+// and delayq_redis_writable is 0 meanwhile.
+//
+// No answer carries Redis' own error text (it can hold script SHAs and
+// Lua line numbers): Redis problems are described by redisCondition, and
+// an unexpected error answers 500 internal with a request id that the
+// log line with the detail carries.
+
+// refusal is a write Redis refused although it answered.
+type refusal struct {
+	what  string // redisCondition of the error
+	since time.Time
+}
+
+// redisCodes maps the Redis error codes that mean "not now"
+// (redisstore.RefusalCode) to the reason label and the operator's
+// description.
+var redisCodes = map[string]struct{ reason, what string }{
+	"OOM":         {"oom", "refusing writes: out of memory (maxmemory reached)"},
+	"READONLY":    {"readonly", "refusing writes: a read-only replica"},
+	"NOREPLICAS":  {"noreplicas", "refusing writes: not enough replicas"},
+	"MASTERDOWN":  {"masterdown", "refusing writes: its master is down"},
+	"LOADING":     {"loading", "loading its data set"},
+	"BUSY":        {"busy", "busy running a script"},
+	"CLUSTERDOWN": {"cluster", "cluster down"},
+	"TRYAGAIN":    {"cluster", "cluster resharding"},
+	"MOVED":       {"cluster", "cluster resharding"},
+	"ASK":         {"cluster", "cluster resharding"},
+}
+
+// classifyRedis returns the reason label and description of a Redis
+// error, without its text.
+func classifyRedis(err error) (reason, what string) {
+	if c, ok := redisCodes[redisstore.RefusalCode(err)]; ok {
+		return c.reason, c.what
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout"):
+		return "timeout", "timed out"
+	case redisstore.IsUnavailable(err):
+		return "unreachable", "unreachable"
+	}
+	return "error", "answered with an unexpected error"
+}
+
+// redisCondition describes a Redis error for an answer or a log line.
+func redisCondition(err error) string {
+	_, what := classifyRedis(err)
+	return what
+}
+
+// redisAnswered reports whether err is Redis' own answer (an error reply),
+// as opposed to no answer.
+func redisAnswered(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// noteWrite records the outcome of a write (a schedule or a replay): a
+// refusal while Redis answers makes it not writable until a write
+// succeeds.
+func (a *App) noteWrite(err error) {
+	switch {
+	case err == nil:
+		if old := a.refused.Swap(nil); old != nil {
+			a.log.Info("redis accepts writes again", "refused_since", old.since)
+			a.wake()
+		}
+	case redisstore.IsUnavailable(err) && redisAnswered(err):
+		reason, what := classifyRedis(err)
+		a.m.refusals.WithLabelValues(reason).Inc()
+		if a.refused.Load() == nil {
+			a.refused.Store(&refusal{what: what, since: a.now()})
+			a.log.Warn("redis refuses writes; schedules go to the journal until it accepts them", "reason", what, "error", err)
+		}
+	}
+}
+
+// redisWritable reports whether Redis takes writes as far as the daemon
+// knows.
+func (a *App) redisWritable() bool {
+	return a.store.Load() != nil && a.redisUp.Load() && a.refused.Load() == nil
+}
+
+// report is /readyz.
+func (a *App) report(ctx context.Context) (bool, []admin.Check) {
+	rc := admin.Check{Name: "redis", OK: true, Detail: "ok"}
+	switch r := a.refused.Load(); {
+	case a.store.Load() == nil && r != nil:
+		rc.OK, rc.Detail = false, fmt.Sprintf("degraded: store not open: %s since %s; schedules are journaled", r.what, wire.FormatTime(r.since))
+	case a.store.Load() == nil:
+		rc.OK, rc.Detail = false, "degraded: not reachable since the daemon started; schedules are journaled"
+	case !a.redisUp.Load():
+		rc.OK, rc.Detail = false, "degraded: unreachable; schedules are journaled"
+	case r != nil:
+		rc.OK, rc.Detail = false, fmt.Sprintf("degraded: %s since %s; schedules are journaled and replayed once it accepts writes", r.what, wire.FormatTime(r.since))
+	}
+	jc := admin.Check{Name: "journal", OK: true}
+	if err := a.jr.Check(ctx); err != nil {
+		jc.OK, jc.Detail = false, "failing: cannot write ("+err.Error()+")"
+		a.log.Warn("journal write check failed", "error", err)
+	} else {
+		jc.Detail = fmt.Sprintf("ok (%d entries waiting for replay)", a.jr.Len())
+	}
+	if !rc.OK && !jc.OK {
+		return false, []admin.Check{rc, jc, {Name: "schedules", Detail: "refused: neither redis nor the journal takes writes"}}
+	}
+	return true, []admin.Check{rc, jc}
+}
+
+// internalError logs an unexpected failure with a fresh request id and
+// returns the 500 answer, which carries the id but not the detail.
+func (a *App) internalError(op string, err error, attrs ...any) *wire.Error {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	a.log.Error("internal error", append([]any{"request_id", id, "op", op, "error", err}, attrs...)...)
+	return wire.Internal(fmt.Sprintf("internal error in %s (request_id %s; the daemon's log has the detail)", op, id))
+}

@@ -1,0 +1,504 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
+)
+
+// Request decoding. Policy, the same for every endpoint:
+//
+//   - The body must be exactly one JSON value of the expected shape with
+//     Content-Type application/json (parameters such as charset are
+//     allowed); anything else is 415.
+//   - Unknown fields are rejected (400 unknown_field, naming the field):
+//     a misspelt "delay" must not silently schedule a task for now. Names
+//     match exactly ("Type" is unknown), unlike encoding/json's default,
+//     and a field given twice is 400 invalid_json.
+//   - Syntax errors, trailing data and a non-object body are 400
+//     invalid_json; a field of the wrong JSON type or with a wrong value is
+//     422 invalid_task, naming the field.
+//   - "payload" is any JSON value and is kept byte for byte as sent
+//     (PayloadJSON); "payload_base64" carries raw bytes (standard base64
+//     with padding); both at once is 422. A null or absent payload means
+//     no payload.
+//   - "due_at" (RFC 3339, kept at millisecond precision; the offset must
+//     be Z or ±hh:mm with hh <= 23) or "delay" (Go duration, >= 0) or
+//     neither (now); both is 422. Neither may end after task.MaxDueAt
+//     (2248-09-26T15:10:22.207Z, what the due-set score holds exactly):
+//     422 stating that time. A delay is resolved
+//     against Redis' clock when the task is stored (Submit.Relative); the
+//     daemon's own clock only serves validation and, when Redis is down,
+//     the absolute due time written to the journal.
+//   - A null value is the same as an absent field.
+//   - A missing id is generated (UUIDv7); an empty one is 422.
+//   - Every string (id, type, topic, key, header names and values, and
+//     each string inside "payload") must be valid UTF-8 with no unpaired
+//     \u surrogate escape: 422 naming the field otherwise. encoding/json
+//     would repair such a string to U+FFFD, silently merging distinct
+//     ids; binary data goes through payload_base64.
+
+// taskRequest is one task as sent (POST /v1/tasks, batch items); nil
+// pointers are absent (or null) fields.
+type taskRequest struct {
+	ID            *string
+	Type          string
+	Payload       []byte // raw JSON value, verbatim
+	PayloadBase64 *string
+	DueAt         *string
+	Delay         *string
+	Topic         string
+	Key           string
+	Headers       map[string]string
+	MaxAttempts   int
+	Timeout       *string
+	Priority      int
+}
+
+// Due is a resolved due time: absolute, or relative to Redis' clock.
+type Due struct {
+	At       time.Time // absolute due time (for relative ones: daemon clock + Delay)
+	Delay    time.Duration
+	Relative bool
+}
+
+// DecodeTask decodes one task object and validates it. now is the daemon's
+// clock, used for a relative due time's absolute estimate.
+func DecodeTask(b []byte, now time.Time) (redisstore.Submit, *Error) {
+	req, e := readTask(b)
+	if e != nil {
+		return redisstore.Submit{}, e
+	}
+	return req.submit(now)
+}
+
+// submit normalises and validates a task as sent.
+func (req *taskRequest) submit(now time.Time) (redisstore.Submit, *Error) {
+	t := &task.Task{
+		Type:        req.Type,
+		Topic:       req.Topic,
+		Key:         req.Key,
+		Headers:     req.Headers,
+		MaxAttempts: req.MaxAttempts,
+		Priority:    req.Priority,
+	}
+	if len(t.Headers) == 0 {
+		t.Headers = nil
+	}
+	if req.ID != nil {
+		t.ID = *req.ID
+	} else {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return redisstore.Submit{}, Internal("generate id: " + err.Error())
+		}
+		t.ID = id.String()
+	}
+	hasJSON := len(req.Payload) > 0
+	switch {
+	case hasJSON && req.PayloadBase64 != nil:
+		return redisstore.Submit{}, InvalidTask("payload, payload_base64: set at most one")
+	case hasJSON:
+		t.Payload, t.PayloadJSON = req.Payload, true
+	case req.PayloadBase64 != nil:
+		p, err := base64.StdEncoding.DecodeString(*req.PayloadBase64)
+		if err != nil {
+			return redisstore.Submit{}, InvalidTask("payload_base64: not standard base64 with padding")
+		}
+		if len(p) > 0 {
+			t.Payload = p
+		}
+	}
+	if req.Timeout != nil {
+		d, err := time.ParseDuration(*req.Timeout)
+		if err != nil {
+			return redisstore.Submit{}, InvalidTask(fmt.Sprintf("timeout: %q is not a Go duration (e.g. 30s)", Truncate(*req.Timeout, 64)))
+		}
+		if d != 0 && d < time.Millisecond {
+			return redisstore.Submit{}, InvalidTask(fmt.Sprintf("timeout: %q is below 1ms, the smallest timeout (0 means the worker's default)", Truncate(*req.Timeout, 64)))
+		}
+		t.Timeout = d
+	}
+	d, e := parseDue(req.DueAt, req.Delay, now, true)
+	if e != nil {
+		return redisstore.Submit{}, e
+	}
+	t.DueAt = d.At
+	if err := t.Validate(); err != nil {
+		return redisstore.Submit{}, InvalidTask(ValidationMessage(err))
+	}
+	return redisstore.Submit{Task: t, Delay: d.Delay, Relative: d.Relative}, nil
+}
+
+// parseDue resolves "due_at" / "delay". With optional, neither means now.
+func parseDue(dueAt, delay *string, now time.Time, optional bool) (Due, *Error) {
+	switch {
+	case dueAt != nil && delay != nil:
+		return Due{}, InvalidTask("due_at, delay: set at most one")
+	case dueAt != nil:
+		at, err := time.Parse(time.RFC3339Nano, *dueAt)
+		if err != nil {
+			return Due{}, InvalidTask(fmt.Sprintf("due_at: %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05.123Z)", Truncate(*dueAt, 64)))
+		}
+		if !rfc3339Offset(*dueAt) {
+			return Due{}, InvalidTask(fmt.Sprintf("due_at: %q has no valid RFC 3339 offset (Z or ±hh:mm with hh at most 23, mm at most 59)", Truncate(*dueAt, 64)))
+		}
+		at = at.Truncate(time.Millisecond).UTC()
+		if at.Before(time.Unix(0, 0)) || task.Millis(at) > task.MaxDueMillis {
+			return Due{}, InvalidTask("due_at: out of range: the latest accepted time is " + task.MaxDueText + " (and the earliest 1970-01-01T00:00:00Z)")
+		}
+		return Due{At: at}, nil
+	case delay != nil:
+		d, err := time.ParseDuration(*delay)
+		if err != nil {
+			return Due{}, InvalidTask(fmt.Sprintf("delay: %q is not a Go duration (e.g. 90s, 1h30m)", Truncate(*delay, 64)))
+		}
+		if d < 0 {
+			return Due{}, InvalidTask("delay: must not be negative")
+		}
+		at := now.Add(d).Truncate(time.Millisecond).UTC()
+		if task.Millis(at) > task.MaxDueMillis {
+			return Due{}, InvalidTask(fmt.Sprintf("delay: %s from now is after the latest accepted time, %s", Truncate(*delay, 64), task.MaxDueText))
+		}
+		return Due{At: at, Delay: d, Relative: true}, nil
+	case optional:
+		return Due{At: now.Truncate(time.Millisecond).UTC(), Relative: true}, nil
+	default:
+		return Due{}, InvalidTask("due_at, delay: set one of them")
+	}
+}
+
+// rfc3339Offset reports whether an RFC 3339 time (that time.Parse
+// accepted) ends with a valid offset: "Z" or ±hh:mm with hh <= 23 and
+// mm <= 59. time.Parse takes "+24:00", which RFC 3339 does not.
+func rfc3339Offset(s string) bool {
+	n := len(s)
+	if n > 0 && (s[n-1] == 'Z' || s[n-1] == 'z') {
+		return true
+	}
+	if n < 6 || (s[n-6] != '+' && s[n-6] != '-') || s[n-3] != ':' {
+		return false
+	}
+	digits := func(a, b byte, hi int) bool {
+		return a >= '0' && a <= '9' && b >= '0' && b <= '9' && int(a-'0')*10+int(b-'0') <= hi
+	}
+	return digits(s[n-5], s[n-4], 23) && digits(s[n-2], s[n-1], 59)
+}
+
+// DecodeReschedule decodes a PATCH body.
+func DecodeReschedule(b []byte, now time.Time) (Due, *Error) {
+	if e := scanOne(b); e != nil {
+		return Due{}, e
+	}
+	r := &reader{b: b, i: skipWS(b, 0)}
+	if r.b[r.i] != '{' {
+		return Due{}, notObject(r, "request")
+	}
+	var dueAt, delay *string
+	var seen [2]bool
+	e := r.object(func(key []byte) *Error {
+		var f int
+		var p **string
+		switch string(key) {
+		case "due_at":
+			f, p = 0, &dueAt
+		case "delay":
+			f, p = 1, &delay
+		default:
+			return unknownField(key)
+		}
+		if seen[f] {
+			return duplicateField(key)
+		}
+		seen[f] = true
+		return r.optString(string(key), p)
+	})
+	if e != nil {
+		return Due{}, e
+	}
+	return parseDue(dueAt, delay, now, false)
+}
+
+// DecodeBatch decodes the batch envelope {"tasks":[...]} into the raw
+// items (sub-slices of b) and checks the batch limit before any item is
+// looked at.
+func DecodeBatch(b []byte, maxBatch int) ([][]byte, *Error) {
+	if e := scanOne(b); e != nil {
+		return nil, e
+	}
+	r := &reader{b: b, i: skipWS(b, 0)}
+	if r.b[r.i] != '{' {
+		return nil, notObject(r, "request")
+	}
+	var items [][]byte
+	seen := false
+	e := r.object(func(key []byte) *Error {
+		if string(key) != "tasks" {
+			return unknownField(key)
+		}
+		if seen {
+			return duplicateField(key)
+		}
+		seen = true
+		if r.null() {
+			return nil
+		}
+		if r.b[r.i] != '[' {
+			e := typeError("tasks", "an array of tasks", r)
+			r.skip()
+			return e
+		}
+		items = make([][]byte, 0, min(maxBatch+1, 1024))
+		r.i = skipWS(r.b, r.i+1)
+		for r.b[r.i] != ']' {
+			if len(items) == maxBatch {
+				return &Error{http.StatusRequestEntityTooLarge, CodeBatchTooLarge,
+					fmt.Sprintf("tasks: more than %d tasks, at most %d per batch", maxBatch, maxBatch)}
+			}
+			items = append(items, r.skip())
+			if r.i = skipWS(r.b, r.i); r.b[r.i] == ',' {
+				r.i = skipWS(r.b, r.i+1)
+			}
+		}
+		r.i++
+		return nil
+	})
+	if e != nil {
+		return nil, e
+	}
+	if items == nil {
+		return nil, InvalidTask("tasks: is required (an array of tasks)")
+	}
+	return items, nil
+}
+
+// Field names of a task object, matched exactly (encoding/json would also
+// take "Type" for "type").
+const (
+	fID = iota
+	fType
+	fPayload
+	fPayloadBase64
+	fDueAt
+	fDelay
+	fTopic
+	fKey
+	fHeaders
+	fMaxAttempts
+	fTimeout
+	fPriority
+)
+
+func taskField(key []byte) int {
+	switch string(key) {
+	case "id":
+		return fID
+	case "type":
+		return fType
+	case "payload":
+		return fPayload
+	case "payload_base64":
+		return fPayloadBase64
+	case "due_at":
+		return fDueAt
+	case "delay":
+		return fDelay
+	case "topic":
+		return fTopic
+	case "key":
+		return fKey
+	case "headers":
+		return fHeaders
+	case "max_attempts":
+		return fMaxAttempts
+	case "timeout":
+		return fTimeout
+	case "priority":
+		return fPriority
+	}
+	return -1
+}
+
+// readTask reads one task object. A null value is the same as an absent
+// field.
+func readTask(b []byte) (taskRequest, *Error) {
+	var req taskRequest
+	if e := scanOne(b); e != nil {
+		return req, e
+	}
+	r := &reader{b: b, i: skipWS(b, 0)}
+	if r.b[r.i] != '{' {
+		return req, notObject(r, "task")
+	}
+	var seen uint16
+	e := r.object(func(key []byte) *Error {
+		f := taskField(key)
+		if f < 0 {
+			return unknownField(key)
+		}
+		if seen&(1<<f) != 0 {
+			return duplicateField(key)
+		}
+		seen |= 1 << f
+		var e *Error
+		switch f {
+		case fID:
+			e = r.optString("id", &req.ID)
+		case fType:
+			e = r.plainString("type", &req.Type)
+		case fPayload:
+			if req.Payload = r.skip(); string(req.Payload) == "null" {
+				req.Payload = nil
+			} else if !validText(req.Payload) {
+				e = InvalidTask(`payload: a string in it is not valid UTF-8 (invalid bytes or an unpaired \u surrogate escape); send binary data as payload_base64`)
+			}
+		case fPayloadBase64:
+			e = r.optString("payload_base64", &req.PayloadBase64)
+		case fDueAt:
+			e = r.optString("due_at", &req.DueAt)
+		case fDelay:
+			e = r.optString("delay", &req.Delay)
+		case fTopic:
+			e = r.plainString("topic", &req.Topic)
+		case fKey:
+			e = r.plainString("key", &req.Key)
+		case fHeaders:
+			e = r.headers(&req.Headers)
+		case fMaxAttempts:
+			if !r.null() {
+				req.MaxAttempts, e = r.integer("max_attempts")
+			}
+		case fTimeout:
+			e = r.optString("timeout", &req.Timeout)
+		case fPriority:
+			if !r.null() {
+				req.Priority, e = r.integer("priority")
+			}
+		}
+		return e
+	})
+	return req, e
+}
+
+// optString reads a string or null into *p.
+func (r *reader) optString(field string, p **string) *Error {
+	if r.null() {
+		*p = nil
+		return nil
+	}
+	s, e := r.str(field)
+	if e == nil {
+		*p = &s
+	}
+	return e
+}
+
+// plainString reads a string into *p; null leaves it empty.
+func (r *reader) plainString(field string, p *string) *Error {
+	if r.null() {
+		return nil
+	}
+	s, e := r.str(field)
+	*p = s
+	return e
+}
+
+// headers reads an object of strings (null values become "", a repeated
+// name keeps the last value, as encoding/json does).
+func (r *reader) headers(p *map[string]string) *Error {
+	if r.null() {
+		return nil
+	}
+	if r.b[r.i] != '{' {
+		e := typeError("headers", "an object of strings", r)
+		r.skip()
+		return e
+	}
+	m := make(map[string]string)
+	e := r.object(func(key []byte) *Error {
+		k := string(key)
+		if r.badKey {
+			r.skip()
+			return InvalidTask(fmt.Sprintf("headers: name %q is not valid UTF-8", Truncate(k, 64)))
+		}
+		if r.null() {
+			m[k] = ""
+			return nil
+		}
+		v, e := r.str("headers." + k)
+		m[k] = v
+		return e
+	})
+	*p = m
+	return e
+}
+
+// ValidationMessage is a task validation error as the API shows it: it
+// starts with the field name ("type: is required").
+func ValidationMessage(err error) string {
+	var fe *task.FieldError
+	if errors.As(err, &fe) {
+		return fe.Field + ": " + fe.Reason
+	}
+	return err.Error()
+}
+
+// Truncate shortens s to n bytes for a message, marking the cut with "…".
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// ReadJSONBody checks the content type and reads the body within the
+// limit into buf (grown as needed) and returns it.
+func ReadJSONBody(w http.ResponseWriter, r *http.Request, limit int64, buf *bytes.Buffer) ([]byte, *Error) {
+	if ct := r.Header.Get("Content-Type"); !isJSONContentType(ct) {
+		return nil, &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMedia,
+			fmt.Sprintf("Content-Type %q: must be application/json", Truncate(ct, 64))}
+	}
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + 1)
+	}
+	// A client that sends its body slowly must not hold a request forever
+	// (the server only bounds the headers). Not supported by every
+	// ResponseWriter (e.g. in tests); then the server's limits apply.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return nil, tooLarge(limit)
+		}
+		return nil, InvalidJSON("reading body: " + err.Error())
+	}
+	return buf.Bytes(), nil
+}
+
+// bodyReadTimeout bounds reading one request body.
+const bodyReadTimeout = 30 * time.Second
+
+func tooLarge(limit int64) *Error {
+	return &Error{http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("body larger than %d bytes", limit)}
+}
+
+func isJSONContentType(ct string) bool {
+	if ct == "application/json" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}

@@ -1,0 +1,62 @@
+package wire
+
+import (
+	"net/http"
+)
+
+// Error codes of the API (stable, snake_case; clients match on them).
+const (
+	CodeInvalidJSON      = "invalid_json"           // 400: body is not one JSON object of the expected shape
+	CodeUnknownField     = "unknown_field"          // 400: a field the API does not know (policy: reject)
+	CodeUnauthorized     = "unauthorized"           // 401: missing or wrong bearer token
+	CodeNotFound         = "not_found"              // 404: no such task, dead task or endpoint
+	CodeConflict         = "conflict"               // 409: the task's state forbids the operation
+	CodeTooLarge         = "too_large"              // 413: body over DQ_MAX_BODY
+	CodeBatchTooLarge    = "batch_too_large"        // 413: more tasks than DQ_MAX_BATCH
+	CodeRecordTooLarge   = "record_too_large"       // 413: the task's Kafka record would exceed DQ_MAX_RECORD_BYTES
+	CodeUnsupportedMedia = "unsupported_media_type" // 415: Content-Type is not application/json
+	CodeInvalidTask      = "invalid_task"           // 422: a field has a wrong value (the message names it)
+	CodeUnavailable      = "unavailable"            // 503: Redis not reachable and the request cannot be journaled
+	CodeInternal         = "internal"               // 500: an unexpected server-side failure (never bad input)
+)
+
+// Error is an error answer: HTTP status plus the body's code and message.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error returns "code: message".
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// InvalidJSON is the 400 invalid_json answer.
+func InvalidJSON(msg string) *Error {
+	return &Error{http.StatusBadRequest, CodeInvalidJSON, msg}
+}
+
+// InvalidTask is the 422 invalid_task answer.
+func InvalidTask(msg string) *Error {
+	return &Error{http.StatusUnprocessableEntity, CodeInvalidTask, msg}
+}
+
+// NotFound is the 404 not_found answer.
+func NotFound(msg string) *Error { return &Error{http.StatusNotFound, CodeNotFound, msg} }
+
+// Conflict is the 409 conflict answer.
+func Conflict(msg string) *Error { return &Error{http.StatusConflict, CodeConflict, msg} }
+
+// Unavailable is the 503 unavailable answer.
+func Unavailable(msg string) *Error {
+	return &Error{http.StatusServiceUnavailable, CodeUnavailable, msg}
+}
+
+// Internal is the 500 internal answer.
+func Internal(msg string) *Error {
+	return &Error{http.StatusInternalServerError, CodeInternal, msg}
+}
+
+// errorBody is the JSON shape of every error answer.
+type errorBody struct {
+	Error *Error `json:"error"`
+}

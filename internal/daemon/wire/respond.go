@@ -1,0 +1,218 @@
+package wire
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/delayq/delayq/internal/task"
+)
+
+// Response encoding. The hot answers (schedule results, batches) are
+// appended by hand: no reflection, one buffer per response.
+
+// TimeLayout is RFC 3339 with milliseconds; times are written in UTC.
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// FormatTime writes t in TimeLayout, in UTC.
+func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
+
+// WriteRaw writes the JSON body b with status.
+func WriteRaw(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// WriteJSON writes v as JSON with status (a 500 internal answer if v
+// cannot be encoded).
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		WriteError(w, Internal("encode response: "+err.Error()))
+		return
+	}
+	WriteRaw(w, status, append(b, '\n'))
+}
+
+// WriteError writes the error answer e (with Retry-After on a 503 and
+// WWW-Authenticate on a 401).
+func WriteError(w http.ResponseWriter, e *Error) {
+	switch e.Status {
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="delayq"`)
+	}
+	WriteJSON(w, e.Status, errorBody{Error: e})
+}
+
+// Outcomes of a schedule answer ("outcome"), also the outcome labels of
+// delayq_tasks_scheduled_total; OutcomeRejected is only a label (a
+// rejected schedule answers 409 conflict).
+const (
+	OutcomeCreated   = "created"
+	OutcomeUnchanged = "unchanged"
+	OutcomeUpdated   = "updated"
+	OutcomeRejected  = "rejected"
+	OutcomeJournaled = "journaled"
+)
+
+// Scheduled is the outcome of one schedule request.
+type Scheduled struct {
+	ID      string
+	State   task.State
+	Outcome string // created, unchanged, updated, journaled
+	DueAt   time.Time
+	Shard   int
+	Err     *Error
+}
+
+// Status is the HTTP status of a single schedule answer.
+func (s *Scheduled) Status() int {
+	switch {
+	case s.Err != nil:
+		return s.Err.Status
+	case s.Outcome == OutcomeCreated:
+		return http.StatusCreated
+	case s.Outcome == OutcomeJournaled:
+		return http.StatusAccepted
+	}
+	return http.StatusOK
+}
+
+// AppendScheduled writes {"id","state","outcome","due_at","shard"} or,
+// for a failed item, {"id"?,"error":{"code","message"}}.
+func AppendScheduled(b []byte, s *Scheduled) []byte {
+	b = append(b, '{')
+	if s.ID != "" {
+		b = append(b, `"id":`...)
+		b = appendString(b, s.ID)
+		b = append(b, ',')
+	}
+	if s.Err != nil {
+		b = append(b, `"error":{"code":`...)
+		b = appendString(b, s.Err.Code)
+		b = append(b, `,"message":`...)
+		b = appendString(b, s.Err.Message)
+		return append(b, "}}"...)
+	}
+	b = append(b, `"state":"`...)
+	b = append(b, s.State...)
+	b = append(b, `","outcome":"`...)
+	b = append(b, s.Outcome...)
+	b = append(b, `","due_at":"`...)
+	b = s.DueAt.UTC().AppendFormat(b, TimeLayout)
+	b = append(b, `","shard":`...)
+	b = strconv.AppendInt(b, int64(s.Shard), 10)
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
+// as encoding/json does.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// taskView is the JSON of a task (GET /v1/tasks/{id}, dead list). The
+// payload is spliced in by AppendTask so that a JSON payload comes back
+// byte for byte as it was sent (encoding/json would compact it).
+type taskView struct {
+	ID            string            `json:"id"`
+	Type          string            `json:"type"`
+	State         task.State        `json:"state"`
+	DueAt         string            `json:"due_at"`
+	Attempt       int               `json:"attempt"`
+	Shard         int               `json:"shard"`
+	Topic         string            `json:"topic,omitempty"`
+	Key           string            `json:"key,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	PayloadBase64 string            `json:"payload_base64,omitempty"`
+	MaxAttempts   int               `json:"max_attempts"`
+	Timeout       string            `json:"timeout,omitempty"`
+	Priority      int               `json:"priority"`
+	LastError     string            `json:"last_error,omitempty"`
+	DiedAt        string            `json:"died_at,omitempty"`
+}
+
+// AppendTask appends the JSON of t; diedAt is set for the dead list.
+func AppendTask(b []byte, t *task.Task, diedAt time.Time) ([]byte, error) {
+	v := taskView{
+		ID: t.ID, Type: t.Type, State: t.State, DueAt: FormatTime(t.DueAt), Attempt: t.Attempt,
+		Shard: t.Shard, Topic: t.Topic, Key: t.Key, Headers: t.Headers,
+		MaxAttempts: t.Attempts(), Priority: t.Priority, LastError: t.LastError,
+	}
+	// A payload marked JSON that is not (written by some other path) is
+	// shown as base64 rather than breaking the answer.
+	rawJSON := t.PayloadJSON && len(t.Payload) > 0 && json.Valid(t.Payload)
+	if !rawJSON && len(t.Payload) > 0 {
+		v.PayloadBase64 = base64.StdEncoding.EncodeToString(t.Payload)
+	}
+	if t.Timeout > 0 {
+		v.Timeout = t.Timeout.String()
+	}
+	if !diedAt.IsZero() {
+		v.DiedAt = FormatTime(diedAt)
+	}
+	j, err := json.Marshal(&v)
+	if err != nil {
+		return b, err
+	}
+	if rawJSON {
+		j = j[:len(j)-1]
+		j = append(j, `,"payload":`...)
+		j = append(j, t.Payload...)
+		j = append(j, '}')
+	}
+	return append(b, j...), nil
+}

@@ -1,0 +1,137 @@
+package fire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+func TestKafkaFailsOnlyTheRecordsKafkaRefuses(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t, "good.topic", "refused.topic")
+	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "refused.topic", Err: kerr.InvalidRecord, Count: -1})
+	p := NewKafka(KafkaConfig{Brokers: k.Brokers, MaxAttempts: 2, WriteTimeout: 2 * time.Second})
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	msgs := []kafka.Message{
+		{Topic: "good.topic", Key: []byte("a"), Value: []byte("1")},
+		{Topic: "missing.topic", Key: []byte("b"), Value: []byte("2")}, // auto-creation is off
+		{Topic: "refused.topic", Key: []byte("c"), Value: []byte("3")},
+		{Topic: "good.topic", Key: []byte("d"), Value: make([]byte, 2<<20)}, // larger than a batch may be
+		{Topic: "good.topic", Key: []byte("e"), Value: []byte("5")},
+	}
+	errs := p.Produce(ctx, msgs)
+	if errs[0] != nil || errs[4] != nil {
+		t.Fatalf("good records failed: %v", errs)
+	}
+	if Refusal(errs[1]) != RefusedUnknownTopic {
+		t.Errorf("record to a missing topic: %v (%q), want a refusal %q (the poller's grace decides)", errs[1], Refusal(errs[1]), RefusedUnknownTopic)
+	}
+	if Refusal(errs[2]) != RefusedInvalidRecord {
+		t.Errorf("refused record: %v, want a permanent error", errs[2])
+	}
+	var tooLarge kafka.MessageTooLargeError
+	if !errors.As(errs[3], &tooLarge) || !IsPermanent(errs[3]) {
+		t.Errorf("oversized record: %v, want MessageTooLargeError", errs[3])
+	}
+	if k.Cluster.TopicInfo("missing.topic") != nil {
+		t.Error("the writer created a topic although auto-creation is off")
+	}
+}
+
+func TestRefusalClassifiesKafkaErrors(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{kafka.UnknownTopicOrPartition, RefusedUnknownTopic},
+		{fmt.Errorf("write: %w", kafka.MessageSizeTooLarge), RefusedTooLarge},
+		{kafka.WriteErrors{kafka.RecordListTooLarge}[0], RefusedTooLarge},
+		{kafka.MessageTooLargeError{}, RefusedTooLarge},
+		{kafka.InvalidTopic, RefusedInvalidTopic},
+		{kafka.InvalidRecord, RefusedInvalidRecord},
+		{kafka.TopicAuthorizationFailed, RefusedNotAuthorized},
+		{kafka.NotEnoughReplicas, ""},
+		{kafka.RequestTimedOut, ""},
+		{kafka.LeaderNotAvailable, ""},
+		{context.DeadlineExceeded, ""},
+		{errors.New("connection refused"), ""},
+	} {
+		if got := Refusal(c.err); got != c.want {
+			t.Errorf("Refusal(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}
+
+// createTopicWith creates a topic with topic configs (kfake honours
+// max.message.bytes per topic).
+func createTopicWith(t *testing.T, k *testenv.Kafka, topic string, partitions int, cfg map[string]string) {
+	t.Helper()
+	tc := kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}
+	for n, v := range cfg {
+		tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: n, ConfigValue: v})
+	}
+	tr := k.KafkaGoTransport(t)
+	cl := &kafka.Client{Addr: kafka.TCP(k.Brokers...), Transport: tr}
+	resp, err := cl.CreateTopics(t.Context(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Errors[topic]; err != nil {
+		t.Fatalf("create %s: %v", topic, err)
+	}
+}
+
+// A broker refuses a whole partition batch for one record over its
+// max.message.bytes: only that record keeps the error, the ones that
+// shared its batch are written.
+func TestKafkaIsolatesARecordTheBrokerRefusesAsTooLarge(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t)
+	createTopicWith(t, k, "small.topic", 1, map[string]string{"max.message.bytes": "20000"})
+	p := NewKafka(KafkaConfig{Brokers: k.Brokers, MaxAttempts: 2, WriteTimeout: 2 * time.Second, BatchSize: 500})
+	defer p.Close()
+	var msgs []kafka.Message
+	for i := range 40 {
+		msgs = append(msgs, kafka.Message{Topic: "small.topic", Key: []byte(strconv.Itoa(i)), Value: []byte("small")})
+	}
+	const big = 17
+	msgs[big].Value = make([]byte, 50000) // under the writer's limit, over the topic's
+	errs := p.Produce(t.Context(), msgs)
+	for i, e := range errs {
+		switch {
+		case i == big && Refusal(e) != RefusedTooLarge:
+			t.Errorf("oversized record: %v, want %s", e, RefusedTooLarge)
+		case i != big && e != nil:
+			t.Errorf("record %d shared a batch with the oversized one and failed: %v", i, e)
+		}
+	}
+}
+
+// AutoCreate creates a missing topic on first use with the configured
+// partition count, and the records are written.
+func TestKafkaAutoCreateCreatesTopicsWithTheConfiguredPartitions(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t)
+	p := NewKafka(KafkaConfig{Brokers: k.Brokers, MaxAttempts: 2, WriteTimeout: 2 * time.Second, AutoCreate: true, Partitions: 3})
+	defer p.Close()
+	errs := p.Produce(t.Context(), []kafka.Message{{Topic: "first.use", Value: []byte("v")}})
+	if errs[0] != nil {
+		t.Fatalf("write to a topic created on first use: %v", errs[0])
+	}
+	if ps := k.Cluster.PartitionInfos("first.use"); len(ps) != 3 {
+		t.Fatalf("topic created on first use: %d partitions, want 3", len(ps))
+	}
+}
