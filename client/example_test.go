@@ -33,6 +33,21 @@ func fakeDaemon() *httptest.Server {
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprintf(w, `{"error":{"code":"not_found","message":"task %s not found"}}`, r.PathValue("id"))
 	})
+	// A growth from 16 to 64 shards that is done at the second read.
+	reads := 0
+	mux.HandleFunc("PUT /v1/shards", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprint(w, `{"count":64,"previous":16,"state":"migrating","moved":0,"remaining":20000,"epoch":2}`)
+	})
+	mux.HandleFunc("GET /v1/shards", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if reads++; reads == 1 {
+			fmt.Fprint(w, `{"count":64,"previous":16,"state":"migrating","moved":5000,"remaining":15000,"epoch":2}`)
+			return
+		}
+		fmt.Fprint(w, `{"count":64,"previous":16,"state":"stable","moved":20000,"remaining":0,"epoch":2}`)
+	})
 	return httptest.NewServer(mux)
 }
 
@@ -59,4 +74,30 @@ func Example() {
 	// Output:
 	// order-42-cancel scheduled created 2030-01-01T00:00:00Z
 	// true delayq: 404 not_found: task order-43-cancel not found
+}
+
+func ExampleClient_GrowShards() {
+	srv := fakeDaemon()
+	defer srv.Close()
+	ctx := context.Background()
+	c := client.New(srv.URL, client.WithToken("secret"))
+
+	m, err := c.GrowShards(ctx, 64) // a multiple of the current count, at most 4096
+	if err != nil {
+		fmt.Println("grow:", err) // e.g. 409 conflict while a growth runs
+		return
+	}
+	for m.Migrating() {
+		fmt.Printf("%d -> %d shards: %.0f%%\n", m.Previous, m.Count, 100*m.Progress())
+		time.Sleep(10 * time.Millisecond) // dq shards grow --wait polls every 500ms
+		if m, err = c.Shards(ctx); err != nil {
+			fmt.Println("shards:", err)
+			return
+		}
+	}
+	fmt.Println(m.State, m.Count, "shards,", m.Moved, "tasks moved")
+	// Output:
+	// 16 -> 64 shards: 0%
+	// 16 -> 64 shards: 25%
+	// stable 64 shards, 20000 tasks moved
 }
