@@ -70,6 +70,7 @@ func commands() []command {
 		{"stats", "totals and per-shard figures", runStats},
 		{"dead", "dead tasks: dq dead list [--limit N] | dq dead redrive ID | dq dead delete ID", runDead},
 		{"limits", "rate limits per task type: dq limits [list] | get TYPE | set TYPE --quota N --window 1m | --rate R [--burst B] | --concurrency C [--slot-ttl 5m] | RULES-JSON | delete TYPE", runLimits},
+		{"shards", "the shard map: dq shards [-o json] | dq shards grow N [--wait] (grow the shard count online)", runShards},
 		{"import", "bulk schedule from a JSON Lines file, resumable (dq import FILE.jsonl)", runImport},
 		{"health", "probe a /healthz URL or a Kafka broker; exit 1 when unhealthy (for container healthchecks)", runHealth},
 		{"dev", "run delayq in one process (dq dev [--demo]), or one piece of it: dq dev etcd | dq dev kafka | dq dev sink", runDev},
