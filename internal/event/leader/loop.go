@@ -254,14 +254,8 @@ func (l *loop) reconcile() {
 		r := l.runs[s]
 		if r == nil {
 			l.dropOrphans(s)
-			switch {
-			case !found:
-			case c.id == self && c.lease == lease:
-				leaders[s] = leaving
-			case c.id == self:
-				leaders[s] = unavailable
-			default:
-				leaders[s] = c.id
+			if found {
+				leaders[s] = l.holder(c)
 			}
 			continue
 		}
@@ -278,11 +272,18 @@ func (l *loop) reconcile() {
 			m.log.Warn("leader key vanished; stepping down", "shard", s, "key", rkey)
 			r.cancel()
 			leaders[s] = leaving
-		case state == runCampaigning && ownSeen && found && c.lease != lease:
+		case state == runCampaigning && (r.withdrawn || ownSeen && found && c.lease != lease):
 			// We are queued behind another candidate: withdraw (Campaign
-			// resigns our key when its context ends).
+			// resigns our key when its context ends). Until the run has
+			// ended the shard is not ours, whether or not our key is gone
+			// yet: counting it would put us over our target, and we would
+			// give back a shard we lead.
+			r.withdrawn = true
 			r.cancel()
-			leaders[s] = c.id
+			leaders[s] = leaving
+			if found {
+				leaders[s] = l.holder(c)
+			}
 		default:
 			leaders[s] = self
 		}
@@ -305,6 +306,20 @@ func (l *loop) reconcile() {
 		if l.runs[s] == nil {
 			l.start(s)
 		}
+	}
+}
+
+// holder is the view's entry for a shard whose lowest candidate is c,
+// when no run of this session counts for the shard (there is none, or its
+// campaign was withdrawn).
+func (l *loop) holder(c cand) string {
+	switch {
+	case c.id == l.m.cfg.ID && c.lease == l.s.Lease():
+		return leaving
+	case c.id == l.m.cfg.ID:
+		return unavailable
+	default:
+		return c.id
 	}
 }
 

@@ -29,6 +29,10 @@ type shardRun struct {
 	token    int64
 	workDone chan struct{} // closed when the LeadFunc returned
 	giving   bool          // stop was closed
+
+	// withdrawn is set by the loop (and read only by it) when it cancelled
+	// the campaign because another candidate is ahead.
+	withdrawn bool
 }
 
 // States of a shardRun; they only move forward.
