@@ -13,6 +13,16 @@
 // The trailing slash of the election prefix keeps shard 1's prefix from
 // being a prefix of shard 10's (etcd#6278). ResumeElection is never used.
 //
+// The shard count only grows: Config.Shards is the initial count and
+// Manager.SetShards raises it while the manager runs. The session loop is
+// woken at once and balances over the new count (Decide over a longer
+// view); shards it leads are kept. The view holds the candidates of every
+// shard in the watch, also those at or above this process' count (another
+// process may learn of a growth first and lead new shards already), so
+// that after a growth it knows who leads them without a new read. Processes
+// that know different counts never lead a shard twice (each shard is its
+// own election); the split is even once all of them know the same count.
+//
 // Guards against the known sharp edges of concurrency.Election (see
 // RELIABILITY.md):
 //   - Campaign runs under a context derived from the session, so the

@@ -28,14 +28,17 @@ type runEvent struct {
 // loop is the state of one session: a view of the namespace's members
 // and election candidates, kept by a watch, and the shard runs of this
 // session. One goroutine (serve) owns it; reconcile compares the view with
-// Decide's plan and starts or gives back shard runs, which report back on
-// events.
+// Decide's plan over the manager's current shard count and starts or gives
+// back shard runs, which report back on events.
 type loop struct {
-	m        *Manager
-	s        *session
-	sessCtx  context.Context
-	members  map[string]bool
-	cands    []map[string]cand
+	m       *Manager
+	s       *session
+	sessCtx context.Context
+	members map[string]bool
+	// cands holds the candidates of every shard in the watch, those at or
+	// above the current count too (a process that learnt of a growth first
+	// campaigns there): when the count grows, they are known already.
+	cands    map[int]map[string]cand
 	runs     map[int]*shardRun
 	rev      int64 // etcd revision the view reflects
 	dropping map[int64]bool
@@ -52,14 +55,11 @@ func (m *Manager) runSession(ctx context.Context, s *session) {
 	l := &loop{
 		m: m, s: s, sessCtx: s.Ctx(),
 		members:  map[string]bool{},
-		cands:    make([]map[string]cand, m.cfg.Shards),
+		cands:    map[int]map[string]cand{},
 		runs:     map[int]*shardRun{},
 		dropping: map[int64]bool{},
-		events:   make(chan runEvent, 4*m.cfg.Shards),
+		events:   make(chan runEvent, 4*m.Shards()),
 		closing:  make(chan struct{}),
-	}
-	for i := range l.cands {
-		l.cands[i] = map[string]cand{}
 	}
 	defer func() {
 		m.ready.Store(false)
@@ -147,6 +147,10 @@ func (l *loop) serve(ctx context.Context) bool {
 		case <-settle.C:
 			armed = false
 			l.reconcile()
+		case <-m.grow:
+			// SetShards raised the count: reconcile reads it and campaigns
+			// for this process' share of the new shards.
+			l.reconcile()
 		case <-tick.C:
 			l.reconcile()
 		}
@@ -168,9 +172,7 @@ func (l *loop) resync() (clientv3.WatchChan, context.CancelFunc) {
 		return nil, nil
 	}
 	clear(l.members)
-	for i := range l.cands {
-		clear(l.cands[i])
-	}
+	clear(l.cands)
 	for _, kv := range resp.Kvs {
 		l.put(kv)
 	}
@@ -191,8 +193,11 @@ func (l *loop) apply(ev *clientv3.Event) {
 		delete(l.members, id)
 		return
 	}
-	if s, ok := ParseElectionKey(ns, key); ok && s < len(l.cands) {
+	if s, ok := ParseElectionKey(ns, key); ok {
 		delete(l.cands[s], key)
+		if len(l.cands[s]) == 0 {
+			delete(l.cands, s)
+		}
 	}
 }
 
@@ -203,7 +208,10 @@ func (l *loop) put(kv *mvccpb.KeyValue) {
 		l.members[id] = true
 		return
 	}
-	if s, ok := ParseElectionKey(ns, key); ok && s < len(l.cands) {
+	if s, ok := ParseElectionKey(ns, key); ok {
+		if l.cands[s] == nil {
+			l.cands[s] = map[string]cand{}
+		}
 		l.cands[s][key] = cand{rev: kv.CreateRevision, id: string(kv.Value), lease: clientv3.LeaseID(kv.Lease)}
 	}
 }
@@ -244,11 +252,13 @@ const (
 )
 
 // reconcile compares the view with the plan and acts on the difference.
+// The plan covers the shards below the manager's current count; it is read
+// once, so one reconcile sees one count.
 func (l *loop) reconcile() {
 	m := l.m
 	self := m.cfg.ID
 	lease := l.s.Lease()
-	leaders := make([]string, m.cfg.Shards)
+	leaders := make([]string, m.Shards())
 	for s := range leaders {
 		_, c, found := l.first(s)
 		r := l.runs[s]

@@ -44,7 +44,8 @@ type LeadFunc func(ctx context.Context, l Lead) error
 type Config struct {
 	Client    *clientv3.Client
 	Namespace string
-	Shards    int
+	// Shards is the initial shard count; SetShards raises it later.
+	Shards int
 	// ID names this process among live members; it must be unique.
 	ID string
 	// TTL is the session lease TTL (rounded up to whole seconds, at least 1s).
@@ -83,6 +84,10 @@ type Manager struct {
 	// shard's work derives from it, so a session that ended is not ready
 	// even before the session loop has noticed (see Ready).
 	sessCtx context.Context
+	// shards (under mu) is the count leadership is balanced over; it
+	// only grows (SetShards). grow wakes the session loop when it did.
+	shards int
+	grow   chan struct{}
 
 	// stragglers are shard goroutines that may still be blocked in etcd's
 	// Campaign clean-up (it resigns with the client's context, which waits
@@ -123,10 +128,46 @@ func New(cfg Config) (*Manager, error) {
 	// Keep-alives go out every TTL/3 (checked every 500ms); the margin
 	// covers the answer's way back.
 	margin := max(500*time.Millisecond, ttl/6)
+	if cfg.Metrics != nil {
+		cfg.Metrics.ShardCount.Set(float64(cfg.Shards))
+	}
 	return &Manager{
 		cfg: cfg, ttlSec: sec, ttl: ttl, margin: margin, log: log, m: cfg.Metrics,
 		base: time.Now(), leading: map[int]int64{},
+		shards: cfg.Shards, grow: make(chan struct{}, 1),
 	}, nil
+}
+
+// SetShards raises the shard count the manager balances over to n. It may
+// be called at any time, before or during Run, from any goroutine; an n
+// that is not larger than the current count is ignored (shard counts only
+// grow). A running session reconciles at once: this process campaigns for
+// its share of the new shards and keeps the ones it leads.
+func (m *Manager) SetShards(n int) {
+	m.mu.Lock()
+	if n <= m.shards {
+		m.mu.Unlock()
+		return
+	}
+	m.shards = n
+	// set under the lock, like shards_led: two growths cannot publish
+	// their counts in the other order
+	if m.m != nil {
+		m.m.ShardCount.Set(float64(n))
+	}
+	m.mu.Unlock()
+	m.log.Info("shard count grows", "shards", n)
+	select {
+	case m.grow <- struct{}{}:
+	default: // a wake-up is pending already; the loop reads the count then
+	}
+}
+
+// Shards returns the shard count the manager balances over.
+func (m *Manager) Shards() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.shards
 }
 
 // Ready is nil while an etcd session is up. A session whose context

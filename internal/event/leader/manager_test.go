@@ -28,12 +28,13 @@ type tracker struct {
 	mu       sync.Mutex
 	active   map[int]string // shard -> process
 	last     map[int]int64  // shard -> last token
+	starts   map[int]int    // shard -> LeadFuncs started
 	acquired int
 	overlaps []string
 }
 
 func newTracker(t *testing.T) *tracker {
-	return &tracker{t: t, active: map[int]string{}, last: map[int]int64{}}
+	return &tracker{t: t, active: map[int]string{}, last: map[int]int64{}, starts: map[int]int{}}
 }
 
 func (tr *tracker) lead(id string) LeadFunc {
@@ -47,6 +48,7 @@ func (tr *tracker) lead(id string) LeadFunc {
 		}
 		tr.active[l.Shard] = id
 		tr.last[l.Shard] = l.Token
+		tr.starts[l.Shard]++
 		tr.acquired++
 		tr.mu.Unlock()
 		if time.Until(l.ValidUntil()) <= 0 {
@@ -107,12 +109,19 @@ const testShards = 16
 
 func startProc(t *testing.T, e *testenv.Etcd, ns, id string, tr *tracker) *proc {
 	t.Helper()
+	return startProcN(t, e, ns, id, tr, testShards, 2*time.Second)
+}
+
+// startProcN starts a manager that balances over the given shard count,
+// with the given session TTL.
+func startProcN(t *testing.T, e *testenv.Etcd, ns, id string, tr *tracker, shards int, ttl time.Duration) *proc {
+	t.Helper()
 	cl := e.Client(t)
 	var log *slog.Logger
 	if os.Getenv("DQ_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("proc", id)
 	}
-	m, err := New(Config{Client: cl, Namespace: ns, Shards: testShards, ID: id, TTL: 2 * time.Second, Lead: tr.lead(id), Log: log})
+	m, err := New(Config{Client: cl, Namespace: ns, Shards: shards, ID: id, TTL: ttl, Lead: tr.lead(id), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,11 +136,18 @@ func startProc(t *testing.T, e *testenv.Etcd, ns, id string, tr *tracker) *proc 
 // processes, within one shard of each other.
 func waitBalanced(t *testing.T, tr *tracker, timeout time.Duration, ids ...string) map[string]int {
 	t.Helper()
+	return waitSpread(t, tr, testShards, timeout, ids...)
+}
+
+// waitSpread waits until shards 0..n-1 are worked on by exactly the given
+// processes, within one shard of each other.
+func waitSpread(t *testing.T, tr *tracker, n int, timeout time.Duration, ids ...string) map[string]int {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		c, total := tr.counts()
-		if total == testShards && len(c) == len(ids) {
-			lo, hi := testShards, 0
+		if total == n && len(c) == len(ids) {
+			lo, hi := n, 0
 			for _, id := range ids {
 				lo, hi = min(lo, c[id]), max(hi, c[id])
 			}
@@ -140,7 +156,7 @@ func waitBalanced(t *testing.T, tr *tracker, timeout time.Duration, ids ...strin
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("16 shards not balanced over %v within %v: %v (%d led)", ids, timeout, c, total)
+			t.Fatalf("%d shards not balanced over %v within %v: %v (%d led)", n, ids, timeout, c, total)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

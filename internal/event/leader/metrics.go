@@ -11,6 +11,9 @@ type Metrics struct {
 	ShardsLed     prometheus.Gauge
 	LeaderChanges *prometheus.CounterVec // change: acquired, released, lost
 	Sessions      prometheus.Counter
+	// ShardCount is the shard count this process balances over (it grows
+	// with Manager.SetShards).
+	ShardCount prometheus.Gauge
 }
 
 // NewMetrics registers the leadership metrics on reg.
@@ -28,10 +31,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: admin.Namespace, Name: "etcd_sessions_total",
 			Help: "Etcd sessions (leases) this process created.",
 		}),
+		ShardCount: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: admin.Namespace, Name: "event_shard_count",
+			Help: "Shards this process balances leadership over (the namespace's shard count as this process knows it).",
+		}),
 	}
 	for _, c := range []string{"acquired", "released", "lost"} {
 		m.LeaderChanges.WithLabelValues(c)
 	}
-	reg.MustRegister(m.ShardsLed, m.LeaderChanges, m.Sessions)
+	reg.MustRegister(m.ShardsLed, m.LeaderChanges, m.Sessions, m.ShardCount)
 	return m
 }
