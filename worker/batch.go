@@ -69,7 +69,7 @@ func (w *Worker) processBatch(ctx context.Context, msgs []kafka.Message) {
 			timeout = w.cfg.DefaultTimeout
 		}
 		items = append(items, &item{
-			m: m, rec: rec, timeout: timeout, cl: w.claims.newClaim(rec.ID, rec.Gen),
+			m: m, rec: rec, timeout: timeout, cl: w.claims.newClaim(rec.ID, rec.Gen, rec.Shard),
 			log: recordLogger(w.log, rec.ID, rec.Gen, m.Topic, m.Partition, m.Offset),
 		})
 	}
@@ -97,7 +97,8 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 	for len(items) > 0 {
 		cs = cs[:0]
 		for _, it := range items {
-			cs = append(cs, redisstore.Claim{ID: it.rec.ID, Gen: it.rec.Gen, TTL: it.timeout + w.cfg.ClaimMargin, Owner: it.cl.value, Due: it.rec.DueAt})
+			cs = append(cs, redisstore.Claim{ID: it.rec.ID, Gen: it.rec.Gen, TTL: it.timeout + w.cfg.ClaimMargin, Owner: it.cl.value, Due: it.rec.DueAt,
+				Shard: it.cl.shard, ShardSet: it.cl.shard >= 0})
 		}
 		res, _ := w.store.ClaimMany(ctx, cs) // per-record errors in res
 		fault.Point("after-claim")
@@ -241,7 +242,8 @@ func (w *Worker) admitAndRun(ctx context.Context, ready []*item) {
 func (w *Worker) deferItems(ctx context.Context, items []*item) {
 	fs := make([]redisstore.Finish, len(items))
 	for i, it := range items {
-		f := redisstore.Finish{ID: it.t.ID, Gen: it.t.Gen, Kind: redisstore.Defer, Due: it.dec.NotBefore, Owner: it.cl.value}
+		f := redisstore.Finish{ID: it.t.ID, Gen: it.t.Gen, Kind: redisstore.Defer, Due: it.dec.NotBefore, Owner: it.cl.value,
+			Shard: it.t.Shard, ShardSet: true}
 		if f.Due.IsZero() {
 			f.Relative, f.Delay = true, limitRetry
 		}
@@ -370,7 +372,7 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 		return
 	}
 	// a stored outcome gives the claim up in the same script call
-	finished := w.report(ctx, log, it.m, job, herr, it.cl.value)
+	finished := w.report(ctx, log, it.m, job, herr, it.cl)
 	if !finished {
 		w.claims.release(context.WithoutCancel(ctx), it.cl)
 	}

@@ -44,16 +44,20 @@ type claim struct {
 	value string
 	id    string
 	gen   uint64
+	// shard is the shard the record was fired from (its dq-shard header;
+	// -1 when absent): claim and finish go there, also while the shard
+	// map grows.
+	shard int
 }
 
 // newClaim names the claim of (id, gen) for one processing of a record.
-func (c *claims) newClaim(id string, gen uint64) claim {
-	return claim{value: c.instance + ":" + strconv.FormatUint(c.seq.Add(1), 10), id: id, gen: gen}
+func (c *claims) newClaim(id string, gen uint64, shard int) claim {
+	return claim{value: c.instance + ":" + strconv.FormatUint(c.seq.Add(1), 10), id: id, gen: gen, shard: shard}
 }
 
 // of is the store's Claim for cl (ttl only matters to ExtendClaim).
 func (cl claim) of(ttl time.Duration) redisstore.Claim {
-	return redisstore.Claim{ID: cl.id, Gen: cl.gen, TTL: ttl, Owner: cl.value}
+	return redisstore.Claim{ID: cl.id, Gen: cl.gen, TTL: ttl, Owner: cl.value, Shard: cl.shard, ShardSet: cl.shard >= 0}
 }
 
 // extend sets the claim's TTL again (the task's own timeout turned out

@@ -53,8 +53,8 @@ func call(ctx context.Context, log *slog.Logger, h HandlerFunc, t *Task) (err er
 // dead letter is then queued for the dead topic (see deadLetters), which
 // never holds the record back. It returns false only when ctx ended before
 // the outcome was stored.
-func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message, t *Task, herr error, owner string) bool {
-	f := redisstore.Finish{ID: t.ID, Gen: t.Gen, Owner: owner}
+func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message, t *Task, herr error, cl claim) bool {
+	f := redisstore.Finish{ID: t.ID, Gen: t.Gen, Owner: cl.value, Shard: cl.shard, ShardSet: cl.shard >= 0}
 	var label, why string
 	switch {
 	case herr == nil:

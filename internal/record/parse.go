@@ -34,6 +34,9 @@ type Fields struct {
 	ContentType string
 	Timeout     time.Duration     // zero when absent
 	Headers     map[string]string // the task's own (non dq-*) headers; nil when none
+	// Shard is the shard the record was fired from (dq-shard), -1 when
+	// the header is absent.
+	Shard int
 }
 
 // Parse reads and checks the dq-* headers of m, and that its value is at
@@ -64,7 +67,7 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 		}
 		own[h.Key] = string(h.Value)
 	}
-	r := &Fields{Headers: own}
+	r := &Fields{Headers: own, Shard: -1}
 	var ok bool
 	if r.ID, ok = dq[HeaderID]; !ok {
 		return nil, hostile("no %s header", HeaderID)
@@ -92,6 +95,13 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 	}
 	if r.FiredAt, err = parseMillis(dq, HeaderFiredAt, false); err != nil {
 		return nil, err
+	}
+	if v, ok := dq[HeaderShard]; ok {
+		sh, err := strconv.Atoi(v)
+		if err != nil || sh < 0 || sh >= 1<<16 {
+			return nil, hostile("bad %s header %q", HeaderShard, Short(v))
+		}
+		r.Shard = sh
 	}
 	to, err := parseUint(dq, HeaderTimeoutMS, false)
 	if err != nil {

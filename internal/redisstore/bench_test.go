@@ -139,7 +139,7 @@ func BenchmarkTakeAck(b *testing.B) {
 func scheduleBench(b *testing.B, s *Store, n int, due time.Time) [][]string {
 	b.Helper()
 	payload := bytes.Repeat([]byte("p"), 100)
-	ids := make([][]string, s.k.shards)
+	ids := make([][]string, s.Shards())
 	subs := make([]Submit, 0, 1000)
 	for i := 0; i < n; i += 1000 {
 		subs = subs[:0]

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/shardmap"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -43,6 +44,14 @@ type Claim struct {
 	// again after its record expired: the due time tells an old copy,
 	// replayed from Kafka, from the new task.)
 	Due time.Time
+	// Shard is the shard the task was fired from: the dq-shard header of
+	// its Kafka copy, or the Task.Shard a claim returned. A fired task
+	// stays on that shard until it is finished, also while the shard map
+	// grows. Set ShardSet with it; without, the shard the store's map
+	// gives the id is used (wrong for a task fired from its old shard
+	// while the map grows).
+	Shard    int
+	ShardSet bool
 }
 
 // ClaimCode is what ClaimMany decided for one task.
@@ -76,7 +85,7 @@ type ClaimResult struct {
 // error is the first group error (those results carry it too).
 func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error) {
 	res := make([]ClaimResult, len(cs))
-	calls := s.groupCalls(len(cs), func(i int) string { return cs[i].ID },
+	calls := s.groupCalls(len(cs), func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) },
 		func(sh int, idx []int) ([]string, []any) {
 			keys := make([]string, 0, 2*len(idx))
 			args := make([]any, 0, 5*len(idx))
@@ -144,7 +153,7 @@ func (s *Store) fillClaims(res []ClaimResult, idx []int, shard int, cs []Claim, 
 // markers were deleted and the first error (a claim not released expires
 // with its TTL).
 func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
-	calls := s.groupCalls(len(cs), func(i int) string { return cs[i].ID },
+	calls := s.groupCalls(len(cs), func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) },
 		func(sh int, idx []int) ([]string, []any) {
 			keys := make([]string, 0, len(idx))
 			args := make([]any, 0, len(idx))
@@ -170,7 +179,7 @@ func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
 // ReleaseMany): the run marker is deleted only if it still holds c.Owner
 // (ID, Gen and Owner are used). It reports whether it was deleted.
 func (s *Store) ReleaseClaim(ctx context.Context, c Claim) (bool, error) {
-	sh := s.Shard(c.ID)
+	sh := s.firedShard(c.ID, c.Shard, c.ShardSet)
 	v, err := s.run(ctx, unclaimScript, []string{s.k.run(sh, c.ID, c.Gen)}, c.Owner)
 	if err != nil {
 		return false, fmt.Errorf("release claim %s gen %d: %w", c.ID, c.Gen, err)
@@ -184,7 +193,7 @@ func (s *Store) ReleaseClaim(ctx context.Context, c Claim) (bool, error) {
 // for), only while c.Owner holds it: a claim that expired and was taken by
 // another run is not touched. It reports whether the TTL was set.
 func (s *Store) ExtendClaim(ctx context.Context, c Claim) (bool, error) {
-	sh := s.Shard(c.ID)
+	sh := s.firedShard(c.ID, c.Shard, c.ShardSet)
 	v, err := s.run(ctx, extendScript, []string{s.k.run(sh, c.ID, c.Gen)}, c.Owner, max(c.TTL.Milliseconds(), 1))
 	if err != nil {
 		return false, fmt.Errorf("extend claim %s gen %d: %w", c.ID, c.Gen, err)
@@ -209,7 +218,7 @@ type FinishResult struct {
 // failed carry it too.
 func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
 	res := make([]FinishResult, len(fs))
-	calls := s.groupCalls(len(fs), func(i int) string { return fs[i].ID }, func(sh int, idx []int) ([]string, []any) {
+	calls := s.groupCalls(len(fs), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) }, func(sh int, idx []int) ([]string, []any) {
 		keys := make([]string, 0, 5+2*len(idx))
 		keys = append(keys, s.k.inflight(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
 		args := make([]any, 0, 3+6*len(idx))
@@ -277,11 +286,11 @@ type shardCall struct {
 
 // groupCalls groups n items by the shard of their id, at most maxPerCall
 // per call, in order of first appearance.
-func (s *Store) groupCalls(n int, id func(int) string, build func(shard int, idx []int) ([]string, []any)) []*shardCall {
+func (s *Store) groupCalls(n int, shardOf func(int) int, build func(shard int, idx []int) ([]string, []any)) []*shardCall {
 	var calls []*shardCall
 	open := make(map[int]*shardCall)
 	for i := range n {
-		sh := s.Shard(id(i))
+		sh := shardOf(i)
 		c := open[sh]
 		if c == nil || len(c.idx) == maxPerCall {
 			c = &shardCall{shard: sh}
@@ -297,8 +306,12 @@ func (s *Store) groupCalls(n int, id func(int) string, build func(shard int, idx
 }
 
 // execCalls sends every call in one pipeline (EVALSHA), re-sending a call
-// with EVAL after NOSCRIPT, and stores each call's reply or error.
+// with EVAL after NOSCRIPT, and stores each call's reply or error. On Redis
+// Cluster each call goes alone instead (execEach, migrating.go).
 func (s *Store) execCalls(ctx context.Context, sc *redis.Script, calls []*shardCall) {
+	if s.execEach(ctx, sc, calls) {
+		return
+	}
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range calls {
 			c.cmd = sc.EvalSha(ctx, p, c.keys, c.args...)
@@ -314,4 +327,12 @@ func (s *Store) execCalls(ctx context.Context, sc *redis.Script, calls []*shardC
 			c.val, c.err = nil, nil
 		}
 	}
+}
+
+// firedShard is the shard a claim or finish goes to (see Claim.Shard).
+func (s *Store) firedShard(id string, sh int, set bool) int {
+	if set && sh >= 0 && sh < shardmap.MaxShards {
+		return sh
+	}
+	return s.Shard(id)
 }

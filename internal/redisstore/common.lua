@@ -160,3 +160,27 @@ local function zadd_all(key, pairs_list)
     redis.call('ZADD', key, unpack(pairs_list, i, math.min(i + 999, n)))
   end
 end
+
+-- Elastic shards (see shardmap.go). A shard's stamp key holds the map
+-- ("<count>|<previous>|<epoch>") with the highest count any process routed
+-- by when it wrote to the shard. A caller that routes by a smaller count
+-- uses a map older than a growth that already touched this shard:
+-- check_map refuses it ("DQSTALEMAP <stored map>"); it adopts that map and
+-- routes again.
+local function check_map(stamp_key, map)
+  local count = tonumber(string.match(map, '^%d+'))
+  local cur = redis.call('GET', stamp_key)
+  local st = 0
+  if cur then st = tonumber(string.match(cur, '^%d+')) end
+  if st > count then error({err = 'DQSTALEMAP ' .. cur}) end
+  if st < count then redis.call('SET', stamp_key, map) end
+end
+
+-- A record on its way to another shard (movestart.lua) is
+-- 'M' .. kind .. score (uint48) .. the record, where kind tells which set it
+-- left: q due set (score: none, recomputed), o done set, x dead set, - none.
+-- Every by-id script answers such a record with code 7 ("moved"): the
+-- caller finishes the move and goes to the new shard.
+local function is_moving(v)
+  return string.sub(v, 1, 1) == 'M'
+end

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/shardmap"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -55,6 +56,14 @@ type Finish struct {
 	// marker if it still holds Owner, whatever the outcome's code, so
 	// that a worker needs no separate release.
 	Owner string
+	// Shard is the shard the task was fired from: the dq-shard header of
+	// its Kafka copy, or the Task.Shard a claim returned. A fired task
+	// stays on that shard until it is finished, also while the shard map
+	// grows. Set ShardSet with it; without, the shard the store's map
+	// gives the id is used (wrong for a task fired from its old shard
+	// while the map grows).
+	Shard    int
+	ShardSet bool
 }
 
 // Finish records a worker's outcome for a fired task. It returns the new
@@ -78,9 +87,10 @@ func truncate(s string, n int) string {
 
 // Redrive schedules a dead task again now with a fresh set of attempts.
 func (s *Store) Redrive(ctx context.Context, id string) (time.Time, error) {
-	sh := s.Shard(id)
-	v, err := s.run(ctx, redriveScript, []string{s.k.dead(sh), s.k.due(sh), s.k.bucket(sh, id), s.k.errs(sh)},
-		id, s.k.wake, sh)
+	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {
+		return s.run(ctx, redriveScript, []string{s.k.dead(sh), s.k.due(sh), s.k.bucket(sh, id), s.k.errs(sh), s.k.stamp(sh)},
+			id, s.k.wake, sh, stamp(m))
+	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("redrive %s: %w", id, err)
 	}
@@ -89,8 +99,9 @@ func (s *Store) Redrive(ctx context.Context, id string) (time.Time, error) {
 
 // DeleteDead removes a dead task for good.
 func (s *Store) DeleteDead(ctx context.Context, id string) error {
-	sh := s.Shard(id)
-	v, err := s.run(ctx, purgeDeadScript, []string{s.k.dead(sh), s.k.bucket(sh, id), s.k.errs(sh)}, id)
+	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {
+		return s.run(ctx, purgeDeadScript, []string{s.k.dead(sh), s.k.bucket(sh, id), s.k.errs(sh), s.k.stamp(sh)}, id, stamp(m))
+	})
 	if err != nil {
 		return fmt.Errorf("delete dead %s: %w", id, err)
 	}
@@ -119,7 +130,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]DeadTask, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	n := s.k.shards
+	n := s.Map().Count
 	heads := make([]*redis.ZSliceCmd, n)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range n {

@@ -1,8 +1,9 @@
 package redisstore
 
 import (
-	"hash/fnv"
 	"strconv"
+
+	"github.com/delayq/delayq/internal/shardmap"
 )
 
 // BucketsPerShard is how many small hashes hold one shard's task records.
@@ -13,18 +14,18 @@ const BucketsPerShard = 1024
 
 // keys names every Redis key and channel of one namespace. All keys of a
 // shard share the hash tag {<ns>:<shard>}; namespace-wide keys use {<ns>}.
+// Prefixes exist for every shard a namespace can grow to.
 type keys struct {
 	ns     string
-	shards int
 	prefix []string // per shard: "dq:{<ns>:<i>}:"
 	meta   string
 	wake   string
 	limits string
 }
 
-func newKeys(ns string, shards int) keys {
-	k := keys{ns: ns, shards: shards, prefix: make([]string, shards)}
-	for i := range shards {
+func newKeys(ns string) keys {
+	k := keys{ns: ns, prefix: make([]string, shardmap.MaxShards)}
+	for i := range shardmap.MaxShards {
 		k.prefix[i] = "dq:{" + ns + ":" + strconv.Itoa(i) + "}:"
 	}
 	k.meta = "dq:{" + ns + "}:meta"
@@ -40,6 +41,12 @@ func (k keys) dead(shard int) string     { return k.prefix[shard] + "dead" }
 func (k keys) fence(shard int) string    { return k.prefix[shard] + "fence" }
 func (k keys) errs(shard int) string     { return k.prefix[shard] + "err" }
 func (k keys) leaseSeq(shard int) string { return k.prefix[shard] + "leaseq" }
+
+// stamp is the highest shard count a writer of this shard routed by (see
+// check_map in common.lua); progress holds a growth's figures of an old
+// shard (moved, remaining, epoch).
+func (k keys) stamp(shard int) string    { return k.prefix[shard] + "map" }
+func (k keys) progress(shard int) string { return k.prefix[shard] + "grow" }
 
 // run is the run marker (execution claim) of generation gen of task id:
 // dq:{<ns>:<shard>}:run:<id>:<gen>, in the task's shard hash tag.
@@ -59,13 +66,8 @@ func (s *Store) RunKey(id string, gen uint64) string {
 	return s.k.run(s.Shard(id), id, gen)
 }
 
-// ShardOf is the shard of a task id: FNV-1a 32 of the id modulo n. It must
-// never change: every process of a namespace has to agree on it.
-func ShardOf(id string, n int) int {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return int(h.Sum32() % uint32(n))
-}
+// ShardOf is the shard of a task id among n (see shardmap.ShardOf).
+func ShardOf(id string, n int) int { return shardmap.ShardOf(id, n) }
 
 // bucketOf is a polynomial hash small enough to stay exact in Lua's doubles.
 func bucketOf(id string) int {

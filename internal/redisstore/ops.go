@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/shardmap"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -25,13 +26,40 @@ var (
 	cancelScript     = script(cancelLua)
 )
 
+// byID runs a by-id script on the shard where id lives under the store's
+// map (see locate), again after a stale-map refusal or when the task moved
+// meanwhile (the script answered code 7).
+func (s *Store) byID(ctx context.Context, id string, call func(m shardmap.Map, sh int) (any, error)) (any, error) {
+	var out any
+	err := s.routed(ctx, func(m shardmap.Map) error {
+		for range 8 {
+			sh, err := s.locate(ctx, m, id)
+			if err != nil {
+				return err
+			}
+			v, err := call(m, sh)
+			if err != nil {
+				return err
+			}
+			if r, perr := parseReply(v, 0); perr == nil && r.code == codeMoved {
+				continue
+			}
+			out = v
+			return nil
+		}
+		return errRelocate
+	})
+	return out, err
+}
+
 // Reschedule moves a waiting task (scheduled or retrying) to a new due time:
 // DueAt, or with relative, Redis' clock + delay. It returns the new due time;
 // ErrNotFound, or a *StateError when the task is no longer waiting.
 func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time, delay time.Duration, relative bool) (time.Time, error) {
-	sh := s.Shard(id)
-	v, err := s.run(ctx, rescheduleScript, []string{s.k.due(sh), s.k.bucket(sh, id)},
-		id, dueArg(dueAt, delay, relative), s.k.wake, sh)
+	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {
+		return s.run(ctx, rescheduleScript, []string{s.k.due(sh), s.k.bucket(sh, id), s.k.stamp(sh)},
+			id, dueArg(dueAt, delay, relative), s.k.wake, sh, stamp(m))
+	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reschedule %s: %w", id, err)
 	}
@@ -41,9 +69,10 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time, dela
 // Cancel cancels a waiting task. Its record stays readable for the
 // retention period. ErrNotFound, or a *StateError when it is no longer waiting.
 func (s *Store) Cancel(ctx context.Context, id string) error {
-	sh := s.Shard(id)
-	v, err := s.run(ctx, cancelScript, []string{s.k.due(sh), s.k.bucket(sh, id), s.k.done(sh)},
-		id, s.retention.Milliseconds())
+	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {
+		return s.run(ctx, cancelScript, []string{s.k.due(sh), s.k.bucket(sh, id), s.k.done(sh), s.k.stamp(sh)},
+			id, s.retention.Milliseconds(), stamp(m))
+	})
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", id, err)
 	}
@@ -51,33 +80,71 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	return err
 }
 
-// Get reads one task with its state and last error.
+// Get reads one task with its state and last error. While the map grows,
+// a task still on its old shard is read there, and one on its way is read
+// from its moving record (as it will arrive).
 func (s *Store) Get(ctx context.Context, id string) (*task.Task, error) {
-	sh := s.Shard(id)
-	var rec, lastErr *redis.StringCmd
+	var t *task.Task
+	err := s.routed(ctx, func(m shardmap.Map) error {
+		var err error
+		t, err = s.get(ctx, m, id)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, task.ErrCorrupt) {
+		return t, fmt.Errorf("get %s: %w", id, err)
+	}
+	return t, err
+}
+
+func (s *Store) get(ctx context.Context, m shardmap.Map, id string) (*task.Task, error) {
+	if o, moving := m.Old(id); moving {
+		// the old shard first: a task absent there has arrived on its new one
+		t, err := s.getOn(ctx, m, o, id)
+		if !errors.Is(err, ErrNotFound) {
+			return t, err
+		}
+	}
+	return s.getOn(ctx, m, m.Shard(id), id)
+}
+
+// getOn reads id's record on shard sh. The shard's stamp is read along: a
+// task not found on a shard stamped by a newer map may have moved.
+func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*task.Task, error) {
+	var rec, lastErr, st *redis.StringCmd
 	var due *redis.FloatCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		rec = p.HGet(ctx, s.k.bucket(sh, id), id)
 		lastErr = p.HGet(ctx, s.k.errs(sh), id)
 		due = p.ZScore(ctx, s.k.due(sh), id)
+		st = p.Get(ctx, s.k.stamp(sh))
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("get %s: %w", id, err)
+		return nil, err
 	}
 	v, err := rec.Result()
 	if errors.Is(err, redis.Nil) {
+		if sm, ok := parseStamp(st.Val()); ok && sm.Count > m.Count {
+			return nil, &staleMapError{m: sm}
+		}
 		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", id, err)
+		return nil, err
+	}
+	inDue := due.Err() == nil
+	if v != "" && v[0] == 'M' && len(v) > 8 {
+		// on its way to its new shard: as it will be there
+		inDue = v[1] == 'q'
+		v = v[8:]
+		sh = m.Shard(id)
 	}
 	t, err := decodeRecord(id, v, sh)
 	if err != nil {
-		return nil, err
+		return t, err
 	}
 	t.LastError, _ = lastErr.Result()
-	if (t.State == task.StateScheduled || t.State == task.StateRetrying) && errors.Is(due.Err(), redis.Nil) {
+	if (t.State == task.StateScheduled || t.State == task.StateRetrying) && !inDue {
 		// A take leaves the record as it is and only drops it from the
 		// due set (see common.lua).
 		t.State = task.StateFired
@@ -97,7 +164,7 @@ type ShardStats struct {
 
 // Stats reads every shard's figures in one pipeline.
 func (s *Store) Stats(ctx context.Context) ([]ShardStats, error) {
-	n := s.k.shards
+	n := s.Map().Count
 	type cmds struct {
 		due, dead *redis.IntCmd
 		head      *redis.ZSliceCmd

@@ -1,13 +1,16 @@
 -- reschedule: move a waiting task to a new due time.
--- KEYS[1] due zset, KEYS[2] bucket hash
--- ARGV[1] id, ARGV[2] due (absolute ms or "+<ms>"), ARGV[3] wake channel, ARGV[4] shard
+-- KEYS[1] due zset, KEYS[2] bucket hash, KEYS[3] stamp
+-- ARGV[1] id, ARGV[2] due (absolute ms or "+<ms>"), ARGV[3] wake channel, ARGV[4] shard,
+-- ARGV[5] the caller's map (see check_map)
 -- Returns {code, state, due}: 1 moved, 0 not found, 4 conflict (not
--- waiting; state F when a leader took it).
+-- waiting; state F when a leader took it), 7 on its way to another shard.
 -- The generation goes up: a Kafka copy of an earlier firing (one Kafka
 -- did not confirm, released to fire again) must not run before the new
 -- due time.
+check_map(KEYS[3], ARGV[5])
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not v then return {0, '', 0} end
+if is_moving(v) then return {7, '', 0} end
 local st, gen, att, odue, body = parse(v)
 if not is_waiting(st) then return {4, st, odue} end
 if taken(KEYS[1], ARGV[1], st) then return {4, 'F', odue} end

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/shardmap"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -72,72 +73,125 @@ type Result struct {
 // pipeline. The returned slice has one result per submit, in order. A
 // non-nil error means Redis could not be reached or answered wrongly for at
 // least one group; the results of that group carry the error too.
+//
+// While the shard map grows, a task whose shard changes is first looked
+// for on its old shard (existing tasks only: an idempotent re-submit or an
+// upsert is answered where the task lives); the ones absent there are
+// created on their new shard in a second round.
 func (s *Store) Schedule(ctx context.Context, subs []Submit) ([]Result, error) {
 	res := make([]Result, len(subs))
-	type group struct {
-		shard int
-		idx   []int
+	pending := make([]int, len(subs))
+	for i := range subs {
+		pending[i] = i
+		res[i].ID = subs[i].Task.ID
 	}
-	var groups []*group
-	open := make(map[int]*group)
-	for i, sub := range subs {
-		sh := s.Shard(sub.Task.ID)
-		res[i] = Result{ID: sub.Task.ID, Shard: sh}
-		g := open[sh]
-		if g == nil || len(g.idx) == maxPerCall {
-			g = &group{shard: sh}
-			open[sh] = g
-			groups = append(groups, g)
-		}
-		g.idx = append(g.idx, i)
-	}
-	type call struct {
-		g    *group
-		keys []string
-		args []any
-	}
-	calls := make([]call, len(groups))
-	for ci, g := range groups {
-		keys := make([]string, 0, 1+len(g.idx))
-		args := make([]any, 0, 2+3*len(g.idx))
-		keys = append(keys, s.k.due(g.shard))
-		args = append(args, s.k.wake, g.shard)
-		for _, i := range g.idx {
-			t := subs[i].Task
-			keys = append(keys, s.k.bucket(g.shard, t.ID))
-			args = append(args, t.ID, dueArg(t.DueAt, subs[i].Delay, subs[i].Relative), task.EncodeBody(t))
-		}
-		calls[ci] = call{g: g, keys: keys, args: args}
-	}
-	cmds := make([]*redis.Cmd, len(calls))
-	// Per-command errors are examined below; the pipeline's own error is the first of them.
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			cmds[i] = scheduleScript.EvalSha(ctx, p, c.keys, c.args...)
-		}
-		return nil
-	})
+	forced := map[int]int{} // index -> shard it is known to belong on now
 	var firstErr error
-	for ci, c := range calls {
-		v, err := cmds[ci].Result()
-		if isNoScript(err) {
-			// after a Redis restart or failover the script cache is empty
-			v, err = scheduleScript.Run(ctx, s.rdb, c.keys, c.args...).Result()
-		}
-		if err == nil {
-			err = s.fillSchedule(res, c.g.idx, v)
-		}
-		if err != nil {
-			err = fmt.Errorf("schedule on shard %d: %w", c.g.shard, err)
-			for _, i := range c.g.idx {
+	for round := 0; len(pending) > 0; round++ {
+		if round == 8 {
+			err := fmt.Errorf("schedule: %w", errRelocate)
+			for _, i := range pending {
 				res[i].Err = err
 			}
-			if firstErr == nil {
-				firstErr = err
+			return res, err
+		}
+		m := s.Map()
+		calls := s.scheduleCalls(m, subs, pending, forced)
+		s.execCalls(ctx, scheduleScript, calls)
+		var next []int
+		stale := false
+		for _, c := range calls {
+			err := c.err
+			if err == nil {
+				err = s.fillSchedule(res, c.idx, c.val)
+			}
+			if nm, isStale := asStaleMap(err); isStale {
+				stale = true
+				if !s.SetMap(nm) {
+					_ = s.ReloadMap(ctx)
+				}
+				next = append(next, c.idx...)
+				continue
+			}
+			if err != nil {
+				err = fmt.Errorf("schedule on shard %d: %w", c.shard, err)
+				for _, i := range c.idx {
+					res[i].Err = err
+				}
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
+			}
+			for _, i := range c.idx {
+				res[i].Shard = c.shard
+				switch res[i].Outcome {
+				case codeAbsent: // not on its old shard: create it on its new one
+					forced[i] = m.Shard(subs[i].Task.ID)
+					next = append(next, i)
+				case codeMoved: // half moved: finish the move, then the new shard
+					sh, err := s.locate(ctx, m, subs[i].Task.ID)
+					if err != nil {
+						res[i].Err = err
+						if firstErr == nil {
+							firstErr = err
+						}
+						continue
+					}
+					forced[i] = sh
+					next = append(next, i)
+				}
 			}
 		}
+		if stale {
+			clear(forced) // routed again by the newer map
+		}
+		pending = next
 	}
 	return res, firstErr
+}
+
+// scheduleCalls groups the pending submits into script calls by target
+// shard and mode.
+func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forced map[int]int) []*shardCall {
+	type gk struct {
+		shard int
+		mode  string
+	}
+	var calls []*shardCall
+	modes := map[*shardCall]string{}
+	open := make(map[gk]*shardCall)
+	for _, i := range pending {
+		id := subs[i].Task.ID
+		k := gk{shard: m.Shard(id)}
+		if sh, ok := forced[i]; ok {
+			k.shard = sh
+		} else if o, moving := m.Old(id); moving {
+			k = gk{shard: o, mode: "x"}
+		}
+		c := open[k]
+		if c == nil || len(c.idx) == maxPerCall {
+			c = &shardCall{shard: k.shard}
+			modes[c] = k.mode
+			open[k] = c
+			calls = append(calls, c)
+		}
+		c.idx = append(c.idx, i)
+	}
+	st := stamp(m)
+	for _, c := range calls {
+		keys := make([]string, 0, 2+len(c.idx))
+		args := make([]any, 0, 4+3*len(c.idx))
+		keys = append(keys, s.k.due(c.shard), s.k.stamp(c.shard))
+		args = append(args, s.k.wake, c.shard, st, modes[c])
+		for _, i := range c.idx {
+			t := subs[i].Task
+			keys = append(keys, s.k.bucket(c.shard, t.ID))
+			args = append(args, t.ID, dueArg(t.DueAt, subs[i].Delay, subs[i].Relative), task.EncodeBody(t))
+		}
+		c.keys, c.args = keys, args
+	}
+	return calls
 }
 
 func (s *Store) fillSchedule(res []Result, idx []int, v any) error {
@@ -165,9 +219,10 @@ func isNoScript(err error) bool {
 }
 
 // run runs a script with EVALSHA, falling back to EVAL when Redis lost its
-// script cache.
+// script cache, and sends it again while its Redis Cluster slot migrates
+// (see migrating.go).
 func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
-	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
+	v, err := s.runScript(ctx, sc, keys, args...) // retries a migrating slot's refusals: migrating.go
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}

@@ -1,23 +1,27 @@
 -- schedule: create or upsert tasks of one shard.
--- KEYS[1]  due zset;  KEYS[1+i] bucket hash of task i
--- ARGV[1]  wake channel; ARGV[2] shard
--- ARGV[3i], ARGV[3i+1], ARGV[3i+2] (i = 1..n): id, due, body
+-- KEYS[1]  due zset;  KEYS[2] stamp; KEYS[2+i] bucket hash of task i
+-- ARGV[1]  wake channel; ARGV[2] shard; ARGV[3] the caller's map (see check_map);
+-- ARGV[4]  mode: '' create or upsert, 'x' existing tasks only (the old
+--          shard of a growing map: an absent task is created on its new shard)
+-- ARGV[3i+2], ARGV[3i+3], ARGV[3i+4] (i = 1..n): id, due, body
 --   due is absolute unix ms, or "+<ms>" relative to Redis TIME.
 -- Returns per task {code, state, due}: code 1 created, 2 unchanged,
 -- 3 updated (upsert of a waiting task, with the next generation), 4 conflict
 -- (task exists in another state with different content; state F when a
--- leader took it).
+-- leader took it), 7 on its way to another shard, 8 absent (mode 'x').
 local due_key = KEYS[1]
+check_map(KEYS[2], ARGV[3])
+local existing_only = ARGV[4] == 'x'
 local old_head = head(due_key)
 local now = nil
 local min_new = nil
 local out = {}
 local zadd = {}
 local queued = {}
-local n = (#ARGV - 2) / 3
+local n = (#ARGV - 4) / 3
 for i = 1, n do
-  local id, spec, body = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
-  local bkey = KEYS[1 + i]
+  local id, spec, body = ARGV[3 * i + 2], ARGV[3 * i + 3], ARGV[3 * i + 4]
+  local bkey = KEYS[2 + i]
   local relative = string.sub(spec, 1, 1) == '+'
   local due
   if relative then
@@ -27,9 +31,18 @@ for i = 1, n do
     due = tonumber(spec)
   end
   local code, state = 1, 's'
-  -- the common case, a new id, costs one HSETNX
-  if redis.call('HSETNX', bkey, id, record('s', 0, 1, due, body)) == 0 then
-    local st, gen, att, odue, obody = parse(redis.call('HGET', bkey, id))
+  local cur = nil
+  if existing_only then
+    cur = redis.call('HGET', bkey, id)
+    if not cur then code, state, due = 8, '', 0 end
+  elseif redis.call('HSETNX', bkey, id, record('s', 0, 1, due, body)) == 0 then
+    -- the common case, a new id, cost only the HSETNX
+    cur = redis.call('HGET', bkey, id)
+  end
+  if cur and is_moving(cur) then
+    code, state, due = 7, '', 0
+  elseif cur then
+    local st, gen, att, odue, obody = parse(cur)
     -- (an id written earlier in this call is not in the due set yet)
     if not queued[id] and taken(due_key, id, st) then st = 'F' end
     state = st

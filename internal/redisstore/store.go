@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/fault"
+	"github.com/delayq/delayq/internal/shardmap"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -23,7 +24,7 @@ var (
 	ErrConflict      = errors.New("task is not in a state that allows this")
 	ErrFenced        = errors.New("fenced: a newer shard leader exists")
 	ErrStale         = errors.New("stale generation: the task was fired again or changed")
-	ErrShardMismatch = errors.New("shard count differs from the namespace's")
+	ErrShardMismatch = errors.New("namespace layout differs from this build's")
 )
 
 // StateError is returned (wrapping ErrConflict) when a task exists but is in
@@ -41,7 +42,7 @@ func (e *StateError) Unwrap() error { return ErrConflict }
 // Options configure a Store.
 type Options struct {
 	Namespace string        // default "dq"
-	Shards    int           // default 16; must match what the namespace stored
+	Shards    int           // shard count of a new namespace, default 16; an existing namespace keeps its own map
 	Retention time.Duration // how long finished records stay readable; default 24h
 }
 
@@ -51,6 +52,8 @@ type Store struct {
 	k         keys
 	retention time.Duration
 	takes     []atomic.Uint32 // per shard, to purge finished records every few takes
+	m         atomic.Pointer[shardmap.Map]
+	reloaded  atomic.Int64 // unix ns of the last mirror read
 }
 
 //go:embed common.lua
@@ -65,9 +68,10 @@ func script(src string) *redis.Script {
 }
 
 // New opens the store of a namespace. The first process of a namespace
-// records its shard count in Redis; a later one configured with another
-// count gets ErrShardMismatch, because a different count would route ids to
-// other shards.
+// records o.Shards as its shard count; a later one follows the namespace's
+// map whatever its own o.Shards (Map tells which; callers log a
+// difference). ErrShardMismatch is left for a namespace written with
+// another bucket layout.
 func New(ctx context.Context, rdb redis.UniversalClient, o Options) (*Store, error) {
 	if o.Namespace == "" {
 		o.Namespace = "dq"
@@ -81,16 +85,15 @@ func New(ctx context.Context, rdb redis.UniversalClient, o Options) (*Store, err
 	if o.Shards < 1 || o.Shards > 4096 {
 		return nil, fmt.Errorf("shards %d: must be between 1 and 4096", o.Shards)
 	}
-	s := &Store{rdb: rdb, k: newKeys(o.Namespace, o.Shards), retention: o.Retention, takes: make([]atomic.Uint32, o.Shards)}
-	if err := s.checkMeta(ctx); err != nil {
+	s := &Store{rdb: rdb, k: newKeys(o.Namespace), retention: o.Retention, takes: make([]atomic.Uint32, shardmap.MaxShards)}
+	if err := s.checkMeta(ctx, o.Shards); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Store) checkMeta(ctx context.Context) error {
-	want := strconv.Itoa(s.k.shards)
-	if err := s.rdb.HSetNX(ctx, s.k.meta, "shards", want).Err(); err != nil {
+func (s *Store) checkMeta(ctx context.Context, initial int) error {
+	if err := s.rdb.HSetNX(ctx, s.k.meta, "shards", strconv.Itoa(initial)).Err(); err != nil {
 		return fmt.Errorf("store shard count: %w", err)
 	}
 	s.rdb.HSetNX(ctx, s.k.meta, "buckets", strconv.Itoa(BucketsPerShard))
@@ -98,10 +101,12 @@ func (s *Store) checkMeta(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read namespace meta: %w", err)
 	}
-	if m["shards"] != want {
-		return fmt.Errorf("%w: namespace %q has %s shards, this process is configured with %s",
-			ErrShardMismatch, s.k.ns, m["shards"], want)
+	sm, err := mirrorMap(m)
+	if err != nil {
+		return fmt.Errorf("namespace %q: %w", s.k.ns, err)
 	}
+	s.m.Store(&sm)
+	s.reloaded.Store(time.Now().UnixNano())
 	if m["buckets"] != strconv.Itoa(BucketsPerShard) {
 		return fmt.Errorf("%w: namespace %q has %s buckets per shard, this build uses %d",
 			ErrShardMismatch, s.k.ns, m["buckets"], BucketsPerShard)
@@ -112,11 +117,12 @@ func (s *Store) checkMeta(ctx context.Context) error {
 // Namespace is the store's namespace.
 func (s *Store) Namespace() string { return s.k.ns }
 
-// Shards is the number of shards.
-func (s *Store) Shards() int { return s.k.shards }
+// Shards is the number of shards of the map the store routes by.
+func (s *Store) Shards() int { return s.Map().Count }
 
-// Shard is the shard of a task id.
-func (s *Store) Shard(id string) int { return ShardOf(id, s.k.shards) }
+// Shard is the shard a new task of this id goes to (while the map grows,
+// an existing one may still live on its old shard: see Map.Old).
+func (s *Store) Shard(id string) int { return s.Map().Shard(id) }
 
 // WakeChannel is the pub/sub channel on which scripts announce that a
 // shard's earliest due time moved earlier ("<shard>:<due ms>").

@@ -690,15 +690,15 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		expectWake(t, ch, fmt.Sprintf("0:%d", sooner.UnixMilli()))
 	})
 
-	t.Run("ShardCountMismatchRefused", func(t *testing.T) {
+	t.Run("OtherShardCountFollowsNamespace", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, rdb, Options{Shards: 8})
-		_, err := New(t.Context(), rdb, Options{Namespace: s.Namespace(), Shards: 16})
-		if !errors.Is(err, ErrShardMismatch) || !strings.Contains(err.Error(), "has 8 shards") {
-			t.Fatalf("want a clear shard mismatch, got %v", err)
+		o, err := New(t.Context(), rdb, Options{Namespace: s.Namespace(), Shards: 16})
+		if err != nil {
+			t.Fatalf("a process configured with another count is refused: %v", err)
 		}
-		if _, err := New(t.Context(), rdb, Options{Namespace: s.Namespace(), Shards: 8}); err != nil {
-			t.Fatalf("same count refused: %v", err)
+		if o.Shards() != 8 || o.Map().State != "stable" {
+			t.Fatalf("map %+v, want the namespace's 8 shards", o.Map())
 		}
 	})
 

@@ -1,0 +1,35 @@
+-- movein: the second step of a move, on the task's new shard: the record
+-- goes back into the set it left. Idempotent: a record already here (moved
+-- by an earlier try, by another process finishing the move, or changed
+-- here since) is left as it is. Not fenced: the old shard's moving record
+-- is the only source, and movedone deletes it only after this step.
+-- KEYS[1] due, KEYS[2] done, KEYS[3] dead, KEYS[4] err hash, KEYS[5] bucket
+-- (every id is in this bucket)
+-- ARGV[1] wake channel, ARGV[2] shard, then per task: id, moving value,
+-- last error ('' for none)
+-- Returns per task 1 moved in, 2 already here.
+local old_head = head(KEYS[1])
+local min_new = nil
+local out = {}
+for i = 3, #ARGV, 3 do
+  local id, mv, err = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if redis.call('HSETNX', KEYS[5], id, string.sub(mv, 9)) == 0 then
+    out[#out + 1] = 2
+  else
+    local kind = string.sub(mv, 2, 2)
+    local score = struct.unpack('>I6', mv, 3)
+    if kind == 'q' then
+      local due = struct.unpack('>I6', mv, 9 + 7)
+      redis.call('ZADD', KEYS[1], due_score(due, KEYS[5]), id)
+      if min_new == nil or due < min_new then min_new = due end
+    elseif kind == 'o' then
+      redis.call('ZADD', KEYS[2], score, id)
+    elseif kind == 'x' then
+      redis.call('ZADD', KEYS[3], score, id)
+    end
+    if err ~= '' then redis.call('HSET', KEYS[4], id, err) end
+    out[#out + 1] = 1
+  end
+end
+if min_new ~= nil then wake(KEYS[1], ARGV[1], ARGV[2], min_new, old_head) end
+return out

@@ -1,0 +1,56 @@
+-- movestart: the first step of moving tasks out of an old shard (the
+-- shard's leader, fenced). Each record leaves its set and becomes a moving
+-- record (see is_moving in common.lua) that keeps everything movein needs:
+-- no take of this shard can fire it any more, and every by-id script
+-- answers "moved". A task in flight (taken, not finished) is left alone:
+-- its worker finishes it here; it moves once finished or retried.
+-- KEYS[1] due, KEYS[2] done, KEYS[3] dead, KEYS[4] err hash, KEYS[5] fence,
+-- KEYS[6] bucket hash (every id is in this bucket)
+-- ARGV[1] token, ARGV[2..] ids
+-- Returns {-1, stored token} when fenced, else per id {code, moving value
+-- or false, last error or false}: 1 moving (now or already), 0 gone,
+-- 3 in flight.
+local stale = fence(KEYS[5], tonumber(ARGV[1]))
+if stale then return {-1, stale} end
+local out = {}
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local v = redis.call('HGET', KEYS[6], id)
+  local code, mv = 0, false
+  if v and is_moving(v) then
+    code, mv = 1, v
+  elseif v then
+    local st = string.sub(v, 1, 1)
+    local kind, score = '-', nil
+    if is_waiting(st) then
+      score = redis.call('ZSCORE', KEYS[1], id)
+      if score then
+        kind = 'q'
+        redis.call('ZREM', KEYS[1], id)
+      end
+    elseif st == 'S' or st == 'c' then
+      score = redis.call('ZSCORE', KEYS[2], id)
+      if score then
+        kind = 'o'
+        redis.call('ZREM', KEYS[2], id)
+      end
+    elseif st == 'd' then
+      score = redis.call('ZSCORE', KEYS[3], id)
+      if score then
+        kind = 'x'
+        redis.call('ZREM', KEYS[3], id)
+      end
+    end
+    if (is_waiting(st) and not score) or st == 'F' or st == 'f' then
+      code = 3
+    else
+      code = 1
+      mv = 'M' .. kind .. struct.pack('>I6', math.floor(tonumber(score or '0'))) .. v
+      redis.call('HSET', KEYS[6], id, mv)
+    end
+  end
+  out[#out + 1] = code
+  out[#out + 1] = mv
+  out[#out + 1] = (code == 1 and redis.call('HGET', KEYS[4], id)) or false
+end
+return out
