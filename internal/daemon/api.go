@@ -46,6 +46,8 @@ func (a *App) routes() http.Handler {
 	mux.Handle("GET /v1/dead", handle(a.handleListDead))
 	mux.Handle("POST /v1/dead/{id}/redrive", handle(a.handleRedrive))
 	mux.Handle("DELETE /v1/dead/{id}", handle(a.handleDeleteDead))
+	mux.Handle("GET /v1/shards", handle(a.handleGetShards))
+	mux.Handle("PUT /v1/shards", handle(a.handlePutShards))
 	mux.Handle("/v1/limits", a.limits)
 	mux.Handle("/v1/limits/", a.limits)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -361,7 +363,7 @@ func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, 
 			continue
 		}
 		out[i] = wire.Scheduled{ID: t.ID, State: task.StateJournaled, Outcome: wire.OutcomeJournaled, DueAt: t.DueAt,
-			Shard: redisstore.ShardOf(t.ID, a.cfg.Shards)}
+			Shard: a.shardOf(t.ID)}
 	}
 	if err != nil {
 		a.log.Error("journal append failed", "tasks", len(idx), "error", err)
@@ -413,7 +415,7 @@ func (a *App) journaled(ctx context.Context, id string) (*task.Task, bool, *wire
 		a.log.Error("unreadable journal entry", "task_id", id, "seq", e.Seq, "error", err)
 		return nil, false, wire.Internal("unreadable journal entry")
 	}
-	t.State, t.Attempt, t.Shard = task.StateJournaled, 1, redisstore.ShardOf(id, a.cfg.Shards)
+	t.State, t.Attempt, t.Shard = task.StateJournaled, 1, a.shardOf(id)
 	return t, true, nil
 }
 
@@ -552,7 +554,7 @@ type statsResponse struct {
 }
 
 func (a *App) handleStats(c *call) (int, any, *wire.Error) {
-	resp := statsResponse{Namespace: a.cfg.Namespace, ShardCount: a.cfg.Shards, Shards: []redisstore.ShardStats{}}
+	resp := statsResponse{Namespace: a.cfg.Namespace, ShardCount: a.shardCount(), Shards: []redisstore.ShardStats{}}
 	if st, e := a.storeFor(); e != nil {
 		resp.RedisError = e.Message
 	} else {

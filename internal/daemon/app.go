@@ -149,6 +149,7 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error { return a.keeper.Run(gctx) })
 	g.Go(func() error { return a.comp.Run(compCtx) })
 	g.Go(func() error { return a.coalesce.Run(compCtx) })
+	g.Go(func() error { a.followShardMap(gctx); return nil })
 	a.log.Info("daemon started", "addr", a.Addr(), "namespace", a.cfg.Namespace,
 		"journal_dir", a.cfg.JournalDir, "journal_depth", a.jr.Len(), "redis_up", a.redisUp.Load())
 	err := g.Wait()

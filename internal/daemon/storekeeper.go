@@ -16,12 +16,12 @@ const pingInterval = time.Second
 
 // storeKeeper opens the Redis store and then watches Redis.
 //
-// redisstore.New needs Redis (it checks the namespace's shard count), so a
+// redisstore.New needs Redis (it reads the namespace's shard map), so a
 // daemon started while Redis is unreachable runs without a store: schedules
 // go to the journal and the other /v1 endpoints answer 503. The keeper
 // retries with capped exponential backoff until the store opens. A
-// shard-count mismatch is fatal: the daemon would route ids to the wrong
-// shards.
+// namespace written with another bucket layout is fatal; a shard count
+// other than DQ_SHARDS is not: the daemon follows the namespace's map.
 type storeKeeper struct {
 	app *App
 }
@@ -38,6 +38,10 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 	case err == nil:
 		a.store.Store(st)
 		a.log.Info("redis store open", "namespace", st.Namespace(), "shards", st.Shards())
+		if st.Shards() != a.cfg.Shards {
+			a.log.Info("following the namespace's shard map, not DQ_SHARDS", "namespace_shards", st.Shards(),
+				"configured_shards", a.cfg.Shards, "state", st.Map().State)
+		}
 		if advice := st.MemoryAdvice(octx); advice != "" {
 			a.log.Warn(advice)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/delayq/delayq/internal/event/leader"
 	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/shardmap"
 )
 
 // App is one event process: the etcd leadership manager, one poller per
@@ -45,6 +46,7 @@ type App struct {
 	// with KafkaAutoCreate); a missing one is named in /readyz, which
 	// stays ready: tasks of other topics still fire.
 	topics *kafkatopic.TopicCheck
+	grow   *growth
 }
 
 // Option adjusts an App (tests).
@@ -81,6 +83,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	a.store = store
+	if sm := store.Map(); sm.Count != cfg.Shards {
+		log.Info("following the namespace's shard map, not DQ_SHARDS", "namespace_shards", sm.Count,
+			"configured_shards", cfg.Shards, "state", sm.State)
+	}
 
 	a.etcd, err = config.EtcdClient(cfg.EtcdEndpoints)
 	if err != nil {
@@ -106,12 +112,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		Replication: cfg.Replication,
 		Log:         log,
 	})
-	a.wakes = fire.NewWakeups(a.rdb, store.WakeChannel(), cfg.Shards, log)
+	a.wakes = fire.NewWakeups(a.rdb, store.WakeChannel(), shardmap.MaxShards, log)
+	a.grow = newGrowth(a)
 
 	a.mgr, err = leader.New(leader.Config{
 		Client:          a.etcd,
 		Namespace:       cfg.Namespace,
-		Shards:          cfg.Shards,
+		Shards:          store.Map().Count,
 		ID:              cfg.ProcessID,
 		TTL:             cfg.SessionTTL,
 		Lead:            a.lead,
@@ -175,8 +182,14 @@ func (a *App) Lease() clientv3.LeaseID { return a.mgr.Lease() }
 // Registry is the app's metrics registry.
 func (a *App) Registry() *prometheus.Registry { return a.reg }
 
-// lead runs the poller of one led shard under the leadership context.
+// lead runs the poller of one led shard under the leadership context and,
+// while the shard map grows, the mover of the shard (see growth.go).
 func (a *App) lead(ctx context.Context, l leader.Lead) error {
+	mctx, stopMover := context.WithCancel(ctx)
+	moverDone := make(chan struct{})
+	go func() { defer close(moverDone); a.grow.moveOut(mctx, l) }()
+	defer func() { stopMover(); <-moverDone }()
+
 	p := fire.NewPoller(fire.Config{
 		Store:        a.store,
 		Producer:     a.kafka,
@@ -220,6 +233,7 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Go(func() { _ = a.topics.Run(bg) })
 	wg.Go(func() { bgErr <- a.srv.Run(bg) })
 	g.Go(func() error { return a.mgr.Run(gctx) })
+	wg.Go(func() { a.grow.follow(bg) })
 	g.Go(func() error {
 		select {
 		case err := <-bgErr:
