@@ -3,7 +3,9 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,15 +44,7 @@ func StartRedisCluster(tb testing.TB) *RedisCluster {
 	}
 	c := &RedisCluster{}
 	for range clusterSize {
-		r := &Redis{Dir: tb.TempDir()}
-		r.start(tb, func(port int) []string {
-			return append(redisBaseArgs(port, r.Dir, RedisOptions{}),
-				"--cluster-enabled", "yes",
-				"--cluster-config-file", "nodes.conf",
-				"--cluster-node-timeout", "5000",
-				"--cluster-port", strconv.Itoa(FreePort(tb)),
-			)
-		})
+		r := startClusterNode(tb)
 		c.Nodes = append(c.Nodes, r)
 		c.Addrs = append(c.Addrs, r.Addr)
 	}
@@ -101,7 +95,293 @@ func clusterInfo(ctx context.Context, addr string) (string, error) {
 // cleanup.
 func (c *RedisCluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	// a copy: go-redis appends the nodes it discovers to the slice it was
+	// given, and AddMaster appends to c.Addrs
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: slices.Clone(c.Addrs)})
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// startClusterNode starts one cluster-enabled redis-server with the
+// settings of StartRedisCluster's nodes; it knows no other node yet.
+func startClusterNode(tb testing.TB) *Redis {
+	tb.Helper()
+	r := &Redis{Dir: tb.TempDir()}
+	r.start(tb, func(port int) []string {
+		return append(redisBaseArgs(port, r.Dir, RedisOptions{}),
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000",
+			"--cluster-port", strconv.Itoa(FreePort(tb)),
+		)
+	})
+	return r
+}
+
+// AddMaster starts one more cluster-enabled redis-server with the same
+// settings as the cluster's nodes, introduces it with CLUSTER MEET (what
+// `redis-cli --cluster add-node` does) and waits until every node knows
+// every other one and reports cluster_state:ok. The new master holds no
+// slots until MigrateSlots moves some to it. It is appended to c.Nodes and
+// c.Addrs (so no other goroutine may read those meanwhile; clients from
+// Client keep their own copy) and killed at cleanup.
+func (c *RedisCluster) AddMaster(tb testing.TB) *Redis {
+	tb.Helper()
+	r := startClusterNode(tb)
+	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
+	defer cancel()
+	host, port, bus, err := busAddr(ctx, c.Addrs[0])
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	nc := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer nc.Close()
+	// the bus port is not port+10000 (see StartRedisCluster): name it
+	if err := nc.Do(ctx, "cluster", "meet", host, port, bus).Err(); err != nil {
+		tb.Fatalf("testenv: CLUSTER MEET %s (bus port %s) from %s: %v", c.Addrs[0], bus, r.Addr, err)
+	}
+	c.Nodes = append(c.Nodes, r)
+	c.Addrs = append(slices.Clip(c.Addrs), r.Addr) // never into an array a client may share
+
+	want := "cluster_known_nodes:" + strconv.Itoa(len(c.Nodes))
+	var last string
+	ready := poll(startTimeout, func() bool {
+		for _, n := range c.Nodes {
+			info, err := clusterInfo(ctx, n.Addr)
+			if err != nil {
+				last = fmt.Sprintf("%s: %v", n.Addr, err)
+				return false
+			}
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
+				last = fmt.Sprintf("%s: %s", n.Addr, info)
+				return false
+			}
+		}
+		return true
+	})
+	if !ready {
+		tb.Fatalf("testenv: new master %s not known to the cluster %v within %v; last CLUSTER INFO:\n%s",
+			r.Addr, c.Addrs, startTimeout, last)
+	}
+	return r
+}
+
+// MigrateOptions pace MigrateSlots.
+type MigrateOptions struct {
+	// Batch is how many keys one MIGRATE moves; default 10, the batch of
+	// `redis-cli --cluster reshard` (its --cluster-pipeline).
+	Batch int
+	// Pause is the wait after each batch (default none). It makes a
+	// migration slow enough that clients meet the half-moved slot: the
+	// window in which multi-key commands get TRYAGAIN and ASK.
+	Pause time.Duration
+	// Timeout is MIGRATE's own timeout; default 5s.
+	Timeout time.Duration
+}
+
+// MigrateStats is what MigrateSlots did.
+type MigrateStats struct {
+	Slots   int           // slots moved (slots already on the target are skipped)
+	Keys    int           // keys moved
+	Batches int           // MIGRATE calls
+	Longest time.Duration // the longest time one slot spent migrating
+}
+
+// MigrateSlots moves each slot, one after the other, to the master to (a
+// node of c, e.g. from AddMaster) with the protocol `redis-cli --cluster
+// reshard` follows:
+//
+//  1. CLUSTER SETSLOT <slot> IMPORTING <source id> on the target, then
+//     CLUSTER SETSLOT <slot> MIGRATING <target id> on the source;
+//  2. CLUSTER GETKEYSINSLOT on the source and MIGRATE ... KEYS of that batch
+//     to the target, o.Pause after each batch, until the source holds no
+//     key of the slot;
+//  3. CLUSTER SETSLOT <slot> NODE <target id> on the target, the source and
+//     then every other master.
+//
+// Meanwhile the slot is split between two nodes: a command whose keys are
+// all on the source is served there, one whose keys are all gone gets ASK,
+// a multi-key one with keys on both sides gets TRYAGAIN. It reports errors
+// instead of failing the test so that it can run in a goroutine beside the
+// clients it disturbs; ctx stops it between two batches (the slot is then
+// left migrating).
+func (c *RedisCluster) MigrateSlots(ctx context.Context, to *Redis, slots []int, o MigrateOptions) (MigrateStats, error) {
+	if o.Batch <= 0 {
+		o.Batch = 10
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	var st MigrateStats
+	clients := make(map[string]*redis.Client, len(c.Nodes))
+	ids := make(map[string]string, len(c.Nodes))
+	defer func() {
+		for _, cl := range clients {
+			_ = cl.Close()
+		}
+	}()
+	for _, n := range c.Nodes {
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1, DialTimeout: time.Second})
+		clients[n.Addr] = cl
+		id, err := cl.ClusterMyID(ctx).Result()
+		if err != nil {
+			return st, fmt.Errorf("CLUSTER MYID of %s: %w", n.Addr, err)
+		}
+		ids[n.Addr] = id
+	}
+	dst := clients[to.Addr]
+	if dst == nil {
+		return st, fmt.Errorf("migrate to %s: not a node of the cluster %v", to.Addr, c.Addrs)
+	}
+	host, port, err := splitAddr(to.Addr)
+	if err != nil {
+		return st, err
+	}
+	setslot := func(addr string, slot int, args ...any) error {
+		a := append([]any{"cluster", "setslot", slot}, args...)
+		if err := clients[addr].Do(ctx, a...).Err(); err != nil {
+			return fmt.Errorf("%s on %s: %w", fmt.Sprint(a...), addr, err)
+		}
+		return nil
+	}
+	for _, slot := range slots {
+		from, err := slotOwner(ctx, dst, slot)
+		if err != nil {
+			return st, err
+		}
+		if from == to.Addr {
+			continue
+		}
+		if clients[from] == nil {
+			return st, fmt.Errorf("slot %d is served by %s, not a node of %v", slot, from, c.Addrs)
+		}
+		began := time.Now()
+		if err := setslot(to.Addr, slot, "importing", ids[from]); err != nil {
+			return st, err
+		}
+		if err := setslot(from, slot, "migrating", ids[to.Addr]); err != nil {
+			return st, err
+		}
+		src := clients[from]
+		for {
+			keys, err := src.ClusterGetKeysInSlot(ctx, slot, o.Batch).Result()
+			if err != nil {
+				return st, fmt.Errorf("CLUSTER GETKEYSINSLOT %d on %s: %w", slot, from, err)
+			}
+			if len(keys) == 0 {
+				break
+			}
+			args := []any{"migrate", host, port, "", 0, o.Timeout.Milliseconds(), "keys"}
+			for _, k := range keys {
+				args = append(args, k)
+			}
+			if err := src.Do(ctx, args...).Err(); err != nil {
+				return st, fmt.Errorf("MIGRATE %d keys of slot %d from %s to %s: %w", len(keys), slot, from, to.Addr, err)
+			}
+			st.Keys += len(keys)
+			st.Batches++
+			if o.Pause > 0 {
+				select {
+				case <-ctx.Done():
+					return st, ctx.Err()
+				case <-time.After(o.Pause):
+				}
+			}
+		}
+		// the target first: once the source lets go, clients that follow
+		// its MOVED must find the target owning the slot
+		for _, addr := range append([]string{to.Addr, from}, c.otherAddrs(to.Addr, from)...) {
+			if err := setslot(addr, slot, "node", ids[to.Addr]); err != nil {
+				return st, err
+			}
+		}
+		st.Slots++
+		st.Longest = max(st.Longest, time.Since(began))
+	}
+	return st, nil
+}
+
+// otherAddrs are the nodes' addresses except a and b.
+func (c *RedisCluster) otherAddrs(a, b string) []string {
+	var out []string
+	for _, addr := range c.Addrs {
+		if addr != a && addr != b {
+			out = append(out, addr)
+		}
+	}
+	return out
+}
+
+// slotOwner is the address of the master that serves slot, as the node
+// behind cl sees the cluster.
+func slotOwner(ctx context.Context, cl *redis.Client, slot int) (string, error) {
+	ranges, err := cl.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", fmt.Errorf("CLUSTER SLOTS on %s: %w", cl.Options().Addr, err)
+	}
+	for _, r := range ranges {
+		if slot >= r.Start && slot <= r.End && len(r.Nodes) > 0 {
+			return r.Nodes[0].Addr, nil
+		}
+	}
+	return "", fmt.Errorf("slot %d is not served by any node (CLUSTER SLOTS on %s)", slot, cl.Options().Addr)
+}
+
+// SlotOwner is the address of the master that serves slot, as the first
+// node sees the cluster (CLUSTER SLOTS).
+func (c *RedisCluster) SlotOwner(tb testing.TB, slot int) string {
+	tb.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: c.Addrs[0], MaxRetries: -1, DialTimeout: time.Second})
+	defer cl.Close()
+	addr, err := slotOwner(tb.Context(), cl, slot)
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	return addr
+}
+
+// SlotOf is the hash slot of key (CLUSTER KEYSLOT).
+func (c *RedisCluster) SlotOf(tb testing.TB, key string) int {
+	tb.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: c.Addrs[0], MaxRetries: -1, DialTimeout: time.Second})
+	defer cl.Close()
+	n, err := cl.ClusterKeySlot(tb.Context(), key).Result()
+	if err != nil {
+		tb.Fatalf("testenv: CLUSTER KEYSLOT %q: %v", key, err)
+	}
+	return int(n)
+}
+
+// busAddr returns the host, port and cluster bus port of the node at addr,
+// from the "myself" line of its CLUSTER NODES ("<id> ip:port@cport ...").
+func busAddr(ctx context.Context, addr string) (host, port, bus string, err error) {
+	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer cl.Close()
+	nodes, err := cl.ClusterNodes(ctx).Result()
+	if err != nil {
+		return "", "", "", fmt.Errorf("CLUSTER NODES on %s: %w", addr, err)
+	}
+	for line := range strings.Lines(nodes) {
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.Contains(f[2], "myself") {
+			continue
+		}
+		hp, cport, ok := strings.Cut(f[1], "@")
+		if !ok {
+			break
+		}
+		cport, _, _ = strings.Cut(cport, ",") // "cport,hostname" since Redis 7
+		host, port, err := splitAddr(hp)
+		return host, port, cport, err
+	}
+	return "", "", "", fmt.Errorf("CLUSTER NODES on %s: no myself line with a bus port:\n%s", addr, nodes)
+}
+
+// splitAddr splits "host:port".
+func splitAddr(addr string) (string, string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", "", fmt.Errorf("address %q: %w", addr, err)
+	}
+	return host, port, nil
 }
