@@ -36,6 +36,8 @@ var scenarios = []scenario{
 	{"rate_limit", scenarioRateLimit},
 	{"poison_tasks", scenarioPoison},
 	{"dead_topic_missing", scenarioDeadTopicMissing},
+	{"grow_shards", scenarioGrow},
+	{"grow_shards_kill", scenarioGrowKill},
 }
 
 // containerOnly need what only containers give: a network to cut.

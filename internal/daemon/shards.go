@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -54,7 +55,8 @@ func (a *App) handleGetShards(c *call) (int, any, *wire.Error) {
 }
 
 func (a *App) handlePutShards(c *call) (int, any, *wire.Error) {
-	body, e := c.body(a.cfg.MaxBody, nil)
+	var buf bytes.Buffer
+	body, e := c.body(a.cfg.MaxBody, &buf)
 	if e != nil {
 		return 0, nil, e
 	}

@@ -136,6 +136,9 @@ func (g *growth) moveOut(ctx context.Context, l leader.Lead) {
 
 var errGivenBack = errors.New("shard given back")
 
+// moveScanBatch is how many buckets a mover lists in one round trip.
+const moveScanBatch = 32
+
 // moveShard moves every task of old shard l.Shard that belongs elsewhere
 // under m, then marks the shard done.
 func (g *growth) moveShard(ctx context.Context, l leader.Lead, m shardmap.Map) error {
@@ -148,10 +151,18 @@ func (g *growth) moveShard(ctx context.Context, l leader.Lead, m shardmap.Map) e
 	}
 	start := time.Now()
 	var total int
-	for pass := 1; ; pass++ {
+	// the first pass visits every bucket; a later one only the buckets
+	// where tasks were in flight (nothing else can bring a task that
+	// belongs elsewhere into a stamped shard)
+	todo := make([]int, redisstore.BucketsPerShard)
+	for b := range todo {
+		todo[b] = b
+	}
+	for pass := 1; len(todo) > 0; pass++ {
 		g.passes.Inc()
 		var moved, inflight, foreign int
-		for b := range redisstore.BucketsPerShard {
+		var again []int
+		for i := 0; i < len(todo); i += moveScanBatch {
 			select {
 			case <-l.Stop:
 				return errGivenBack
@@ -163,29 +174,31 @@ func (g *growth) moveShard(ctx context.Context, l leader.Lead, m shardmap.Map) e
 			if time.Now().After(l.ValidUntil()) {
 				return errors.New("etcd session may have expired: not moving")
 			}
-			r, err := st.MoveBucket(ctx, m, o, b, l.Token)
+			batch := todo[i:min(i+moveScanBatch, len(todo))]
+			rs, err := st.MoveBuckets(ctx, m, o, batch, l.Token)
 			if err != nil {
 				return err
 			}
-			moved += r.Moved
-			inflight += r.InFlight
-			foreign += r.Foreign
-			g.moved.Add(float64(r.Moved))
-			if b%64 == 63 || b == redisstore.BucketsPerShard-1 {
-				rem := int64(inflight)
-				if pass == 1 {
-					// the rest of the shard, estimated from what this pass saw
-					seen := b + 1
-					rem += int64(foreign-moved-inflight) + int64(foreign)*int64(redisstore.BucketsPerShard-seen)/int64(seen)
+			for j, r := range rs {
+				moved += r.Moved
+				inflight += r.InFlight
+				foreign += r.Foreign
+				g.moved.Add(float64(r.Moved))
+				if r.InFlight > 0 || r.Moved+r.InFlight < r.Foreign {
+					again = append(again, batch[j])
 				}
-				_ = st.SetGrowProgress(ctx, m, o, rem)
 			}
+			rem := int64(inflight)
+			if pass == 1 {
+				// the rest of the shard, estimated from what this pass saw
+				seen := i + len(batch)
+				rem += int64(foreign) * int64(len(todo)-seen) / int64(seen)
+			}
+			_ = st.SetGrowProgress(ctx, m, o, rem)
 		}
 		total += moved
-		if foreign == 0 || foreign == moved {
-			if err := st.SetGrowProgress(ctx, m, o, 0); err != nil {
-				return err
-			}
+		todo = again
+		if len(todo) == 0 {
 			break
 		}
 		// tasks in flight move once their workers finish them
@@ -194,8 +207,11 @@ func (g *growth) moveShard(ctx context.Context, l leader.Lead, m shardmap.Map) e
 			return ctx.Err()
 		case <-l.Stop:
 			return errGivenBack
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond):
 		}
+	}
+	if err := st.SetGrowProgress(ctx, m, o, 0); err != nil {
+		return err
 	}
 	settled, err := shardmap.Etcd{Client: g.a.etcd, Namespace: g.a.cfg.Namespace}.MarkDone(ctx, m, o)
 	if err != nil {

@@ -97,24 +97,46 @@ type movingTask struct {
 	id, value, err string
 }
 
-// finishMove does movein on shard n and movedone on shard o for tasks, all
-// of one bucket.
+// finishMove does movein on shard n, then movedone on shard o, for tasks
+// of any buckets.
 func (s *Store) finishMove(ctx context.Context, o, n int, ts []movingTask) error {
-	if len(ts) == 0 {
+	return s.finishMoves(ctx, o, map[int][]movingTask{n: ts})
+}
+
+// finishMoves does movein on every destination shard (one pipeline), then
+// movedone on shard o for the tasks that arrived.
+func (s *Store) finishMoves(ctx context.Context, o int, byDest map[int][]movingTask) error {
+	if len(byDest) == 0 {
 		return nil
 	}
-	id0 := ts[0].id
-	in := make([]any, 0, 2+3*len(ts))
-	in = append(in, s.k.wake, n)
-	done := make([]any, 0, 2*len(ts))
-	for _, t := range ts {
-		in = append(in, t.id, t.value, t.err)
-		done = append(done, t.id, t.value)
+	calls := make([]*shardCall, 0, len(byDest))
+	var all []movingTask
+	for n, ts := range byDest {
+		keys := make([]string, 0, 4+len(ts))
+		keys = append(keys, s.k.due(n), s.k.done(n), s.k.dead(n), s.k.errs(n))
+		args := make([]any, 0, 2+3*len(ts))
+		args = append(args, s.k.wake, n)
+		for _, t := range ts {
+			keys = append(keys, s.k.bucket(n, t.id))
+			args = append(args, t.id, t.value, t.err)
+		}
+		calls = append(calls, &shardCall{shard: n, keys: keys, args: args})
+		all = append(all, ts...)
 	}
-	if _, err := s.run(ctx, moveInScript, []string{s.k.due(n), s.k.done(n), s.k.dead(n), s.k.errs(n), s.k.bucket(n, id0)}, in...); err != nil {
-		return fmt.Errorf("move in to shard %d: %w", n, err)
+	s.execCalls(ctx, moveInScript, calls)
+	for _, c := range calls {
+		if c.err != nil {
+			return fmt.Errorf("move in to shard %d: %w", c.shard, c.err)
+		}
 	}
-	if _, err := s.run(ctx, moveDoneScript, []string{s.k.bucket(o, id0), s.k.errs(o), s.k.progress(o)}, done...); err != nil {
+	keys := make([]string, 0, 2+len(all))
+	keys = append(keys, s.k.errs(o), s.k.progress(o))
+	args := make([]any, 0, 2*len(all))
+	for _, t := range all {
+		keys = append(keys, s.k.bucket(o, t.id))
+		args = append(args, t.id, t.value)
+	}
+	if _, err := s.run(ctx, moveDoneScript, keys, args...); err != nil {
 		return fmt.Errorf("move done on shard %d: %w", o, err)
 	}
 	return nil
@@ -132,62 +154,88 @@ type MoveResult struct {
 // the leader's fencing token of shard o (ErrFenced when a newer leader
 // exists). Records in flight are left for a later pass.
 func (s *Store) MoveBucket(ctx context.Context, m shardmap.Map, o, b int, token int64) (MoveResult, error) {
-	var r MoveResult
-	bkey := s.k.prefix[o] + "t:" + strconv.Itoa(b)
-	ids, err := s.rdb.HKeys(ctx, bkey).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return r, fmt.Errorf("list bucket %d of shard %d: %w", b, o, err)
+	rs, err := s.MoveBuckets(ctx, m, o, []int{b}, token)
+	if len(rs) == 0 {
+		return MoveResult{}, err
 	}
-	var foreign []string
-	for _, id := range ids {
-		if m.Shard(id) != o {
-			foreign = append(foreign, id)
+	return rs[0], err
+}
+
+// MoveBuckets is MoveBucket for several buckets of shard o, listing their
+// ids in one round trip (most buckets of a later pass hold nothing to
+// move). The results are in the order of buckets.
+func (s *Store) MoveBuckets(ctx context.Context, m shardmap.Map, o int, buckets []int, token int64) ([]MoveResult, error) {
+	lists := make([]*redis.StringSliceCmd, len(buckets))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range buckets {
+			lists[i] = p.HKeys(ctx, s.k.prefix[o]+"t:"+strconv.Itoa(b))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("list buckets of shard %d: %w", o, err)
+	}
+	out := make([]MoveResult, len(buckets))
+	type item struct {
+		id string
+		i  int // index into buckets
+	}
+	var foreign []item
+	for i := range buckets {
+		for _, id := range lists[i].Val() {
+			if m.Shard(id) != o {
+				foreign = append(foreign, item{id: id, i: i})
+				out[i].Foreign++
+			}
 		}
 	}
-	r.Foreign = len(foreign)
 	for len(foreign) > 0 {
 		chunk := foreign[:min(len(foreign), maxPerCall)]
 		foreign = foreign[len(chunk):]
+		keys := make([]string, 0, 5+len(chunk))
+		keys = append(keys, s.k.due(o), s.k.done(o), s.k.dead(o), s.k.errs(o), s.k.fence(o))
 		args := make([]any, 0, 1+len(chunk))
 		args = append(args, token)
-		for _, id := range chunk {
-			args = append(args, id)
+		for _, it := range chunk {
+			keys = append(keys, s.k.bucket(o, it.id))
+			args = append(args, it.id)
 		}
-		v, err := s.run(ctx, moveStartScript,
-			[]string{s.k.due(o), s.k.done(o), s.k.dead(o), s.k.errs(o), s.k.fence(o), bkey}, args...)
+		v, err := s.run(ctx, moveStartScript, keys, args...)
 		if err != nil {
-			return r, fmt.Errorf("move out of shard %d: %w", o, err)
+			return out, fmt.Errorf("move out of shard %d: %w", o, err)
 		}
 		a, _ := v.([]any)
 		if len(a) >= 1 {
 			if c, _ := a[0].(int64); c == -1 {
-				return r, fmt.Errorf("move out of shard %d: %w", o, ErrFenced)
+				return out, fmt.Errorf("move out of shard %d: %w", o, ErrFenced)
 			}
 		}
 		if len(a) != 3*len(chunk) {
-			return r, fmt.Errorf("move out of shard %d: unexpected reply %v", o, v)
+			return out, fmt.Errorf("move out of shard %d: unexpected reply %v", o, v)
 		}
 		byDest := map[int][]movingTask{}
-		for i, id := range chunk {
-			code, _ := a[3*i].(int64)
+		var started []item
+		for j, it := range chunk {
+			code, _ := a[3*j].(int64)
 			switch code {
 			case 1:
-				mv, _ := a[3*i+1].(string)
-				e, _ := a[3*i+2].(string)
-				n := m.Shard(id)
-				byDest[n] = append(byDest[n], movingTask{id: id, value: mv, err: e})
+				mv, _ := a[3*j+1].(string)
+				e, _ := a[3*j+2].(string)
+				n := m.Shard(it.id)
+				byDest[n] = append(byDest[n], movingTask{id: it.id, value: mv, err: e})
+				started = append(started, it)
 			case 3:
-				r.InFlight++
+				out[it.i].InFlight++
 			}
 		}
-		for n, ts := range byDest {
-			if err := s.finishMove(ctx, o, n, ts); err != nil {
-				return r, err
-			}
-			r.Moved += len(ts)
+		if err := s.finishMoves(ctx, o, byDest); err != nil {
+			return out, err
+		}
+		for _, it := range started {
+			out[it.i].Moved++
 		}
 	}
-	return r, nil
+	return out, nil
 }
 
 // SetGrowProgress records a mover's count of tasks still to move out of

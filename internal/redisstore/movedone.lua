@@ -1,16 +1,17 @@
 -- movedone: the last step of a move, on the old shard: the moving record
 -- is deleted, only if it is still exactly the one moved in (compare and
 -- delete, so repeating it is harmless), and the shard's moved counter rises.
--- KEYS[1] bucket hash, KEYS[2] err hash, KEYS[3] progress hash
+-- KEYS[1] err hash, KEYS[2] progress hash, KEYS[2+i] bucket hash of task i
 -- ARGV pairs: id, moving value
 -- Returns how many were deleted.
 local n = 0
 for i = 1, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+  local bkey = KEYS[2 + (i + 1) / 2]
+  if redis.call('HGET', bkey, ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', bkey, ARGV[i])
     redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('HDEL', KEYS[2], ARGV[i])
     n = n + 1
   end
 end
-if n > 0 then redis.call('HINCRBY', KEYS[3], 'moved', n) end
+if n > 0 then redis.call('HINCRBY', KEYS[2], 'moved', n) end
 return n

@@ -3,8 +3,8 @@
 -- by an earlier try, by another process finishing the move, or changed
 -- here since) is left as it is. Not fenced: the old shard's moving record
 -- is the only source, and movedone deletes it only after this step.
--- KEYS[1] due, KEYS[2] done, KEYS[3] dead, KEYS[4] err hash, KEYS[5] bucket
--- (every id is in this bucket)
+-- KEYS[1] due, KEYS[2] done, KEYS[3] dead, KEYS[4] err hash, KEYS[4+i]
+-- bucket hash of task i
 -- ARGV[1] wake channel, ARGV[2] shard, then per task: id, moving value,
 -- last error ('' for none)
 -- Returns per task 1 moved in, 2 already here.
@@ -13,14 +13,15 @@ local min_new = nil
 local out = {}
 for i = 3, #ARGV, 3 do
   local id, mv, err = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if redis.call('HSETNX', KEYS[5], id, string.sub(mv, 9)) == 0 then
+  local bkey = KEYS[4 + i / 3]
+  if redis.call('HSETNX', bkey, id, string.sub(mv, 9)) == 0 then
     out[#out + 1] = 2
   else
     local kind = string.sub(mv, 2, 2)
     local score = struct.unpack('>I6', mv, 3)
     if kind == 'q' then
       local due = struct.unpack('>I6', mv, 9 + 7)
-      redis.call('ZADD', KEYS[1], due_score(due, KEYS[5]), id)
+      redis.call('ZADD', KEYS[1], due_score(due, bkey), id)
       if min_new == nil or due < min_new then min_new = due end
     elseif kind == 'o' then
       redis.call('ZADD', KEYS[2], score, id)

@@ -5,8 +5,8 @@
 -- answers "moved". A task in flight (taken, not finished) is left alone:
 -- its worker finishes it here; it moves once finished or retried.
 -- KEYS[1] due, KEYS[2] done, KEYS[3] dead, KEYS[4] err hash, KEYS[5] fence,
--- KEYS[6] bucket hash (every id is in this bucket)
--- ARGV[1] token, ARGV[2..] ids
+-- KEYS[5+i] bucket hash of task i
+-- ARGV[1] token, ARGV[1+i] id of task i
 -- Returns {-1, stored token} when fenced, else per id {code, moving value
 -- or false, last error or false}: 1 moving (now or already), 0 gone,
 -- 3 in flight.
@@ -14,8 +14,8 @@ local stale = fence(KEYS[5], tonumber(ARGV[1]))
 if stale then return {-1, stale} end
 local out = {}
 for i = 2, #ARGV do
-  local id = ARGV[i]
-  local v = redis.call('HGET', KEYS[6], id)
+  local id, bkey = ARGV[i], KEYS[4 + i]
+  local v = redis.call('HGET', bkey, id)
   local code, mv = 0, false
   if v and is_moving(v) then
     code, mv = 1, v
@@ -46,7 +46,7 @@ for i = 2, #ARGV do
     else
       code = 1
       mv = 'M' .. kind .. struct.pack('>I6', math.floor(tonumber(score or '0'))) .. v
-      redis.call('HSET', KEYS[6], id, mv)
+      redis.call('HSET', bkey, id, mv)
     end
   end
   out[#out + 1] = code
