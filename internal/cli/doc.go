@@ -1,5 +1,5 @@
 // Package cli implements dq, delayq's command-line tool: the daemon API
-// from a terminal (schedule, get, reschedule, cancel, stats, dead, limits,
+// from a terminal (schedule, get, reschedule, cancel, stats, dead, limits, shards,
 // import), a health probe for container healthchecks (dq health), the
 // infrastructure a container deployment without registry images needs
 // (dq dev etcd, dq dev kafka), and the whole system in one process for

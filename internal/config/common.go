@@ -28,7 +28,7 @@ func (c *Common) BindCommon(b *Binder, httpDefault string) {
 	b.String(&c.Namespace, "namespace", "DQ_NAMESPACE", "dq", "namespace: key prefix in Redis and etcd")
 	b.List(&c.RedisAddrs, "redis-addrs", "DQ_REDIS_ADDRS", "127.0.0.1:6379", "Redis address; more than one means Redis Cluster")
 	b.Secret(&c.RedisPassword, "redis-password", "DQ_REDIS_PASSWORD", "", "Redis password")
-	b.Int(&c.Shards, "shards", "DQ_SHARDS", 16, "number of shards (fixed per namespace)")
+	b.Int(&c.Shards, "shards", "DQ_SHARDS", 16, "shard count of a new namespace (an existing namespace keeps its own map; grow it with dq shards grow)")
 	b.String(&c.HTTPAddr, "http-addr", "DQ_HTTP_ADDR", httpDefault, "HTTP listen address")
 	b.String(&c.LogLevel, "log-level", "DQ_LOG_LEVEL", "info", "log level: debug, info, warn, error")
 	b.String(&c.LogFormat, "log-format", "DQ_LOG_FORMAT", "json", "log format: json or text")

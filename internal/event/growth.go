@@ -38,11 +38,11 @@ type growth struct {
 func newGrowth(a *App) *growth {
 	g := &growth{a: a, changed: make(chan struct{})}
 	g.moved = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "dq_event_tasks_moved_total",
+		Name: "delayq_event_tasks_moved_total",
 		Help: "Tasks this process moved to their new shard while the shard map grew.",
 	})
 	g.passes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "dq_event_move_passes_total",
+		Name: "delayq_event_move_passes_total",
 		Help: "Passes over an old shard's buckets while the shard map grew.",
 	})
 	a.reg.MustRegister(g.moved, g.passes)
@@ -147,6 +147,14 @@ func (g *growth) moveShard(ctx context.Context, l leader.Lead, m shardmap.Map) e
 	// No process routing by the previous map may write here any more
 	// (usually stamped already by whoever grew the map).
 	if err := st.StampShards(ctx, m, []int{o}); err != nil {
+		return err
+	}
+	// progress starts from an estimate, before the first move counts
+	est, err := st.EstimateForeign(ctx, m, o)
+	if err != nil {
+		return err
+	}
+	if err := st.SetGrowProgress(ctx, m, o, est); err != nil {
 		return err
 	}
 	start := time.Now()

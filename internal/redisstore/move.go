@@ -258,3 +258,20 @@ if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
 end
 redis.call('HSET', KEYS[1], 'remaining', ARGV[2])
 return 1`)
+
+// EstimateForeign estimates how many records of old shard o belong to
+// other shards under m: its waiting, finished and dead tasks times the
+// share that moves, (Count - Previous) / Count. A mover records it before
+// its first move, so that progress starts from a sensible figure.
+func (s *Store) EstimateForeign(ctx context.Context, m shardmap.Map, o int) (int64, error) {
+	var due, done, dead *redis.IntCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		due, done, dead = p.ZCard(ctx, s.k.due(o)), p.ZCard(ctx, s.k.done(o)), p.ZCard(ctx, s.k.dead(o))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count shard %d: %w", o, err)
+	}
+	n := due.Val() + done.Val() + dead.Val()
+	return n * int64(m.Count-m.Previous) / int64(m.Count), nil
+}
