@@ -88,13 +88,16 @@ func TestLiveLimitsRenewSlotsOfLongHandlers(t *testing.T) {
 	}
 }
 
-// Run with live limits returns its start error (here a shard count that
-// does not match the namespace's) instead of waiting on the rules watch.
+// Run with live limits returns its start error (here a namespace written
+// with another bucket layout) instead of waiting on the rules watch.
 func TestLiveLimitsRunReturnsStartError(t *testing.T) {
 	e := newEnv(t)
 	cli := testenv.StartEtcd(t).Client(t)
 	cfg, reg := e.config(t, "w1")
-	cfg.Shards = shards * 2
+	// a namespace written with another bucket layout: the store refuses it
+	if err := e.RDB.HSet(t.Context(), "dq:{"+e.NS+"}:meta", "buckets", "512").Err(); err != nil {
+		t.Fatal(err)
+	}
 	live, err := worker.NewLiveLimits(cli, e.RDB, worker.LiveLimitsOptions{Namespace: e.NS, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +112,7 @@ func TestLiveLimitsRunReturnsStartError(t *testing.T) {
 	select {
 	case err := <-done:
 		if err == nil {
-			t.Fatal("Run started with a mismatched shard count")
+			t.Fatal("Run started on a namespace with another bucket layout")
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return its start error")

@@ -270,16 +270,21 @@ func TestStartWithoutRedis(t *testing.T) {
 	}
 }
 
-// TestShardMismatchIsFatal: a daemon configured with another shard count
-// than the namespace's refuses to start, saying why.
-func TestShardMismatchIsFatal(t *testing.T) {
+// TestOtherShardCountFollowsNamespace: a daemon configured with another
+// shard count than the namespace's starts and routes by the namespace's
+// map (DQ_SHARDS only sets a new namespace's count).
+func TestOtherShardCountFollowsNamespace(t *testing.T) {
 	r := startRedis(t)
 	cfg := testConfig(t, r.Addr)
 	openStore(t, r.Client(t), cfg) // records 16 shards
 	cfg.Shards = 8
-	_, err := New(t.Context(), cfg, nil)
-	if err == nil || !strings.Contains(err.Error(), "shard") || !errorsIs(err, redisstore.ErrShardMismatch) {
-		t.Fatalf("New: %v", err)
+	app := startApp(t, cfg)
+	if rp := app.do("GET", "/v1/stats", ""); rp.Status != 200 || !strings.Contains(string(rp.Raw), `"shard_count":16`) {
+		t.Fatalf("stats: %d %s", rp.Status, rp.Raw)
+	}
+	rp := app.do("POST", "/v1/tasks", `{"id":"follow-1","type":"x"}`)
+	if rp.Status != 201 || !strings.Contains(string(rp.Raw), fmt.Sprintf(`"shard":%d`, redisstore.ShardOf("follow-1", 16))) {
+		t.Fatalf("schedule: %d %s", rp.Status, rp.Raw)
 	}
 }
 

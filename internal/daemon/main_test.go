@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -216,8 +215,6 @@ func startRedis(t testing.TB) *testenv.Redis {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
-func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 // quietReply is a reply or the transport error (for goroutines, which
 // must not call Fatal).

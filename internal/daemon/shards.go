@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/delayq/delayq/internal/daemon/wire"
@@ -116,7 +115,7 @@ func (a *App) shardsError(err error) *wire.Error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return wire.Unavailable("etcd did not answer in time")
 	}
-	return a.internalError("shard map", fmt.Errorf("%w", err))
+	return a.internalError("shard map", err)
 }
 
 func shardsBody(m shardmap.Map, pr redisstore.Progress) wire.Shards {

@@ -158,7 +158,7 @@ func growSuite(t *testing.T, rdb redis.UniversalClient) {
 			for i := 2; i < n; i += 10 {
 				r, err := peer.Schedule(ctx, []Submit{subs[i]})
 				if err != nil || (r[0].Outcome != Unchanged) {
-					errs <- fmt.Errorf("re-submit %s: %+v %v", ids[i], r[0], err)
+					errs <- fmt.Errorf("re-submit %s: %+v: %w", ids[i], r[0], err)
 				}
 			}
 		})
@@ -169,7 +169,7 @@ func growSuite(t *testing.T, rdb redis.UniversalClient) {
 				id := fmt.Sprintf("new-%d", i)
 				r, err := st.Schedule(ctx, []Submit{{Task: mk(id, now.Add(time.Hour))}})
 				if err != nil || r[0].Outcome != Created || r[0].Shard != m.Shard(id) {
-					errs <- fmt.Errorf("new %s: %+v %v (want shard %d)", id, r[0], err, m.Shard(id))
+					errs <- fmt.Errorf("new %s: %+v (want shard %d): %w", id, r[0], m.Shard(id), err)
 				}
 			}
 		})
@@ -218,7 +218,7 @@ func growSuite(t *testing.T, rdb redis.UniversalClient) {
 		}
 		var wantWaiting int64 = 200 // the new ones
 		for i := range n {
-			if !(i%100 == 99 || (i < n-100 && i%10 == 0)) {
+			if i%100 != 99 && (i >= n-100 || i%10 != 0) {
 				wantWaiting++
 			}
 		}
