@@ -40,7 +40,7 @@ import (
 //     (shardmap.Etcd.Grow, then Store.PublishMap and Store.StampShards of
 //     the old shards), the stream still running; time to stable is from
 //     the Grow call until etcd holds the settled map (polled every 20ms);
-//     moved/s = the tasks the movers moved (dq_event_tasks_moved_total of
+//     moved/s = the tasks the movers moved (delayq_event_tasks_moved_total of
 //     both processes) / time to stable; the lag of the stream's tasks due
 //     between the Grow call and stable.
 //
