@@ -16,8 +16,8 @@ import (
 // The elastic-shards scenarios (issue #17): a namespace of 16 shards and 2
 // event processes grows to 64 shards through PUT /v1/shards while tasks
 // fall due, while every 10th task is cancelled and every 10th+1 moved 5 s
-// later, and (in the second) while the event process that leads old
-// shards is killed with SIGKILL halfway through the move.
+// later, and (in the second, process tier only) while an event process
+// that leads old shards is killed with SIGKILL halfway through the move.
 
 // growTasks is how many tasks fall due over the scenario's 20 s; the
 // container tier runs a fifth of them (the Docker engine shares the box).
