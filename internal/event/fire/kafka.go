@@ -191,7 +191,26 @@ func (k *Kafka) write(ctx context.Context, msgs []kafka.Message, errs []error) {
 	if len(big) > 1 {
 		k.soloMu.Lock()
 		defer k.soloMu.Unlock()
-		k.isolate(ctx, msgs, big, errs)
+		alone := map[int]bool{}
+		k.isolate(ctx, msgs, big, errs, alone)
+		notIsolated(errs, big, alone)
+	}
+}
+
+// errNotIsolated replaces a "too large" refusal of a record that was never
+// refused on its own: the broker refused its partition batch because of
+// another record, and isolate ran out of time before trying it alone. It
+// is transient (fired again), never poison: a healthy task must not be
+// made dead for sharing a batch with an oversized one.
+var errNotIsolated = errors.New("refused in a partition batch with an oversized record, not yet written alone")
+
+// notIsolated turns the too-large errors of the records in big that were
+// not refused alone into errNotIsolated.
+func notIsolated(errs []error, big []int, alone map[int]bool) {
+	for _, i := range big {
+		if errs[i] != nil && brokerTooLarge(errs[i]) && !alone[i] {
+			errs[i] = fmt.Errorf("%w (%v)", errNotIsolated, errs[i]) //nolint:errorlint // the broker's code must not match: this record was not refused on its own
+		}
 	}
 }
 
@@ -253,7 +272,7 @@ func (k *Kafka) writeWith(ctx context.Context, w *kafka.Writer, msgs []kafka.Mes
 // merely shared a batch with an oversized one is written, and only a
 // record refused on its own keeps the error: O(log n) round trips per
 // oversized record. The caller holds soloMu.
-func (k *Kafka) isolate(ctx context.Context, msgs []kafka.Message, idx []int, errs []error) {
+func (k *Kafka) isolate(ctx context.Context, msgs []kafka.Message, idx []int, errs []error, alone map[int]bool) {
 	perrs := make([]error, len(idx))
 	k.writeWith(ctx, k.solo, pick(msgs, idx), perrs, false)
 	var again []int
@@ -263,12 +282,21 @@ func (k *Kafka) isolate(ctx context.Context, msgs []kafka.Message, idx []int, er
 			again = append(again, i)
 		}
 	}
-	if len(again) <= 1 || ctx.Err() != nil {
+	if len(idx) == 1 && len(again) == 1 {
+		alone[idx[0]] = true // refused on its own: truly too large
 		return
 	}
-	h := len(again) / 2
-	k.isolate(ctx, msgs, again[:h], errs)
-	k.isolate(ctx, msgs, again[h:], errs)
+	if len(again) == 0 || ctx.Err() != nil {
+		return // what was not refused alone is made transient by notIsolated
+	}
+	h := max(len(again)/2, 1)
+	if len(again) == 1 {
+		// the only one refused again, but in a group: try it alone
+		k.isolate(ctx, msgs, again, errs, alone)
+		return
+	}
+	k.isolate(ctx, msgs, again[:h], errs, alone)
+	k.isolate(ctx, msgs, again[h:], errs, alone)
 }
 
 // pick returns the messages at idx, in that order.
