@@ -29,6 +29,7 @@ import (
 // from bucket 0 (moves are idempotent; finished buckets cost one HKEYS).
 type growth struct {
 	a       *App
+	me      shardmap.Etcd // the namespace's map in etcd
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced at every map change
 	moved   prometheus.Counter
@@ -36,7 +37,7 @@ type growth struct {
 }
 
 func newGrowth(a *App) *growth {
-	g := &growth{a: a, changed: make(chan struct{})}
+	g := &growth{a: a, changed: make(chan struct{}), me: shardmap.Etcd{Client: a.etcd, Namespace: a.cfg.Namespace}}
 	g.moved = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "delayq_event_tasks_moved_total",
 		Help: "Tasks this process moved to their new shard while the shard map grew.",
@@ -65,10 +66,9 @@ func (g *growth) notify() {
 
 // follow applies every map etcd holds until ctx ends.
 func (g *growth) follow(ctx context.Context) {
-	me := shardmap.Etcd{Client: g.a.etcd, Namespace: g.a.cfg.Namespace}
 	back := retry.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
-		m, err := me.Ensure(ctx, g.a.store.Map())
+		m, err := g.me.Ensure(ctx, g.a.store.Map())
 		if err == nil {
 			g.apply(ctx, m)
 			break
@@ -78,7 +78,7 @@ func (g *growth) follow(ctx context.Context) {
 			return
 		}
 	}
-	me.Watch(ctx, func(m shardmap.Map) { g.apply(ctx, m) },
+	g.me.Watch(ctx, func(m shardmap.Map) { g.apply(ctx, m) },
 		func(err error) { g.a.log.Warn("watch shard map", "err", err) })
 }
 
@@ -221,7 +221,7 @@ func (g *growth) moveShard(ctx context.Context, l leader.Lead, m shardmap.Map) e
 	if err := st.SetGrowProgress(ctx, m, o, 0); err != nil {
 		return err
 	}
-	settled, err := shardmap.Etcd{Client: g.a.etcd, Namespace: g.a.cfg.Namespace}.MarkDone(ctx, m, o)
+	settled, err := g.me.MarkDone(ctx, m, o)
 	if err != nil {
 		return err
 	}

@@ -107,9 +107,7 @@ func (s *Store) Schedule(ctx context.Context, subs []Submit) ([]Result, error) {
 			}
 			if nm, isStale := asStaleMap(err); isStale {
 				stale = true
-				if !s.SetMap(nm) {
-					_ = s.ReloadMap(ctx)
-				}
+				_ = s.adoptStale(ctx, nm) // a failed reload leaves the map; the next round is refused again or errs
 				next = append(next, c.idx...)
 				continue
 			}

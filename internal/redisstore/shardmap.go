@@ -198,12 +198,19 @@ func (s *Store) routed(ctx context.Context, op func(m shardmap.Map) error) error
 		if !stale || attempt == 4 {
 			return err
 		}
-		if !s.SetMap(nm) {
-			if rerr := s.ReloadMap(ctx); rerr != nil {
-				return rerr
-			}
+		if rerr := s.adoptStale(ctx, nm); rerr != nil {
+			return rerr
 		}
 	}
+}
+
+// adoptStale moves the store to the map a DQSTALEMAP refusal named, or,
+// when the refusal named none the store can take, to the mirror's.
+func (s *Store) adoptStale(ctx context.Context, nm shardmap.Map) error {
+	if s.SetMap(nm) {
+		return nil
+	}
+	return s.ReloadMap(ctx)
 }
 
 // Progress is one growth's figures, summed over the old shards.
