@@ -45,10 +45,17 @@ func growScenario(t *testing.T, p Provisioner, kill bool) {
 	ctx := t.Context()
 	kl := watchKafka(t, c.Brokers(), "dq.tasks")
 
-	// n tasks due over 20 s from 5 s on, plus a backlog due in an hour so
-	// that the move has work while tasks fall due
+	// a backlog due in an hour, so that the move has work while tasks fall
+	// due, then n tasks due over 20 s from 10 s on: the first due time is
+	// set after the backlog is in, and leaves the 20 batches of the due
+	// tasks time to go in under CI load, so that the growth (2 s after the
+	// first due time) meets most of them still waiting
 	n := growTasks(p)
-	start := time.Now().Add(5 * time.Second)
+	backlog := spread("grow-later", "it.grow", n, time.Now().Add(time.Hour), time.Millisecond)
+	for i := 0; i < n; i += 1000 {
+		scheduleBatch(t, api, backlog[i:min(i+1000, n)])
+	}
+	start := time.Now().Add(10 * time.Second)
 	step := 20 * time.Second / time.Duration(n)
 	tasks := spread("grow", "it.grow", n, start, step)
 	want := map[string]expected{}
@@ -56,10 +63,6 @@ func growScenario(t *testing.T, p Provisioner, kill bool) {
 		for id, e := range scheduleBatch(t, api, tasks[i:min(i+1000, n)]) {
 			want[id] = e
 		}
-	}
-	backlog := spread("grow-later", "it.grow", n, time.Now().Add(time.Hour), time.Millisecond)
-	for i := 0; i < n; i += 1000 {
-		scheduleBatch(t, api, backlog[i:min(i+1000, n)])
 	}
 	if m, err := api.Shards(ctx); err != nil || m.Count != 16 || m.State != "stable" {
 		t.Fatalf("shard map before: %+v, %v", m, err)
