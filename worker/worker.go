@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
@@ -48,14 +50,16 @@ type HandlerFunc func(ctx context.Context, t *Task) error
 
 // Config configures a Worker. Only Brokers and Redis are required.
 type Config struct {
-	Brokers        []string      // Kafka bootstrap addresses
-	Group          string        // consumer group; default "delayq-work"
-	Topics         []string      // topics to consume; default ["dq.tasks"]
-	DeadTopic      string        // dead letters; default "dq.dead" (a notification: see DeadLetterQueue)
-	Concurrency    int           // handlers running at once; default 16
-	DefaultTimeout time.Duration // for tasks without their own timeout; default 30s
-	Backoff        Backoff       // delays between attempts; defaults 1s..10m, ×2, jitter 0.5
-	MaxPayload     int           // larger records are dead-lettered; default 1 MiB; negative: no limit
+	Brokers        []string       // Kafka bootstrap addresses
+	KafkaTLS       *tls.Config    // TLS to the brokers; nil: plain TCP
+	KafkaSASL      sasl.Mechanism // SASL (kafka-go's sasl/plain, sasl/scram); nil: none
+	Group          string         // consumer group; default "delayq-work"
+	Topics         []string       // topics to consume; default ["dq.tasks"]
+	DeadTopic      string         // dead letters; default "dq.dead" (a notification: see DeadLetterQueue)
+	Concurrency    int            // handlers running at once; default 16
+	DefaultTimeout time.Duration  // for tasks without their own timeout; default 30s
+	Backoff        Backoff        // delays between attempts; defaults 1s..10m, ×2, jitter 0.5
+	MaxPayload     int            // larger records are dead-lettered; default 1 MiB; negative: no limit
 
 	// Redis is delayq's task store; the worker claims and reads task
 	// records and stores outcomes there, in batched pipelines. Namespace,
@@ -210,6 +214,13 @@ func (c *Config) readerConfig() kafka.ReaderConfig {
 		JoinGroupBackoff:      time.Second,
 		WatchPartitionChanges: true,
 		StartOffset:           kafka.FirstOffset,
+		Dialer: &kafka.Dialer{
+			ClientID:      "delayq-work",
+			Timeout:       10 * time.Second,
+			DualStack:     true,
+			TLS:           c.KafkaTLS,
+			SASLMechanism: c.KafkaSASL,
+		},
 		Logger: kafka.LoggerFunc(func(msg string, args ...any) {
 			log.Debug(fmt.Sprintf(msg, args...))
 		}),
@@ -223,7 +234,7 @@ func (c *Config) readerConfig() kafka.ReaderConfig {
 // (kafka-go's default one is process-global and keeps idle connections).
 func (c *Config) deadWriter() *ownWriter {
 	log := c.Logger.With("component", "kafka-writer")
-	tr := &kafka.Transport{}
+	tr := &kafka.Transport{ClientID: "delayq-work", TLS: c.KafkaTLS, SASL: c.KafkaSASL}
 	return &ownWriter{tr: tr, Writer: &kafka.Writer{
 		Transport:              tr,
 		Addr:                   kafka.TCP(c.Brokers...),

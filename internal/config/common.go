@@ -1,8 +1,12 @@
 package config
 
 import (
+	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -14,7 +18,12 @@ import (
 type Common struct {
 	Namespace     string
 	RedisAddrs    []string
+	RedisUsername string
 	RedisPassword string
+	RedisTLS      TLSFiles
+	// HTTPTLS, when set, serves the binary's HTTP port (the daemon's API,
+	// every binary's /healthz, /readyz, /metrics) over HTTPS.
+	HTTPTLS       ServerFiles
 	Shards        int
 	HTTPAddr      string
 	LogLevel      string
@@ -27,7 +36,10 @@ type Common struct {
 func (c *Common) BindCommon(b *Binder, httpDefault string) {
 	b.String(&c.Namespace, "namespace", "DQ_NAMESPACE", "dq", "namespace: key prefix in Redis and etcd")
 	b.List(&c.RedisAddrs, "redis-addrs", "DQ_REDIS_ADDRS", "127.0.0.1:6379", "Redis address; more than one means Redis Cluster")
-	b.Secret(&c.RedisPassword, "redis-password", "DQ_REDIS_PASSWORD", "", "Redis password")
+	b.String(&c.RedisUsername, "redis-username", "DQ_REDIS_USERNAME", "", "Redis ACL user (empty: the default user)")
+	b.Secret(&c.RedisPassword, "redis-password", "DQ_REDIS_PASSWORD", "", "Redis password (of the ACL user, or requirepass)")
+	b.TLS(&c.RedisTLS, "redis", "DQ_REDIS", "Redis", true, true)
+	b.ServerTLS(&c.HTTPTLS, "http", "DQ_HTTP", "the HTTP port")
 	b.Int(&c.Shards, "shards", "DQ_SHARDS", 16, "shard count of a new namespace (an existing namespace keeps its own map; grow it with dq shards grow)")
 	b.String(&c.HTTPAddr, "http-addr", "DQ_HTTP_ADDR", httpDefault, "HTTP listen address")
 	b.String(&c.LogLevel, "log-level", "DQ_LOG_LEVEL", "info", "log level: debug, info, warn, error")
@@ -56,6 +68,17 @@ func (c *Common) Validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return fmt.Errorf("log-format %q: json or text", c.LogFormat)
 	}
+	if c.RedisUsername != "" && c.RedisPassword == "" {
+		return errors.New("DQ_REDIS_USERNAME: set with DQ_REDIS_PASSWORD (an ACL user logs in with a password)")
+	}
+	if _, err := c.RedisTLS.Client(); err != nil {
+		return err
+	}
+	if c.HTTPTLS.On() {
+		if _, err := c.HTTPTLS.Load(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -78,11 +101,19 @@ func (c *Common) Logger(binary string) *slog.Logger {
 	return slog.New(h).With("binary", binary)
 }
 
-// RedisClient is a standalone client for one address, a cluster client for several.
-func (c *Common) RedisClient() redis.UniversalClient {
+// RedisClient is a standalone client for one address, a cluster client
+// for several, with the ACL user, password and TLS of the settings. An
+// error names the setting at fault (a TLS file).
+func (c *Common) RedisClient() (redis.UniversalClient, error) {
+	tlsc, err := c.RedisTLS.Client()
+	if err != nil {
+		return nil, err
+	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:         c.RedisAddrs,
+		Username:      c.RedisUsername,
 		Password:      c.RedisPassword,
+		Dialer:        redisDialer(2*time.Second, tlsc),
 		IsClusterMode: len(c.RedisAddrs) > 1,
 		DialTimeout:   2 * time.Second,
 		ReadTimeout:   3 * time.Second,
@@ -92,5 +123,56 @@ func (c *Common) RedisClient() redis.UniversalClient {
 		// caller's per-operation timeout really bounds the operation
 		ContextTimeoutEnabled: true,
 		DialerRetries:         1,
-	})
+	}), nil
 }
+
+// redisDialer dials a Redis node, over TLS when tlsc is set, and names the
+// node in its errors: a TLS failure ("x509: certificate signed by unknown
+// authority") says nothing of where it happened, and with Redis Cluster
+// there are many nodes.
+func redisDialer(timeout time.Duration, tlsc *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var (
+			conn net.Conn
+			err  error
+		)
+		if tlsc == nil {
+			conn, err = nd.DialContext(ctx, network, addr)
+		} else {
+			td := &tls.Dialer{NetDialer: nd, Config: tlsc}
+			conn, err = td.DialContext(ctx, network, addr)
+		}
+		if err != nil {
+			return nil, &DialError{Service: "redis", Addr: addr, Err: err}
+		}
+		return conn, nil
+	}
+}
+
+// DialError is a failed connection to a dependency, naming it and the
+// address: "tls: ... x509: certificate signed by unknown authority
+// talking to redis at 127.0.0.1:6380".
+type DialError struct {
+	Service, Addr string
+	Err           error
+}
+
+func (e *DialError) Error() string {
+	return e.Err.Error() + " talking to " + e.Service + " at " + e.Addr
+}
+
+func (e *DialError) Unwrap() error { return e.Err }
+
+// Timeout is the dial's own answer; a DialError is a net.Error so that
+// every "is it the network?" check (redisstore.IsUnavailable) takes a
+// failed TLS handshake for what it is: the dependency cannot be reached,
+// nothing about the data.
+func (e *DialError) Timeout() bool {
+	var ne net.Error
+	return errors.As(e.Err, &ne) && ne.Timeout()
+}
+
+// Temporary is true: a connection that failed may succeed once the
+// dependency or the setting is fixed.
+func (e *DialError) Temporary() bool { return true }

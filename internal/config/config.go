@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -39,7 +40,8 @@ func (b *Binder) String(p *string, name, env, def, usage string) {
 	b.fs.StringVar(p, name, def, b.note(name, env, usage))
 }
 
-// Secret binds a string setting that is redacted when logged.
+// Secret binds a string setting that is redacted when logged and may be
+// read from the file <env>_FILE names instead (Docker secrets).
 func (b *Binder) Secret(p *string, name, env, def, usage string) {
 	b.String(p, name, env, def, usage)
 	b.secret[name] = true
@@ -117,13 +119,47 @@ func (b *Binder) Parse(args []string, getenv func(string) string, usage io.Write
 		if given[name] {
 			continue
 		}
-		if v := getenv(env); v != "" {
+		v := getenv(env)
+		if b.secret[name] {
+			fv, err := secretFile(env, v, getenv(env+"_FILE"))
+			if err != nil {
+				return err
+			}
+			if fv != "" {
+				v = fv
+			}
+		}
+		if v != "" {
 			if err := b.fs.Set(name, v); err != nil {
+				if b.secret[name] {
+					return fmt.Errorf("%s: %w", env, err)
+				}
 				return fmt.Errorf("%s=%q: %w", env, v, err)
 			}
 		}
 	}
 	return nil
+}
+
+// secretFile reads a secret from the file <env>_FILE names (the Docker
+// secrets convention), without its trailing line break. Setting both the
+// variable and its _FILE is an error: one of them would be ignored.
+func secretFile(env, direct, file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	if direct != "" {
+		return "", fmt.Errorf("%s and %s_FILE: set one of them", env, env)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s_FILE: %w", env, err)
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("%s_FILE %s: the file is empty", env, file)
+	}
+	return s, nil
 }
 
 // Usage writes every setting with its environment variable and default.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -9,12 +10,48 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 )
 
+// Etcd are the etcd connection settings of a binary: endpoints, TLS
+// (a CA turns it on; a certificate and key add client certificate
+// authentication) and an etcd user.
+type Etcd struct {
+	EtcdEndpoints []string
+	EtcdTLS       TLSFiles
+	EtcdUsername  string
+	EtcdPassword  string
+}
+
+// BindEtcd registers the etcd settings; usage says what the binary keeps
+// there.
+func (e *Etcd) BindEtcd(b *Binder, usage string) {
+	b.List(&e.EtcdEndpoints, "etcd-endpoints", "DQ_ETCD_ENDPOINTS", "127.0.0.1:2379", usage)
+	b.TLS(&e.EtcdTLS, "etcd", "DQ_ETCD", "etcd", false, false)
+	b.String(&e.EtcdUsername, "etcd-username", "DQ_ETCD_USERNAME", "", "etcd user (auth enabled; empty: none, or the client certificate's name)")
+	b.Secret(&e.EtcdPassword, "etcd-password", "DQ_ETCD_PASSWORD", "", "etcd user's password")
+}
+
+// ValidateEtcd loads the TLS files and checks the user settings; every
+// error names the variable.
+func (e Etcd) ValidateEtcd() error {
+	if (e.EtcdUsername == "") != (e.EtcdPassword == "") {
+		return errors.New("DQ_ETCD_USERNAME and DQ_ETCD_PASSWORD: set both or neither")
+	}
+	_, err := e.EtcdTLS.Client()
+	return err
+}
+
 // EtcdClient is the etcd client of every binary (the event process'
-// leadership, the daemon's and the worker's rate-limit rules), built with
-// the same settings everywhere. It connects lazily: etcd need not be up
-// yet, and requests wait for it. The caller closes it.
-func EtcdClient(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(etcdConfig(endpoints))
+// leadership, the daemon's and the worker's rate-limit rules, the shard
+// map), built with the same settings everywhere. It connects lazily: etcd
+// need not be up yet, and requests wait for it. The caller closes it.
+func (e Etcd) EtcdClient() (*clientv3.Client, error) {
+	cfg := etcdConfig(e.EtcdEndpoints)
+	t, err := e.EtcdTLS.Client()
+	if err != nil {
+		return nil, err
+	}
+	cfg.TLS = t
+	cfg.Username, cfg.Password = e.EtcdUsername, e.EtcdPassword
+	return clientv3.New(cfg)
 }
 
 // etcdReconnect is the gRPC reconnect backoff of the etcd client. gRPC's

@@ -60,7 +60,7 @@ func TestEtcdClientRetriesConnectionsFast(t *testing.T) {
 	defer ln.Close()
 
 	start := time.Now()
-	cli, err := EtcdClient([]string{ln.Addr().String()})
+	cli, err := Etcd{EtcdEndpoints: []string{ln.Addr().String()}}.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
 	}

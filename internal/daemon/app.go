@@ -82,7 +82,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			}
 			return 0
 		})
-	a.rdb = cfg.RedisClient()
+	if a.rdb, err = cfg.RedisClient(); err != nil {
+		_ = a.jr.Close()
+		return nil, err
+	}
 	a.keeper = &storeKeeper{app: a}
 	a.comp = &compensator{app: a}
 	a.coalesce = newCoalescer(a)
@@ -175,7 +178,7 @@ func (a *App) openLimits() error {
 		})
 		return nil
 	}
-	cli, err := config.EtcdClient(a.cfg.EtcdEndpoints)
+	cli, err := a.cfg.EtcdClient()
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}

@@ -45,9 +45,9 @@ type Config struct {
 	// RedisTimeout bounds every Redis operation of a request. A write that
 	// times out is journaled (its outcome is unknown; replay is idempotent).
 	RedisTimeout time.Duration
-	// EtcdEndpoints is where rate-limit rules live (/v1/limits). Empty
-	// disables the limits API (it answers 503).
-	EtcdEndpoints []string
+	// Etcd is where rate-limit rules and the shard map live (/v1/limits,
+	// /v1/shards). No endpoints disables both APIs (they answer 503).
+	config.Etcd
 }
 
 // Bind registers every setting on b (flags mirror the DQ_* variables).
@@ -59,7 +59,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.MaxBatch, "max-batch", "DQ_MAX_BATCH", DefaultMaxBatch, "maximum tasks per batch request")
 	b.Size(&c.MaxRecordBytes, "max-record-bytes", "DQ_MAX_RECORD_BYTES", DefaultMaxRecordBytes, "maximum size of a task's Kafka record in bytes, headers included (the topics' max.message.bytes)")
 	b.Duration(&c.RedisTimeout, "redis-timeout", "DQ_REDIS_TIMEOUT", DefaultRedisTimeout, "timeout of one Redis operation")
-	b.List(&c.EtcdEndpoints, "etcd-endpoints", "DQ_ETCD_ENDPOINTS", "127.0.0.1:2379", "etcd endpoints holding the rate-limit rules served by /v1/limits")
+	c.BindEtcd(b, "etcd endpoints holding the rate-limit rules (/v1/limits) and the shard map (/v1/shards)")
 }
 
 // DefaultConfig is the configuration with every default applied, as Run
@@ -75,6 +75,9 @@ func DefaultConfig() Config {
 // Validate checks the configuration and says which setting is wrong.
 func (c *Config) Validate() error {
 	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if err := c.ValidateEtcd(); err != nil {
 		return err
 	}
 	var errs []error

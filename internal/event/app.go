@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/internal/admin"
-	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/event/fire"
 	"github.com/delayq/delayq/internal/event/leader"
 	"github.com/delayq/delayq/internal/kafkatopic"
@@ -74,7 +73,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 	a.fm = fire.NewMetrics(a.reg)
 	lm := leader.NewMetrics(a.reg)
 
-	a.rdb = cfg.RedisClient()
+	var err error
+	if a.rdb, err = cfg.RedisClient(); err != nil {
+		return nil, err
+	}
+	kc, err := cfg.Conn()
+	if err != nil {
+		_ = a.rdb.Close()
+		return nil, err
+	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	store, err := redisstore.New(sctx, a.rdb, redisstore.Options{Namespace: cfg.Namespace, Shards: cfg.Shards, Retention: cfg.Retention})
 	cancel()
@@ -88,7 +95,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 			"configured_shards", cfg.Shards, "state", sm.State)
 	}
 
-	a.etcd, err = config.EtcdClient(cfg.EtcdEndpoints)
+	a.etcd, err = cfg.EtcdClient()
 	if err != nil {
 		_ = a.rdb.Close()
 		return nil, fmt.Errorf("etcd client: %w", err)
@@ -102,6 +109,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		AutoCreate:   cfg.KafkaAutoCreate,
 		Partitions:   cfg.Partitions,
 		Replication:  cfg.Replication,
+		Conn:         kc,
 		Log:          log,
 	})
 	a.topics = kafkatopic.NewTopicCheck(kafkatopic.TopicCheckConfig{
@@ -110,6 +118,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		Create:      cfg.KafkaAutoCreate,
 		Partitions:  cfg.Partitions,
 		Replication: cfg.Replication,
+		Conn:        kc,
 		Log:         log,
 	})
 	a.wakes = fire.NewWakeups(a.rdb, store.WakeChannel(), shardmap.MaxShards, log)

@@ -16,7 +16,8 @@ import (
 // Config is the event binary's configuration.
 type Config struct {
 	config.Common
-	EtcdEndpoints   []string
+	config.Etcd
+	config.Kafka
 	KafkaBrokers    []string
 	DefaultTopic    string
 	DeadTopic       string
@@ -40,8 +41,9 @@ type Config struct {
 // bind registers every setting on b.
 func (c *Config) bind(b *config.Binder) {
 	c.BindCommon(b, ":7071")
-	b.List(&c.EtcdEndpoints, "etcd-endpoints", "DQ_ETCD_ENDPOINTS", "127.0.0.1:2379", "etcd endpoints")
+	c.BindEtcd(b, "etcd endpoints (shard leadership, the shard map)")
 	b.List(&c.KafkaBrokers, "kafka-brokers", "DQ_KAFKA_BROKERS", "127.0.0.1:9092", "Kafka bootstrap brokers")
+	c.BindKafka(b)
 	b.String(&c.DefaultTopic, "default-topic", "DQ_DEFAULT_TOPIC", "dq.tasks", "topic of tasks that name none")
 	b.String(&c.DeadTopic, "dead-topic", "DQ_DEAD_TOPIC", "dq.dead", "topic of records that cannot be fired to their own topic")
 	b.Duration(&c.SessionTTL, "session-ttl", "DQ_SESSION_TTL", 3*time.Second, "etcd session lease TTL (whole seconds): a dead process' shards are taken over after about this long")
@@ -95,6 +97,12 @@ func DefaultProcessID() string {
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if err := c.ValidateEtcd(); err != nil {
+		return err
+	}
+	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}
 	switch {

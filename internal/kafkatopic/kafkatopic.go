@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/config"
 )
 
 // CreateTopics creates topics with the given partitions and replication
@@ -70,7 +72,9 @@ type TopicCheckConfig struct {
 	// Every is the time between checks while a topic is missing (default
 	// 5s); once all exist, checks are 6 times rarer.
 	Every time.Duration
-	Log   *slog.Logger
+	// Conn is TLS and SASL (zero: plain TCP, no SASL).
+	Conn config.Conn
+	Log  *slog.Logger
 }
 
 // TopicCheck checks at start, then now and then, that the topics a
@@ -118,7 +122,7 @@ func (c *TopicCheck) Missing() ([]string, error) {
 // Check checks once (creating missing topics when configured to) and
 // returns the topics still missing.
 func (c *TopicCheck) Check(ctx context.Context) ([]string, error) {
-	tr := &kafka.Transport{DialTimeout: 5 * time.Second, ClientID: "delayq-topics"}
+	tr := c.cfg.Conn.Transport("delayq-topics", 5*time.Second)
 	defer tr.CloseIdleConnections()
 	cl := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: tr, Timeout: 5 * time.Second}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -21,7 +21,10 @@ import (
 // reached with noeviction), BUSY (a long script), NOREPLICAS, LOADING,
 // READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN. None of them says anything
 // about the task, so none may ever make a task poison or bad input; Redis
-// refuses such a command before it changes anything.
+// refuses such a command before it changes anything. So do a failed login
+// and a missing permission (WRONGPASS, NOAUTH, NOPERM: a setting to fix,
+// after which the write is replayed) and a failed TLS handshake (a
+// net.Error from the dialer of config.RedisClient).
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
@@ -72,5 +75,5 @@ func RefusalCode(err error) string {
 // command was refused before it ran, or the cluster is moving.
 var transientPrefixes = []string{
 	"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED", "ASK",
-	"OOM", "BUSY", "NOREPLICAS",
+	"OOM", "BUSY", "NOREPLICAS", "WRONGPASS", "NOAUTH", "NOPERM",
 }

@@ -62,13 +62,20 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rdb := cfg.RedisClient()
+	rdb, err := cfg.RedisClient()
+	if err != nil {
+		return nil, err
+	}
+	kc, err := cfg.Conn()
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
 	reg := admin.NewRegistry()
 	var lim *limits
 	var wl worker.Limiter
 	if len(cfg.EtcdEndpoints) > 0 {
-		var err error
-		if lim, err = newLimits(cfg.EtcdEndpoints, cfg.Namespace, rdb, reg, log); err != nil {
+		if lim, err = newLimits(cfg.Etcd, cfg.Namespace, rdb, reg, log); err != nil {
 			rdb.Close()
 			return nil, err
 		}
@@ -100,6 +107,8 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 		SessionTimeout:    cfg.SessionTimeout,
 		HeartbeatInterval: cfg.Heartbeat,
 		Limiter:           wl,
+		KafkaTLS:          kc.TLS,
+		KafkaSASL:         kc.SASL,
 		Logger:            log,
 		Registerer:        reg,
 	})
@@ -128,6 +137,7 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 		Create:      cfg.AutoCreate,
 		Partitions:  cfg.Partitions,
 		Replication: cfg.Replication,
+		Conn:        kc,
 		Log:         log,
 	})
 	mux := http.NewServeMux()

@@ -18,6 +18,8 @@ import (
 // Config is the work binary's configuration.
 type Config struct {
 	config.Common
+	config.Etcd  // DQ_ETCD_*: rate-limit rules; no endpoints: no limits
+	config.Kafka // DQ_KAFKA_TLS*, DQ_KAFKA_SASL_*
 
 	Brokers        []string      // DQ_KAFKA_BROKERS
 	Group          string        // DQ_GROUP
@@ -35,7 +37,6 @@ type Config struct {
 	ClaimMargin    time.Duration // DQ_CLAIM_MARGIN
 	SessionTimeout time.Duration // DQ_KAFKA_SESSION_TIMEOUT
 	Heartbeat      time.Duration // DQ_KAFKA_HEARTBEAT
-	EtcdEndpoints  []string      // DQ_ETCD_ENDPOINTS: rate-limit rules; none: no limits
 	AutoCreate     bool          // DQ_KAFKA_AUTO_CREATE: create missing topics at start
 	Partitions     int           // DQ_PARTITIONS: of topics AutoCreate creates
 	Replication    int           // DQ_REPLICATION: of topics AutoCreate creates
@@ -73,8 +74,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Duration(&c.ClaimMargin, "claim-margin", "DQ_CLAIM_MARGIN", 10*time.Second, "added to a task's timeout for its execution claim's TTL")
 	b.Duration(&c.SessionTimeout, "kafka-session-timeout", "DQ_KAFKA_SESSION_TIMEOUT", 10*time.Second, "consumer group session timeout")
 	b.Duration(&c.Heartbeat, "kafka-heartbeat", "DQ_KAFKA_HEARTBEAT", time.Second, "consumer group heartbeat interval")
-	b.List(&c.EtcdEndpoints, "etcd-endpoints", "DQ_ETCD_ENDPOINTS", "127.0.0.1:2379",
-		"etcd endpoints holding the per-type rate-limit rules (until etcd answers, no type is limited)")
+	c.BindEtcd(b, "etcd endpoints holding the per-type rate-limit rules (until etcd answers, no type is limited)")
+	c.BindKafka(b)
 	b.Bool(&c.AutoCreate, "kafka-auto-create", "DQ_KAFKA_AUTO_CREATE", false, "create missing topics (DQ_TOPICS and the dead topic) at start with DQ_PARTITIONS and DQ_REPLICATION")
 	b.Int(&c.Partitions, "partitions", "DQ_PARTITIONS", 8, "partitions of topics created by kafka-auto-create")
 	b.Int(&c.Replication, "replication", "DQ_REPLICATION", 1, "replication factor of topics created by kafka-auto-create")
@@ -113,6 +114,12 @@ func (c *Config) Load() error {
 
 // Validate checks the settings (after Load read the file).
 func (c *Config) Validate() error {
+	if err := c.ValidateEtcd(); err != nil {
+		return err
+	}
+	if err := c.Kafka.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case len(c.Brokers) == 0:
 		return errors.New("kafka-brokers: at least one broker")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/kafkatopic"
 )
 
@@ -46,6 +47,8 @@ type KafkaConfig struct {
 	// cluster: a topic created by someone else is seen within it (default
 	// 10s, well under the poison grace).
 	MetadataTTL time.Duration
+	// Conn is TLS and SASL (zero: plain TCP, no SASL).
+	Conn config.Conn
 	// Log receives kafka-go's logs (Debug) and errors (Warn).
 	Log *slog.Logger
 }
@@ -104,12 +107,8 @@ func NewKafka(cfg KafkaConfig) *Kafka {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tr := &kafka.Transport{
-		DialTimeout: 5 * time.Second,
-		IdleTimeout: 30 * time.Second,
-		MetadataTTL: cfg.MetadataTTL,
-		ClientID:    "delayq-event",
-	}
+	tr := cfg.Conn.Transport("delayq-event", 5*time.Second)
+	tr.MetadataTTL = cfg.MetadataTTL
 	w := newWriter(cfg, tr, log)
 	solo := newWriter(cfg, tr, log)
 	return &Kafka{w: w, solo: solo, transport: tr, cfg: cfg, log: log}
@@ -354,7 +353,7 @@ func (k *Kafka) TopicExists(ctx context.Context, topic string) (bool, error) {
 		return s.ok, nil
 	}
 	k.existsMu.Unlock()
-	tr := &kafka.Transport{DialTimeout: 5 * time.Second, ClientID: "delayq-event"}
+	tr := k.cfg.Conn.Transport("delayq-event", 5*time.Second)
 	defer tr.CloseIdleConnections()
 	cl := &kafka.Client{Addr: k.w.Addr, Transport: tr, Timeout: k.cfg.WriteTimeout}
 	missing, err := kafkatopic.MissingTopics(ctx, cl, []string{topic})
