@@ -19,5 +19,12 @@
 //     (github.com/twmb/franz-go/pkg/kfake); see kafka.go for what
 //     segmentio/kafka-go can and cannot do against it.
 //
+// Each can run in its secured mode (issue #18): [NewPKI] makes a throwaway CA
+// with server and client certificates; [RedisOptions] TLS and Users (ACL
+// users, default user off), [EtcdOptions] (client TLS with client
+// certificates, auth with root and per-prefix users) and [KafkaOptions]
+// (TLS, SASL PLAIN and SCRAM users, ACLs) use it. The helpers' own clients
+// (Client, CreateTopic, the readiness checks) log in as an admin user.
+//
 // redis-server and redis-cli must be in PATH (apt-get install redis-server).
 package testenv

@@ -40,10 +40,12 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -64,6 +66,11 @@ type Kafka struct {
 	// Cluster is the fake cluster, for fault injection (Control,
 	// ControlKey, ...).
 	Cluster *kfake.Cluster
+
+	// testenv's own clients on a secured broker: TLS with the PKI's
+	// client certificate (tlsConf), SASL as the superuser (sasl)
+	tlsConf *tls.Config
+	sasl    bool
 }
 
 // StartKafka starts a one-broker kfake cluster with topics created with 4
@@ -81,29 +88,48 @@ func StartKafkaPartitions(tb testing.TB, partitions int32, topics ...string) *Ka
 	if partitions < 1 {
 		tb.Fatalf("testenv: StartKafkaPartitions: partitions must be positive, got %d", partitions)
 	}
+	return StartKafkaWith(tb, KafkaOptions{Partitions: partitions, Topics: topics})
+}
+
+// StartKafkaWith starts a one-broker kfake cluster as o says (see
+// KafkaOptions): topics seeded, automatic topic creation on, and
+// optionally TLS, SASL and ACLs. The cluster is closed at cleanup.
+func StartKafkaWith(tb testing.TB, o KafkaOptions) *Kafka {
+	tb.Helper()
+	partitions := o.Partitions
+	switch {
+	case partitions == 0:
+		partitions = defaultPartitions
+	case partitions < 0:
+		tb.Fatalf("testenv: KafkaOptions: partitions must be positive, got %d", partitions)
+	}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(int(partitions)),
 	}
-	if len(topics) > 0 {
-		opts = append(opts, kfake.SeedTopics(partitions, topics...))
+	if len(o.Topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(partitions, o.Topics...))
 	}
+	k := &Kafka{}
+	opts = append(opts, k.secure(tb, o)...)
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		tb.Fatalf("testenv: start kfake cluster: %v", err)
 	}
 	kfakefix.Install(c) // the consumer-group livelock, see the package
 	tb.Cleanup(c.Close)
-	return &Kafka{Brokers: c.ListenAddrs(), Cluster: c}
+	k.Brokers, k.Cluster = c.ListenAddrs(), c
+	return k
 }
 
 // Client returns a franz-go client seeded with the broker, for verifying
-// independently of kafka-go what was produced or committed. opts come after
-// the seed brokers. The client is closed at cleanup.
+// independently of kafka-go what was produced or committed; on a secured
+// broker it uses TLS and logs in as the superuser (see Opts). opts come
+// after those. The client is closed at cleanup.
 func (k *Kafka) Client(tb testing.TB, opts ...kgo.Opt) *kgo.Client {
 	tb.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.Brokers...)}, opts...)...)
+	cl, err := kgo.NewClient(append(k.Opts(), opts...)...)
 	if err != nil {
 		tb.Fatalf("testenv: kgo client for %v: %v", k.Brokers, err)
 	}
@@ -114,7 +140,7 @@ func (k *Kafka) Client(tb testing.TB, opts ...kgo.Opt) *kgo.Client {
 // CreateTopic creates topic with the given number of partitions.
 func (k *Kafka) CreateTopic(tb testing.TB, topic string, partitions int32) {
 	tb.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	cl, err := kgo.NewClient(k.Opts()...)
 	if err != nil {
 		tb.Fatalf("testenv: kgo client for %v: %v", k.Brokers, err)
 	}
@@ -146,10 +172,18 @@ func (k *Kafka) CreateTopic(tb testing.TB, topic string, partitions int32) {
 // whose idle connections are closed at cleanup. Set it as Writer.Transport:
 // a Writer without one uses the package-global kafka.DefaultTransport, whose
 // connection goroutines live until the process exits (goleak reports them),
-// and Writer.Close does not close a Transport it was given.
+// and Writer.Close does not close a Transport it was given. On a secured
+// broker it uses TLS and logs in as the superuser, like Opts.
 func (k *Kafka) KafkaGoTransport(tb testing.TB) *kafka.Transport {
 	tb.Helper()
-	tr := &kafka.Transport{}
+	tr := &kafka.Transport{TLS: k.tlsConf}
+	if k.sasl {
+		m, err := scram.Mechanism(scram.SHA256, KafkaSuperuser, KafkaSuperuserPassword)
+		if err != nil {
+			tb.Fatalf("testenv: kafka-go SCRAM-SHA-256: %v", err)
+		}
+		tr.SASL = m
+	}
 	tb.Cleanup(tr.CloseIdleConnections)
 	return tr
 }

@@ -3,9 +3,11 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +41,12 @@ type Redis struct {
 	cmd  *process // the running child, nil before start and after Stop/Kill
 	out  *tailBuffer
 	name string // for messages: "redis-server 127.0.0.1:port"
+
+	// how testenv itself logs in (readiness PING, cluster setup): the
+	// client TLS config when opts.TLS is set, and testenv's admin ACL user
+	// when opts.Users is set (else the default user with opts.Password)
+	tlsConf                  *tls.Config
+	adminUser, adminPassword string
 }
 
 // RedisOptions configures StartRedis.
@@ -48,7 +56,17 @@ type RedisOptions struct {
 	// off (save "").
 	AOF bool
 	// Password sets requirepass; Client and the readiness check use it.
+	// It cannot be combined with Users.
 	Password string
+	// TLS makes the server listen on TLS only (port 0, the TLS port in
+	// Addr) with the PKI's server certificate, and require client
+	// certificates signed by its CA.
+	TLS *PKI
+	// Users are ACL users created at start (see RedisUser). With any user
+	// the default user is off, and testenv logs in (readiness, cluster
+	// setup) as an extra user of its own, "testenv-admin" with a random
+	// password and every permission.
+	Users []RedisUser
 }
 
 // redisBaseArgs are the settings every redis-server started by testenv runs
@@ -66,6 +84,18 @@ type RedisOptions struct {
 func redisBaseArgs(port int, dir string, opts RedisOptions) []string {
 	args := []string{
 		"--port", strconv.Itoa(port),
+	}
+	if opts.TLS != nil {
+		args = []string{
+			"--port", "0",
+			"--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", opts.TLS.Server.Cert,
+			"--tls-key-file", opts.TLS.Server.Key,
+			"--tls-ca-cert-file", opts.TLS.Server.CA,
+			"--tls-auth-clients", "yes",
+		}
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
 		"--daemonize", "no",
@@ -74,6 +104,9 @@ func redisBaseArgs(port int, dir string, opts RedisOptions) []string {
 		"--hash-max-listpack-value", "512",
 		"--hash-max-listpack-entries", "256",
 		"--enable-debug-command", "local",
+	)
+	if len(opts.Users) > 0 {
+		args = append(args, "--aclfile", filepath.Join(dir, aclFileName))
 	}
 	if opts.AOF {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
@@ -96,6 +129,7 @@ func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
 		o = opts[0]
 	}
 	r := &Redis{Dir: tb.TempDir(), opts: o}
+	r.secure(tb, randomSecret())
 	r.start(tb, func(port int) []string { return redisBaseArgs(port, r.Dir, o) })
 	return r
 }
@@ -152,7 +186,7 @@ func (r *Redis) launch(path string) error {
 		if p.exited() {
 			return true
 		}
-		pingErr = redisPing(r.Addr, r.opts.Password)
+		pingErr = redisPing(r.Addr, r.tlsConf, r.adminUser, r.adminPassword)
 		return pingErr == nil
 	})
 	switch {
@@ -220,18 +254,30 @@ func (r *Redis) Output() string {
 	return r.out.tail()
 }
 
-// Client returns a go-redis client for the server, closed at cleanup.
+// Client returns a go-redis client for the server, closed at cleanup. With
+// RedisOptions.Users it logs in as Users[0], with RedisOptions.TLS it
+// connects over TLS with the PKI's client certificate.
 func (r *Redis) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.opts.Password})
-	tb.Cleanup(func() { _ = c.Close() })
-	return c
+	user, password := "", r.opts.Password
+	if len(r.opts.Users) > 0 {
+		user, password = r.opts.Users[0].Name, r.opts.Users[0].Password
+	}
+	return r.ClientAs(tb, user, password)
 }
 
-// redisPing sends PING (after AUTH when password is set) over a fresh
-// connection and reports an error unless the reply is +PONG.
-func redisPing(addr, password string) error {
-	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+// redisPing sends PING (after AUTH when password is set, as user when that
+// is set too) over a fresh connection, a TLS one when tlsConf is set, and
+// reports an error unless the reply is +PONG.
+func redisPing(addr string, tlsConf *tls.Config, user, password string) error {
+	d := &net.Dialer{Timeout: 200 * time.Millisecond}
+	var conn net.Conn
+	var err error
+	if tlsConf != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", addr, tlsConf)
+	} else {
+		conn, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return err
 	}
@@ -240,7 +286,10 @@ func redisPing(addr, password string) error {
 		return err
 	}
 	req := "*1\r\n$4\r\nPING\r\n"
-	if password != "" {
+	switch {
+	case user != "":
+		req = fmt.Sprintf("*3\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(user), user, len(password), password) + req
+	case password != "":
 		req = fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password) + req
 	}
 	if _, err := conn.Write([]byte(req)); err != nil {

@@ -25,6 +25,9 @@ type RedisCluster struct {
 	// Nodes are the servers, in Addrs order; Kill/Restart one to test a
 	// node failure (there are no replicas, so its slots are down meanwhile).
 	Nodes []*Redis
+
+	opts          RedisOptions // every node's, AddMaster's too
+	adminPassword string       // of RedisAdminUser on every node, with opts.Users
 }
 
 // StartRedisCluster starts three cluster-enabled redis-server processes,
@@ -36,15 +39,24 @@ type RedisCluster struct {
 // plus cluster-enabled yes, cluster-config-file nodes.conf,
 // cluster-node-timeout 5000 and an explicit free cluster-port (the default
 // port+10000 could be taken or exceed 65535).
-func StartRedisCluster(tb testing.TB) *RedisCluster {
+//
+// At most one RedisOptions is used; it applies to every node. With TLS the
+// nodes listen on TLS only (Addrs are the TLS ports) and talk TLS on the
+// cluster bus too (tls-cluster, tls-replication), all with the PKI's server
+// certificate. With Users every node has the same ACL users, the default
+// user off, and testenv sets the cluster up as RedisAdminUser.
+func StartRedisCluster(tb testing.TB, opts ...RedisOptions) *RedisCluster {
 	tb.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		tb.Fatalf("testenv: redis-cli not found in PATH: apt-get install redis-server (redis-tools) (%v)", err)
 	}
-	c := &RedisCluster{}
+	c := &RedisCluster{adminPassword: randomSecret()}
+	if len(opts) > 0 {
+		c.opts = opts[0]
+	}
 	for range clusterSize {
-		r := startClusterNode(tb)
+		r := c.startNode(tb)
 		c.Nodes = append(c.Nodes, r)
 		c.Addrs = append(c.Addrs, r.Addr)
 	}
@@ -53,6 +65,7 @@ func StartRedisCluster(tb testing.TB) *RedisCluster {
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, c.Nodes[0].cliArgs()...)
 	create := exec.CommandContext(ctx, cli, args...)
 	create.WaitDelay = time.Second
 	out, err := create.CombinedOutput()
@@ -63,7 +76,7 @@ func StartRedisCluster(tb testing.TB) *RedisCluster {
 	var last string
 	ready := poll(startTimeout, func() bool {
 		for _, r := range c.Nodes {
-			info, err := clusterInfo(ctx, r.Addr)
+			info, err := clusterInfo(ctx, r)
 			if err != nil {
 				last = fmt.Sprintf("%s: %v", r.Addr, err)
 				return false
@@ -82,9 +95,25 @@ func StartRedisCluster(tb testing.TB) *RedisCluster {
 	return c
 }
 
+// cliArgs are redis-cli's options to log in to r as testenv does: --tls
+// with the PKI's files, --user and --pass (or -a).
+func (r *Redis) cliArgs() []string {
+	var args []string
+	if t := r.opts.TLS; t != nil {
+		args = append(args, "--tls", "--cacert", t.Client.CA, "--cert", t.Client.Cert, "--key", t.Client.Key)
+	}
+	if r.adminUser != "" {
+		args = append(args, "--user", r.adminUser)
+	}
+	if r.adminPassword != "" {
+		args = append(args, "--pass", r.adminPassword, "--no-auth-warning")
+	}
+	return args
+}
+
 // clusterInfo returns CLUSTER INFO of one node.
-func clusterInfo(ctx context.Context, addr string) (string, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+func clusterInfo(ctx context.Context, r *Redis) (string, error) {
+	c := redis.NewClient(r.adminOptions())
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -92,28 +121,41 @@ func clusterInfo(ctx context.Context, addr string) (string, error) {
 }
 
 // Client returns a go-redis cluster client for the cluster, closed at
-// cleanup.
+// cleanup. With RedisOptions.Users it logs in as Users[0], with
+// RedisOptions.TLS it connects over TLS with the PKI's client certificate.
 func (c *RedisCluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
 	// a copy: go-redis appends the nodes it discovers to the slice it was
 	// given, and AddMaster appends to c.Addrs
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: slices.Clone(c.Addrs)})
+	o := &redis.ClusterOptions{Addrs: slices.Clone(c.Addrs), Password: c.opts.Password}
+	if len(c.opts.Users) > 0 {
+		o.Username, o.Password = c.opts.Users[0].Name, c.opts.Users[0].Password
+	}
+	if c.opts.TLS != nil {
+		o.TLSConfig = c.opts.TLS.ClientTLS(tb)
+	}
+	cc := redis.NewClusterClient(o)
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
 
-// startClusterNode starts one cluster-enabled redis-server with the
-// settings of StartRedisCluster's nodes; it knows no other node yet.
-func startClusterNode(tb testing.TB) *Redis {
+// startNode starts one cluster-enabled redis-server with the settings of
+// StartRedisCluster's nodes; it knows no other node yet.
+func (c *RedisCluster) startNode(tb testing.TB) *Redis {
 	tb.Helper()
-	r := &Redis{Dir: tb.TempDir()}
+	r := &Redis{Dir: tb.TempDir(), opts: c.opts}
+	r.secure(tb, c.adminPassword)
 	r.start(tb, func(port int) []string {
-		return append(redisBaseArgs(port, r.Dir, RedisOptions{}),
+		args := append(redisBaseArgs(port, r.Dir, c.opts),
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000",
 			"--cluster-port", strconv.Itoa(FreePort(tb)),
 		)
+		if c.opts.TLS != nil {
+			args = append(args, "--tls-cluster", "yes", "--tls-replication", "yes")
+		}
+		return args
 	})
 	return r
 }
@@ -124,17 +166,18 @@ func startClusterNode(tb testing.TB) *Redis {
 // every other one and reports cluster_state:ok. The new master holds no
 // slots until MigrateSlots moves some to it. It is appended to c.Nodes and
 // c.Addrs (so no other goroutine may read those meanwhile; clients from
-// Client keep their own copy) and killed at cleanup.
+// Client keep their own copy) and killed at cleanup. It takes the cluster's
+// RedisOptions (TLS, Users) and logs in as RedisAdminUser.
 func (c *RedisCluster) AddMaster(tb testing.TB) *Redis {
 	tb.Helper()
-	r := startClusterNode(tb)
+	r := c.startNode(tb)
 	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
 	defer cancel()
-	host, port, bus, err := busAddr(ctx, c.Addrs[0])
+	host, port, bus, err := busAddr(ctx, c.Nodes[0])
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
-	nc := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	nc := redis.NewClient(r.adminOptions())
 	defer nc.Close()
 	// the bus port is not port+10000 (see StartRedisCluster): name it
 	if err := nc.Do(ctx, "cluster", "meet", host, port, bus).Err(); err != nil {
@@ -147,7 +190,7 @@ func (c *RedisCluster) AddMaster(tb testing.TB) *Redis {
 	var last string
 	ready := poll(startTimeout, func() bool {
 		for _, n := range c.Nodes {
-			info, err := clusterInfo(ctx, n.Addr)
+			info, err := clusterInfo(ctx, n)
 			if err != nil {
 				last = fmt.Sprintf("%s: %v", n.Addr, err)
 				return false
@@ -204,7 +247,8 @@ type MigrateStats struct {
 // a multi-key one with keys on both sides gets TRYAGAIN. It reports errors
 // instead of failing the test so that it can run in a goroutine beside the
 // clients it disturbs; ctx stops it between two batches (the slot is then
-// left migrating).
+// left migrating). On a cluster with TLS and Users it logs in as
+// RedisAdminUser, and MIGRATE does too (AUTH2) over the nodes' TLS.
 func (c *RedisCluster) MigrateSlots(ctx context.Context, to *Redis, slots []int, o MigrateOptions) (MigrateStats, error) {
 	if o.Batch <= 0 {
 		o.Batch = 10
@@ -221,7 +265,7 @@ func (c *RedisCluster) MigrateSlots(ctx context.Context, to *Redis, slots []int,
 		}
 	}()
 	for _, n := range c.Nodes {
-		cl := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1, DialTimeout: time.Second})
+		cl := redis.NewClient(n.adminOptions())
 		clients[n.Addr] = cl
 		id, err := cl.ClusterMyID(ctx).Result()
 		if err != nil {
@@ -271,7 +315,14 @@ func (c *RedisCluster) MigrateSlots(ctx context.Context, to *Redis, slots []int,
 			if len(keys) == 0 {
 				break
 			}
-			args := []any{"migrate", host, port, "", 0, o.Timeout.Milliseconds(), "keys"}
+			args := []any{"migrate", host, port, "", 0, o.Timeout.Milliseconds()}
+			switch {
+			case to.adminUser != "":
+				args = append(args, "auth2", to.adminUser, to.adminPassword)
+			case to.adminPassword != "":
+				args = append(args, "auth", to.adminPassword)
+			}
+			args = append(args, "keys")
 			for _, k := range keys {
 				args = append(args, k)
 			}
@@ -331,7 +382,7 @@ func slotOwner(ctx context.Context, cl *redis.Client, slot int) (string, error) 
 // node sees the cluster (CLUSTER SLOTS).
 func (c *RedisCluster) SlotOwner(tb testing.TB, slot int) string {
 	tb.Helper()
-	cl := redis.NewClient(&redis.Options{Addr: c.Addrs[0], MaxRetries: -1, DialTimeout: time.Second})
+	cl := redis.NewClient(c.Nodes[0].adminOptions())
 	defer cl.Close()
 	addr, err := slotOwner(tb.Context(), cl, slot)
 	if err != nil {
@@ -343,7 +394,7 @@ func (c *RedisCluster) SlotOwner(tb testing.TB, slot int) string {
 // SlotOf is the hash slot of key (CLUSTER KEYSLOT).
 func (c *RedisCluster) SlotOf(tb testing.TB, key string) int {
 	tb.Helper()
-	cl := redis.NewClient(&redis.Options{Addr: c.Addrs[0], MaxRetries: -1, DialTimeout: time.Second})
+	cl := redis.NewClient(c.Nodes[0].adminOptions())
 	defer cl.Close()
 	n, err := cl.ClusterKeySlot(tb.Context(), key).Result()
 	if err != nil {
@@ -354,8 +405,9 @@ func (c *RedisCluster) SlotOf(tb testing.TB, key string) int {
 
 // busAddr returns the host, port and cluster bus port of the node at addr,
 // from the "myself" line of its CLUSTER NODES ("<id> ip:port@cport ...").
-func busAddr(ctx context.Context, addr string) (host, port, bus string, err error) {
-	cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+func busAddr(ctx context.Context, r *Redis) (host, port, bus string, err error) {
+	addr := r.Addr
+	cl := redis.NewClient(r.adminOptions())
 	defer cl.Close()
 	nodes, err := cl.ClusterNodes(ctx).Result()
 	if err != nil {
