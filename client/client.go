@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -20,6 +22,7 @@ type Client struct {
 	base  string
 	token string
 	hc    *http.Client
+	ca    *x509.CertPool // from WithCA; applied by New
 }
 
 // Option configures a Client.
@@ -32,13 +35,44 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 // WithHTTPClient uses hc instead of a client with a 30 s timeout.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
-// New returns a client for the daemon at baseURL (e.g. "http://127.0.0.1:7070").
+// WithCA trusts the CAs of pool, instead of the system's roots, for an
+// https daemon whose certificate a private CA signed (the daemon's
+// DQ_HTTP_TLS_CERT). With WithHTTPClient too, that client's transport (an
+// *http.Transport, or http.DefaultTransport when nil) is copied with the
+// pool; another RoundTripper is left as it is. A nil pool does nothing.
+func WithCA(pool *x509.CertPool) Option { return func(c *Client) { c.ca = pool } }
+
+// New returns a client for the daemon at baseURL (e.g. "http://127.0.0.1:7070"
+// or "https://delayq.internal:7070").
 func New(baseURL string, opts ...Option) *Client {
 	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: &http.Client{Timeout: 30 * time.Second}}
 	for _, o := range opts {
 		o(c)
 	}
+	if c.ca != nil {
+		c.hc = withRoots(c.hc, c.ca)
+	}
 	return c
+}
+
+// withRoots is a copy of hc whose transport verifies servers with pool.
+func withRoots(hc *http.Client, pool *x509.CertPool) *http.Client {
+	rt := hc.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	tr, ok := rt.(*http.Transport)
+	if !ok {
+		return hc
+	}
+	tr = tr.Clone()
+	if tr.TLSClientConfig == nil {
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	tr.TLSClientConfig.RootCAs = pool
+	cp := *hc
+	cp.Transport = tr
+	return &cp
 }
 
 // Task is a task to schedule.

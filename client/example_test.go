@@ -2,10 +2,12 @@ package client_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"time"
@@ -15,7 +17,10 @@ import (
 
 // fakeDaemon answers like a delayq daemon for the examples (the package
 // tests run against a real one).
-func fakeDaemon() *httptest.Server {
+func fakeDaemon() *httptest.Server { return httptest.NewServer(fakeHandler()) }
+
+// fakeHandler is fakeDaemon's handler.
+func fakeHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
 		var t struct {
@@ -48,7 +53,7 @@ func fakeDaemon() *httptest.Server {
 		}
 		fmt.Fprint(w, `{"count":64,"previous":16,"state":"stable","moved":20000,"remaining":0,"epoch":2}`)
 	})
-	return httptest.NewServer(mux)
+	return mux
 }
 
 func Example() {
@@ -100,4 +105,27 @@ func ExampleClient_GrowShards() {
 	// 16 -> 64 shards: 0%
 	// 16 -> 64 shards: 25%
 	// stable 64 shards, 20000 tasks moved
+}
+
+// A daemon on HTTPS (DQ_HTTP_TLS_CERT) with a certificate of a private CA:
+// the client trusts that CA with WithCA.
+func ExampleWithCA() {
+	srv := httptest.NewUnstartedServer(fakeHandler())
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // quiet about the refused handshake below
+	srv.StartTLS()                                   // in production: e.g. https://delayq.internal:7070
+	defer srv.Close()
+	pool := x509.NewCertPool() // in production: the CA file, e.g. read with os.ReadFile and AppendCertsFromPEM
+	pool.AddCert(srv.Certificate())
+	ctx := context.Background()
+	c := client.New(srv.URL, client.WithToken("secret"), client.WithCA(pool))
+
+	res, err := c.Schedule(ctx, client.Task{ID: "order-44-cancel", Type: "order.cancel", Delay: time.Hour})
+	fmt.Println(res.ID, res.State, err)
+
+	_, err = client.New(srv.URL).Schedule(ctx, client.Task{Type: "order.cancel"}) // the system's roots only
+	var unknown x509.UnknownAuthorityError
+	fmt.Println(errors.As(err, &unknown))
+	// Output:
+	// order-44-cancel scheduled <nil>
+	// true
 }

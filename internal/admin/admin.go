@@ -1,12 +1,14 @@
 // Package admin serves what every delayq binary exposes for operators:
 // /healthz (the process runs), /readyz (it can do its job), /metrics
-// (Prometheus), and runs an HTTP server with a graceful shutdown.
+// (Prometheus), and runs an HTTP server with a graceful shutdown, on
+// HTTPS with a certificate reloaded without a restart (WithTLS).
 package admin
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/delayq/delayq/internal/config"
 )
 
 // Namespace prefixes every delayq metric.
@@ -60,21 +64,61 @@ type Server struct {
 	srv     *http.Server
 	log     *slog.Logger
 	timeout time.Duration
+	certs   *certs // nil: plain HTTP
+}
+
+// Option configures a Server.
+type Option func(*options)
+
+type options struct {
+	tls      *config.ServerFiles
+	certPoll time.Duration
+}
+
+// WithTLS serves HTTPS (TLS 1.2 or later) with the certificate and key of
+// f. Listen loads them (an error names the variable at fault); Run
+// reloads them on SIGHUP and when either file changes, and keeps serving
+// the previous certificate when a reload fails. When f names no file
+// (f.On() is false) it does nothing: the server speaks plain HTTP.
+func WithTLS(f config.ServerFiles) Option {
+	return func(o *options) {
+		if f.On() {
+			o.tls = &f
+		}
+	}
+}
+
+// withCertPoll sets how often the certificate files are looked at (tests).
+func withCertPoll(d time.Duration) Option {
+	return func(o *options) { o.certPoll = d }
 }
 
 // Listen binds addr now, so that the caller knows the port (":0" in tests)
 // before Run.
-func Listen(addr string, h http.Handler, log *slog.Logger, shutdownTimeout time.Duration) (*Server, error) {
+func Listen(addr string, h http.Handler, log *slog.Logger, shutdownTimeout time.Duration, opts ...Option) (*Server, error) {
+	o := options{certPoll: defaultCertPoll}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Server{
+		srv:     &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
+		log:     log,
+		timeout: shutdownTimeout,
+	}
+	if o.tls != nil {
+		c, err := newCerts(*o.tls, log, o.certPoll)
+		if err != nil {
+			return nil, fmt.Errorf("http tls: %w", err)
+		}
+		s.certs = c
+		s.srv.TLSConfig = c.tlsConfig()
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{
-		ln:      ln,
-		srv:     &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
-		log:     log,
-		timeout: shutdownTimeout,
-	}, nil
+	s.ln = ln
+	return s, nil
 }
 
 // Addr is the bound address.
@@ -84,8 +128,16 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // shutdown timeout.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.ln) }()
-	s.log.Info("http listening", "addr", s.Addr())
+	if s.certs != nil {
+		wctx, stop := context.WithCancel(ctx)
+		wait := s.certs.start(wctx)
+		defer func() { stop(); wait() }()
+		go func() { errc <- s.srv.ServeTLS(s.ln, "", "") }()
+		s.log.Info("http listening", "addr", s.Addr(), "tls", true, "cert", s.certs.files.Cert)
+	} else {
+		go func() { errc <- s.srv.Serve(s.ln) }()
+		s.log.Info("http listening", "addr", s.Addr())
+	}
 	select {
 	case err := <-errc:
 		return err

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/config"
 )
 
 // DefaultAddr is the daemon dq talks to when neither --addr nor DQ_ADDR is set.
@@ -25,6 +27,8 @@ const DefaultAddr = "http://127.0.0.1:7070"
 type apiFlags struct {
 	addr   string
 	token  string
+	ca     string         // --ca: PEM file of the CA that signs an https daemon's certificate
+	pool   *x509.CertPool // ca's certificates, read by check
 	output string
 }
 
@@ -32,6 +36,7 @@ func bindAPI(fs *flag.FlagSet, env Env) *apiFlags {
 	f := &apiFlags{}
 	fs.StringVar(&f.addr, "addr", envOr(env, "DQ_ADDR", DefaultAddr), "daemon base URL (env DQ_ADDR)")
 	fs.StringVar(&f.token, "token", envOr(env, "DQ_API_TOKEN", ""), "bearer token (env DQ_API_TOKEN)")
+	fs.StringVar(&f.ca, "ca", envOr(env, "DQ_CA", ""), "CA certificate file (PEM) trusted instead of the system's roots for an https --addr (env DQ_CA)")
 	fs.StringVar(&f.output, "o", "text", "output: text or json")
 	return f
 }
@@ -43,11 +48,18 @@ func (f *apiFlags) check() error {
 	if !strings.Contains(f.addr, "://") {
 		f.addr = "http://" + f.addr
 	}
+	if f.ca != "" {
+		pool, err := config.LoadCA(f.ca)
+		if err != nil {
+			return fmt.Errorf("--ca (DQ_CA): %w", err)
+		}
+		f.pool = pool
+	}
 	return nil
 }
 
 func (f *apiFlags) client() *client.Client {
-	return client.New(f.addr, client.WithToken(f.token))
+	return client.New(f.addr, client.WithToken(f.token), client.WithCA(f.pool))
 }
 
 // printJSON writes v indented.

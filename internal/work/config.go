@@ -44,6 +44,9 @@ type Config struct {
 
 	// Webhooks are the per-type webhooks read from WorkConfig by Load.
 	Webhooks map[string]HookConfig
+	// WebhookTLS (DQ_WEBHOOK_TLS_CA, _CERT, _KEY): a private CA trusted
+	// besides the system's roots, and a client certificate; see WebhookTLS.
+	WebhookTLS config.TLSFiles
 
 	jitter string // DQ_BACKOFF_JITTER as given; Load parses it into BackoffJitter
 }
@@ -65,6 +68,9 @@ func (c *Config) Bind(b *config.Binder) {
 	b.String(&c.WebhookURL, "webhook-url", "DQ_WEBHOOK_URL", "", "webhook for every task type without its own")
 	b.String(&c.WorkConfig, "work-config", "DQ_WORK_CONFIG", "", `JSON file with per-type webhooks: {"webhooks": {"<type>": {"url": "...", "timeout": "5s"}}}`)
 	b.Secret(&c.WebhookSecret, "webhook-secret", "DQ_WEBHOOK_SECRET", "", "signs webhook requests (Standard Webhooks webhook-signature); raw or whsec_<base64>")
+	b.TLS(&c.WebhookTLS, "webhook", "DQ_WEBHOOK", "webhook servers", false, false)
+	// For webhooks the CA is added to the system's roots (Binder.TLS says "that CA alone").
+	b.FlagSet().Lookup("webhook-tls-ca").Usage = "CA certificate file (PEM) trusted for https webhooks in addition to the system's roots (env DQ_WEBHOOK_TLS_CA)"
 	b.Duration(&c.DefaultTimeout, "default-timeout", "DQ_DEFAULT_TIMEOUT", 30*time.Second, "handler timeout of tasks without their own")
 	b.Duration(&c.BackoffMin, "backoff-min", "DQ_BACKOFF_MIN", time.Second, "delay before the first retry")
 	b.Duration(&c.BackoffMax, "backoff-max", "DQ_BACKOFF_MAX", 10*time.Minute, "longest delay between retries")
@@ -151,6 +157,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("replication %d: between 1 and 32", c.Replication)
 	case c.WebhookURL == "" && len(c.Webhooks) == 0:
 		return ErrNoHandlers
+	}
+	if _, err := WebhookTLS(c.WebhookTLS); err != nil {
+		return err
 	}
 	if c.WebhookURL != "" {
 		if _, err := NewWebhook(c.WebhookURL, 0, nil, nil); err != nil {

@@ -5,12 +5,15 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -35,14 +38,45 @@ type Webhook struct {
 // NewHTTPClient is the client webhooks share: no redirects (a POST turned
 // into a GET by a 302 would silently lose the body), connections kept for
 // maxConns concurrent requests per host, deadlines from the task context.
-func NewHTTPClient(maxConns int) *http.Client {
+// tlsConf (see WebhookTLS) is used for https webhooks; nil: the system's
+// roots and no client certificate.
+func NewHTTPClient(maxConns int, tlsConf *tls.Config) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = maxConns
 	tr.MaxIdleConns = 4 * maxConns
+	if tlsConf != nil {
+		tr.TLSClientConfig = tlsConf
+	}
 	return &http.Client{
 		Transport:     tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// WebhookTLS is the TLS configuration of https webhooks (nil when f sets
+// nothing): a CA (DQ_WEBHOOK_TLS_CA) is trusted in addition to the
+// system's roots, so that webhooks behind a private CA and public ones
+// work side by side; a certificate and key (DQ_WEBHOOK_TLS_CERT,
+// DQ_WEBHOOK_TLS_KEY) are presented to servers that ask for one. Errors
+// name the variable at fault.
+func WebhookTLS(f config.TLSFiles) (*tls.Config, error) {
+	c, err := f.Client() // checks every file; RootCAs is the CA alone
+	if err != nil || c == nil || f.CA == "" {
+		return c, err
+	}
+	data, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, fmt.Errorf("DQ_WEBHOOK_TLS_CA: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool() // no system roots here: the CA alone
+	}
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("DQ_WEBHOOK_TLS_CA: %s: no PEM certificate in it", f.CA)
+	}
+	c.RootCAs = pool
+	return c, nil
 }
 
 // NewWebhook checks rawURL (http or https, with a host) and builds a

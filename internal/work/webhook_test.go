@@ -107,7 +107,7 @@ func TestWebhookRequest(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
-	h, err := NewWebhook(srv.URL+"/hook?token=abc", 0, []byte("s3"), NewHTTPClient(2))
+	h, err := NewWebhook(srv.URL+"/hook?token=abc", 0, []byte("s3"), NewHTTPClient(2, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestWebhookStandardSignature(t *testing.T) {
 	defer srv.Close()
 	sent := time.Unix(1700000000, 0)
 	for _, secret := range []string{"s3", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
-		h, err := NewWebhook(srv.URL+"/hook", 0, []byte(secret), NewHTTPClient(2))
+		h, err := NewWebhook(srv.URL+"/hook", 0, []byte(secret), NewHTTPClient(2, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func TestWebhookErrors(t *testing.T) {
 	closed := "http://" + ln.Addr().String() + "/x"
 	ln.Close()
 
-	client := NewHTTPClient(2)
+	client := NewHTTPClient(2, nil)
 	tk := &worker.Task{ID: "a", Type: "t", Attempt: 1, MaxAttempts: 3, ContentType: "application/octet-stream"}
 	for _, c := range []struct {
 		url       string
