@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Role names one of delayq's binaries.
@@ -66,6 +68,9 @@ type Cluster interface {
 	AdminURL(role Role, i int) string
 	// Brokers are Kafka bootstrap addresses reachable from the test.
 	Brokers() []string
+	// KafkaOpts are what a franz-go client of the test needs: the seed
+	// brokers and, against a secured broker, TLS and SASL as a superuser.
+	KafkaOpts() []kgo.Opt
 	// Namespace is the DQ_NAMESPACE of this cluster.
 	Namespace() string
 	// Shards is the DQ_SHARDS of this cluster.

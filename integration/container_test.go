@@ -548,6 +548,8 @@ func (c *containerCluster) AdminURL(r Role, i int) string {
 
 func (c *containerCluster) Brokers() []string { return c.brokers }
 
+func (c *containerCluster) KafkaOpts() []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(c.brokers...)} }
+
 func (c *containerCluster) Namespace() string { return c.ns }
 
 func (c *containerCluster) Shards() int { return c.shards }

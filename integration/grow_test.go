@@ -41,9 +41,9 @@ func growScenario(t *testing.T, p Provisioner, kill bool) {
 	c := p.Start(t, Spec{Daemons: 1, Events: 2, Workers: 2, Webhook: rec, Env: map[string]string{
 		"DQ_SHARDS": "16", "DQ_REDIS_TIMEOUT": "5s",
 	}})
-	api := client.New(c.DaemonURL(0))
+	api := newAPI(c, 0)
 	ctx := t.Context()
-	kl := watchKafka(t, c.Brokers(), "dq.tasks")
+	kl := watchKafka(t, c, "dq.tasks")
 
 	// a backlog due in an hour, so that the move has work while tasks fall
 	// due, then n tasks due over 20 s from 10 s on: the first due time is

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/delayq/delayq/internal/testenv"
 )
 
@@ -91,12 +93,18 @@ func moduleRoot() (string, error) {
 }
 
 // localProvisioner runs the binaries as child processes next to
-// testenv's redis-server, embedded etcd and kfake.
-type localProvisioner struct{}
+// testenv's redis-server, embedded etcd and kfake; secure: all of them in
+// their secured modes (secure_test.go).
+type localProvisioner struct{ secure bool }
 
-func (localProvisioner) Name() string { return "local" }
+func (p localProvisioner) Name() string {
+	if p.secure {
+		return "local-secure"
+	}
+	return "local"
+}
 
-func (localProvisioner) Start(t *testing.T, spec Spec) Cluster {
+func (p localProvisioner) Start(t *testing.T, spec Spec) Cluster {
 	t.Helper()
 	bins, errs := buildLocal()
 	for _, r := range Roles {
@@ -105,20 +113,29 @@ func (localProvisioner) Start(t *testing.T, spec Spec) Cluster {
 		}
 	}
 	c := &localCluster{
-		ns:    uniqueName("it"),
-		redis: testenv.StartRedis(t, testenv.RedisOptions{AOF: true}),
-		etcd:  testenv.StartEtcd(t),
-		kafka: testenv.StartKafka(t, "dq.tasks", "dq.dead"),
-		inst:  map[Role][]*localInstance{},
-		hc:    &http.Client{Timeout: 2 * time.Second},
+		ns:     uniqueName("it"),
+		inst:   map[Role][]*localInstance{},
+		hc:     &http.Client{Timeout: 2 * time.Second, Transport: trusting()},
+		scheme: "http",
 	}
-	hook := httptest.NewServer(spec.Webhook)
+	var infra map[string]string
+	hook := httptest.NewUnstartedServer(spec.Webhook)
+	if p.secure {
+		infra = c.startSecure(t, hook)
+		c.scheme = "https"
+	} else {
+		c.redis = testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
+		c.etcd = testenv.StartEtcd(t)
+		c.kafka = testenv.StartKafka(t, "dq.tasks", "dq.dead")
+		hook.Start()
+		infra = map[string]string{
+			"DQ_REDIS_ADDRS":    c.redis.Addr,
+			"DQ_ETCD_ENDPOINTS": strings.Join(c.etcd.Endpoints, ","),
+			"DQ_KAFKA_BROKERS":  strings.Join(c.kafka.Brokers, ","),
+		}
+	}
 	t.Cleanup(hook.Close)
-	env := merge(baseEnv(c.ns), map[string]string{
-		"DQ_REDIS_ADDRS":    c.redis.Addr,
-		"DQ_ETCD_ENDPOINTS": strings.Join(c.etcd.Endpoints, ","),
-		"DQ_KAFKA_BROKERS":  strings.Join(c.kafka.Brokers, ","),
-	}, spec.Env)
+	env := merge(baseEnv(c.ns), infra, spec.Env)
 	c.shards, _ = strconv.Atoi(env["DQ_SHARDS"])
 	t.Cleanup(func() {
 		// Stop every child even when the test failed half-way, and show
@@ -168,6 +185,7 @@ func (localProvisioner) Start(t *testing.T, spec Spec) Cluster {
 
 type localCluster struct {
 	ns     string
+	scheme string // of the binaries' HTTP ports: https in the secured tier
 	shards int
 	redis  *testenv.Redis
 	etcd   *testenv.Etcd
@@ -183,6 +201,7 @@ type localInstance struct {
 	i    int
 	path string
 	env  []string
+	orig []string // env before the first restartWith
 	addr string
 	out  *tailBuffer
 
@@ -229,7 +248,7 @@ func (c *localCluster) startInstance(in *localInstance) error {
 		default:
 		}
 		var ok bool
-		if ok, why = probe(c.hc, "http://"+in.addr+"/healthz"); ok {
+		if ok, why = probe(c.hc, c.scheme+"://"+in.addr+"/healthz"); ok {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond) // poll interval of a bounded readiness loop
@@ -257,11 +276,13 @@ func (in *localInstance) kill() {
 	<-in.done
 }
 
-func (c *localCluster) DaemonURL(i int) string { return "http://" + c.inst[Daemon][i].addr }
+func (c *localCluster) DaemonURL(i int) string { return c.scheme + "://" + c.inst[Daemon][i].addr }
 
-func (c *localCluster) AdminURL(r Role, i int) string { return "http://" + c.inst[r][i].addr }
+func (c *localCluster) AdminURL(r Role, i int) string { return c.scheme + "://" + c.inst[r][i].addr }
 
 func (c *localCluster) Brokers() []string { return c.kafka.Brokers }
+
+func (c *localCluster) KafkaOpts() []kgo.Opt { return c.kafka.Opts() }
 
 func (c *localCluster) Namespace() string { return c.ns }
 

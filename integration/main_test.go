@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if localBinaries.dir != "" {
 		_ = os.RemoveAll(localBinaries.dir)
 	}
+	if pkiDir != "" {
+		_ = os.RemoveAll(pkiDir)
+	}
 	if code == 0 {
 		// Every goroutine a test started (webhook servers, Kafka readers,
 		// process waiters) must be gone; the Docker client's idle

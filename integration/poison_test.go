@@ -17,9 +17,9 @@ import (
 )
 
 // kafkaAdmin is a franz-go client for topic administration from the test.
-func kafkaAdmin(t *testing.T, brokers []string) *kgo.Client {
+func kafkaAdmin(t *testing.T, c Cluster) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	cl, err := kgo.NewClient(c.KafkaOpts()...)
 	if err != nil {
 		t.Fatalf("kafka admin client: %v", err)
 	}
@@ -111,12 +111,12 @@ func scenarioPoison(t *testing.T, p Provisioner) {
 	rec := newRecorder(nil)
 	c := p.Start(t, Spec{Daemons: 1, Events: 2, Workers: 2, Webhook: rec,
 		Env: map[string]string{"DQ_FIRE_POISON_GRACE": grace.String()}})
-	admin := kafkaAdmin(t, c.Brokers())
+	admin := kafkaAdmin(t, c)
 	// The tasks topic takes less than the daemon's DQ_MAX_RECORD_BYTES:
 	// a misconfiguration the daemon cannot see, met at fire.
 	setTopicMaxMessageBytes(t, admin, "dq.tasks", 64<<10)
-	kl := watchKafka(t, c.Brokers(), "dq.tasks")
-	api := client.New(c.DaemonURL(0), client.WithHTTPClient(&http.Client{Timeout: 10 * time.Second}))
+	kl := watchKafka(t, c, "dq.tasks")
+	api := newAPI(c, 0)
 	missing := uniqueName("it.missing.")
 
 	round := func(prefix string, poison bool) (ordinary []string, poisonIDs map[string]string) {
@@ -199,7 +199,7 @@ func scenarioPoison(t *testing.T, p Provisioner) {
 	// The cause fixed, a redrive fires them.
 	createTopic(t, admin, missing)
 	setTopicMaxMessageBytes(t, admin, "dq.tasks", 1<<20)
-	kmissing := watchKafka(t, c.Brokers(), missing)
+	kmissing := watchKafka(t, c, missing)
 	for id := range poisonIDs {
 		if _, err := api.Redrive(t.Context(), id); err != nil {
 			t.Fatalf("redrive %s: %v", id, err)
@@ -222,8 +222,8 @@ func scenarioDeadTopicMissing(t *testing.T, p Provisioner) {
 		return http.StatusOK, 0
 	})
 	c := p.Start(t, Spec{Daemons: 1, Events: 1, Workers: 1, Webhook: rec})
-	deleteTopic(t, kafkaAdmin(t, c.Brokers()), "dq.dead")
-	api := client.New(c.DaemonURL(0))
+	deleteTopic(t, kafkaAdmin(t, c), "dq.dead")
+	api := newAPI(c, 0)
 	tasks := spread("nodl", "it.fail", 40, time.Now().Add(time.Second), 25*time.Millisecond)
 	for i := range tasks {
 		tasks[i].MaxAttempts = 1

@@ -83,7 +83,9 @@ func TestContainers(t *testing.T) {
 	}
 }
 
-var hc = &http.Client{Timeout: 3 * time.Second}
+// hc reaches the binaries' HTTP ports, https ones included (it trusts the
+// secured tier's CA).
+var hc = &http.Client{Timeout: 3 * time.Second, Transport: trusting()}
 
 // expected is what the test knows about a task it scheduled.
 type expected struct {
@@ -228,8 +230,8 @@ func duplicates(kl *kafkaLog, rec *recorder, ids []string) (kafka, webhook int) 
 func scenarioDelivery(t *testing.T, p Provisioner) {
 	rec := newRecorder(nil)
 	c := p.Start(t, Spec{Daemons: 1, Events: 2, Workers: 2, Webhook: rec})
-	kl := watchKafka(t, c.Brokers(), "dq.tasks")
-	api := client.New(c.DaemonURL(0))
+	kl := watchKafka(t, c, "dq.tasks")
+	api := newAPI(c, 0)
 	start := time.Now()
 
 	// 100 tasks through the batch API, due over 1 s; payloads with
@@ -291,8 +293,8 @@ func scenarioDelivery(t *testing.T, p Provisioner) {
 func scenarioCancelReschedule(t *testing.T, p Provisioner) {
 	rec := newRecorder(nil)
 	c := p.Start(t, Spec{Daemons: 1, Events: 1, Workers: 1, Webhook: rec})
-	kl := watchKafka(t, c.Brokers(), "dq.tasks")
-	api := client.New(c.DaemonURL(0))
+	kl := watchKafka(t, c, "dq.tasks")
+	api := newAPI(c, 0)
 	ctx := t.Context()
 	now := time.Now()
 	sched := func(id string, due time.Time, payload string) client.Result {
@@ -373,8 +375,8 @@ func scenarioLeaderFailover(t *testing.T, p Provisioner) {
 	rec := newRecorder(nil)
 	c := p.Start(t, Spec{Daemons: 1, Events: 2, Workers: 1, Webhook: rec})
 	waitBalanced(t, hc, c, 2, []int{0, 1}, 30*time.Second)
-	kl := watchKafka(t, c.Brokers(), "dq.tasks")
-	api := client.New(c.DaemonURL(0))
+	kl := watchKafka(t, c, "dq.tasks")
+	api := newAPI(c, 0)
 
 	want := scheduleBatch(t, api, spread("fo", "it.failover", 200, time.Now().Add(time.Second), 30*time.Millisecond))
 	ids := keys(want)
@@ -419,7 +421,7 @@ func scenarioWorkerCrash(t *testing.T, p Provisioner) {
 		"DQ_CLAIM_MARGIN":          "1s",
 		"DQ_WORK_CONCURRENCY":      "4",
 	}})
-	api := client.New(c.DaemonURL(0))
+	api := newAPI(c, 0)
 	tasks := spread("wc", "it.slow", 32, time.Now().Add(500*time.Millisecond), time.Millisecond)
 	for i := range tasks {
 		tasks[i].Timeout = 4 * time.Second
@@ -471,8 +473,8 @@ func scenarioWorkerCrash(t *testing.T, p Provisioner) {
 func scenarioCompensation(t *testing.T, p Provisioner) {
 	rec := newRecorder(nil)
 	c := p.Start(t, Spec{Daemons: 1, Events: 1, Workers: 1, Webhook: rec})
-	kl := watchKafka(t, c.Brokers(), "dq.tasks")
-	api := client.New(c.DaemonURL(0))
+	kl := watchKafka(t, c, "dq.tasks")
+	api := newAPI(c, 0)
 
 	c.StopRedis(t)
 	var ids []string
@@ -499,7 +501,7 @@ func scenarioCompensation(t *testing.T, p Provisioner) {
 	// is still down.
 	c.Kill(t, Daemon, 0)
 	c.Start(t, Daemon, 0)
-	api = client.New(c.DaemonURL(0))
+	api = newAPI(c, 0)
 	r, err := api.Schedule(t.Context(), client.Task{ID: "comp-after-restart", Type: "it.comp", Payload: json.RawMessage(`{}`)})
 	if err != nil || !r.Journaled() {
 		t.Fatalf("schedule after the daemon restart with Redis down: %+v, %v; want journaled", r, err)
@@ -525,8 +527,8 @@ func scenarioPartition(t *testing.T, p Provisioner) {
 	rec := newRecorder(nil)
 	c := p.Start(t, Spec{Daemons: 1, Events: 2, Workers: 1, Webhook: rec})
 	waitBalanced(t, hc, c, 2, []int{0, 1}, 30*time.Second)
-	kl := watchKafka(t, c.Brokers(), "dq.tasks")
-	api := client.New(c.DaemonURL(0))
+	kl := watchKafka(t, c, "dq.tasks")
+	api := newAPI(c, 0)
 
 	want := scheduleBatch(t, api, spread("part", "it.partition", 150, time.Now().Add(time.Second), 40*time.Millisecond))
 	ids := keys(want)
@@ -575,7 +577,7 @@ func scenarioPartition(t *testing.T, p Provisioner) {
 func scenarioRateLimit(t *testing.T, p Provisioner) {
 	rec := newRecorder(nil)
 	c := p.Start(t, Spec{Daemons: 1, Events: 1, Workers: 2, Webhook: rec})
-	api := client.New(c.DaemonURL(0))
+	api := newAPI(c, 0)
 	putLimit(t, c.DaemonURL(0), "it.limited", `{"window_quota":{"limit":10,"window":"2s"}}`)
 
 	// Rules reach the workers within a second; the tasks fall due 2 s

@@ -171,16 +171,15 @@ type kafkaLog struct {
 	n    int
 }
 
-func watchKafka(t *testing.T, brokers []string, topic string) *kafkaLog {
+func watchKafka(t *testing.T, c Cluster, topic string) *kafkaLog {
 	t.Helper()
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
+	cl, err := kgo.NewClient(append(c.KafkaOpts(),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond),
-	)
+	)...)
 	if err != nil {
-		t.Fatalf("kafka client for %v: %v", brokers, err)
+		t.Fatalf("kafka client for %v: %v", c.Brokers(), err)
 	}
 	k := &kafkaLog{byID: map[string][]*kgo.Record{}}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))

@@ -353,11 +353,13 @@ func (w *Worker) handler(taskType string) HandlerFunc {
 // Ready reports whether the worker consumes and Redis answers, for a
 // readiness probe.
 func (w *Worker) Ready(ctx context.Context) error {
-	if !w.fetching.Load() {
-		return errors.New("worker: not consuming")
-	}
+	// Redis first: while it refuses us, the worker does not consume
+	// either, and the Redis error says why
 	if err := w.cfg.Redis.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis: %w", err)
+	}
+	if !w.fetching.Load() {
+		return errors.New("worker: not consuming")
 	}
 	return nil
 }

@@ -72,6 +72,7 @@ func commands() []command {
 		{"limits", "rate limits per task type: dq limits [list] | get TYPE | set TYPE --quota N --window 1m | --rate R [--burst B] | --concurrency C [--slot-ttl 5m] | RULES-JSON | delete TYPE", runLimits},
 		{"shards", "the shard map: dq shards [-o json] | dq shards grow N [--wait] (grow the shard count online)", runShards},
 		{"import", "bulk schedule from a JSON Lines file, resumable (dq import FILE.jsonl)", runImport},
+		{"acl", "the least privileges of a namespace: the Redis ACL, etcd role and Kafka ACLs to grant (dq acl [--namespace NS] [--user U])", runACL},
 		{"health", "probe a /healthz URL or a Kafka broker; exit 1 when unhealthy (for container healthchecks)", runHealth},
 		{"dev", "run delayq in one process (dq dev [--demo]), or one piece of it: dq dev etcd | dq dev kafka | dq dev sink", runDev},
 		{"app", "run an application by name: dq app daemon|event|work [flags]", runApp},
@@ -105,7 +106,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nAPI commands talk to a daemon: --addr (DQ_ADDR, default http://127.0.0.1:7070), --token (DQ_API_TOKEN), -o json for machine output.")
+	fmt.Fprintln(w, "\nAPI commands talk to a daemon: --addr (DQ_ADDR, default http://127.0.0.1:7070), --token (DQ_API_TOKEN), --ca (DQ_CA: CA file for an https daemon), -o json for machine output.")
 	fmt.Fprintln(w, "Run dq COMMAND -h for its flags.")
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -123,6 +124,9 @@ func (c *Common) RedisClient() (redis.UniversalClient, error) {
 		// caller's per-operation timeout really bounds the operation
 		ContextTimeoutEnabled: true,
 		DialerRetries:         1,
+		// no CLIENT SETINFO on connect: a least-privilege ACL user
+		// (internal/acl) need not be allowed it
+		DisableIdentity: true,
 	}), nil
 }
 
@@ -144,35 +148,75 @@ func redisDialer(timeout time.Duration, tlsc *tls.Config) func(ctx context.Conte
 			conn, err = td.DialContext(ctx, network, addr)
 		}
 		if err != nil {
-			return nil, &DialError{Service: "redis", Addr: addr, Err: err}
+			return nil, &ConnError{Service: "redis", Addr: addr, Err: err}
+		}
+		if tlsc != nil {
+			// With TLS 1.3 a server refuses a client certificate after
+			// the client's handshake returned: the refusal ("remote
+			// error: tls: certificate required") comes with the first
+			// read, and must name the node too.
+			return &namedConn{Conn: conn, service: "redis", addr: addr}, nil
 		}
 		return conn, nil
 	}
 }
 
-// DialError is a failed connection to a dependency, naming it and the
+// namedConn names the service and address in its read and write errors
+// (but io.EOF, which callers compare with ==).
+type namedConn struct {
+	net.Conn
+	service, addr string
+}
+
+func (c *namedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	return n, c.name(err)
+}
+
+func (c *namedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	return n, c.name(err)
+}
+
+func (c *namedConn) name(err error) error {
+	if err == nil || err == io.EOF { //nolint:errorlint // io.EOF is returned unwrapped by contract
+		return err
+	}
+	var de *ConnError
+	if errors.As(err, &de) {
+		return err
+	}
+	return &ConnError{Service: c.service, Addr: c.addr, Err: err}
+}
+
+// ConnError is a failed connection to a dependency (its dial, handshake
+// or a read or write on it), naming it and the
 // address: "tls: ... x509: certificate signed by unknown authority
 // talking to redis at 127.0.0.1:6380".
-type DialError struct {
+type ConnError struct {
 	Service, Addr string
 	Err           error
 }
 
-func (e *DialError) Error() string {
+func (e *ConnError) Error() string {
 	return e.Err.Error() + " talking to " + e.Service + " at " + e.Addr
 }
 
-func (e *DialError) Unwrap() error { return e.Err }
+// Unwrap has the multi-error form on purpose: errors.Is and errors.As see
+// the cause, but errors.Unwrap does not strip the ConnError, as go-redis
+// does with an error of a new connection's handshake (HELLO), which would
+// lose the node's address.
+func (e *ConnError) Unwrap() []error { return []error{e.Err} }
 
-// Timeout is the dial's own answer; a DialError is a net.Error so that
+// Timeout is the dial's own answer; a ConnError is a net.Error so that
 // every "is it the network?" check (redisstore.IsUnavailable) takes a
 // failed TLS handshake for what it is: the dependency cannot be reached,
 // nothing about the data.
-func (e *DialError) Timeout() bool {
+func (e *ConnError) Timeout() bool {
 	var ne net.Error
 	return errors.As(e.Err, &ne) && ne.Timeout()
 }
 
 // Temporary is true: a connection that failed may succeed once the
 // dependency or the setting is fixed.
-func (e *DialError) Temporary() bool { return true }
+func (e *ConnError) Temporary() bool { return true }

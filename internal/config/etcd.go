@@ -1,7 +1,12 @@
 package config
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"net"
+	"net/url"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -41,9 +46,10 @@ func (e Etcd) ValidateEtcd() error {
 
 // EtcdClient is the etcd client of every binary (the event process'
 // leadership, the daemon's and the worker's rate-limit rules, the shard
-// map), built with the same settings everywhere. It connects lazily: etcd
+// map), built with the same settings everywhere; ctx bounds only the
+// diagnosis of a failed start. It connects lazily: etcd
 // need not be up yet, and requests wait for it. The caller closes it.
-func (e Etcd) EtcdClient() (*clientv3.Client, error) {
+func (e Etcd) EtcdClient(ctx context.Context) (*clientv3.Client, error) {
 	cfg := etcdConfig(e.EtcdEndpoints)
 	t, err := e.EtcdTLS.Client()
 	if err != nil {
@@ -51,7 +57,55 @@ func (e Etcd) EtcdClient() (*clientv3.Client, error) {
 	}
 	cfg.TLS = t
 	cfg.Username, cfg.Password = e.EtcdUsername, e.EtcdPassword
-	return clientv3.New(cfg)
+	cli, err := clientv3.New(cfg)
+	if err != nil && t != nil {
+		// with a user, New logs in and so needs etcd; a failed TLS
+		// handshake only shows as a timeout: say why
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if perr := e.ProbeEtcd(ctx); perr != nil {
+			return nil, fmt.Errorf("%w: %w", err, perr)
+		}
+	}
+	return cli, err
+}
+
+// ProbeEtcd dials the endpoints with the TLS settings and reports the
+// first failed handshake, naming the endpoint: etcd's client retries such
+// a failure silently, and its requests only time out. Nil without TLS or
+// when a handshake succeeds.
+func (e Etcd) ProbeEtcd(ctx context.Context) error {
+	t, err := e.EtcdTLS.Client()
+	if err != nil || t == nil {
+		return err
+	}
+	var first error
+	for _, ep := range e.EtcdEndpoints {
+		addr := ep
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			addr = u.Host
+		}
+		t = t.Clone()
+		t.NextProtos = []string{"h2"} // gRPC servers refuse a handshake without it
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: t}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := d.DialContext(cctx, "tcp", addr)
+		cancel()
+		if err == nil {
+			// TLS 1.3: a refused client certificate shows on the first read
+			_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			_, err = conn.Read(make([]byte, 1))
+			_ = conn.Close()
+			var ne net.Error
+			if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+				return nil
+			}
+		}
+		if first == nil {
+			first = &ConnError{Service: "etcd", Addr: addr, Err: err}
+		}
+	}
+	return first
 }
 
 // etcdReconnect is the gRPC reconnect backoff of the etcd client. gRPC's

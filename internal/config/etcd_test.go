@@ -60,7 +60,7 @@ func TestEtcdClientRetriesConnectionsFast(t *testing.T) {
 	defer ln.Close()
 
 	start := time.Now()
-	cli, err := Etcd{EtcdEndpoints: []string{ln.Addr().String()}}.EtcdClient()
+	cli, err := Etcd{EtcdEndpoints: []string{ln.Addr().String()}}.EtcdClient(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

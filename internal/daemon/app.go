@@ -37,8 +37,11 @@ type App struct {
 	store   atomic.Pointer[redisstore.Store] // nil until Redis answered once
 	redisUp atomic.Bool
 	refused atomic.Pointer[refusal] // Redis answers but refused the last write (OOM, READONLY, ...)
-	jr      *journal.Journal
-	kick    chan struct{} // wakes the compensator (new journal entry, Redis back)
+	// misconfig is why Redis refuses delayq's settings (TLS, login,
+	// permission; config.Misconfigured), nil while it does not.
+	misconfig atomic.Pointer[string]
+	jr        *journal.Journal
+	kick      chan struct{} // wakes the compensator (new journal entry, Redis back)
 
 	etcd   *clientv3.Client // nil when the limits API is disabled
 	limits http.Handler
@@ -94,13 +97,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		_ = a.jr.Close()
 		return nil, err
 	}
-	if err := a.openLimits(); err != nil {
+	if err := a.openLimits(ctx); err != nil {
 		_ = a.rdb.Close()
 		_ = a.jr.Close()
 		return nil, err
 	}
 	a.handler = a.routes()
-	a.srv, err = admin.Listen(cfg.HTTPAddr, a.handler, log, cfg.ShutdownGrace)
+	a.srv, err = admin.Listen(cfg.HTTPAddr, a.handler, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
 	if err != nil {
 		_ = a.rdb.Close()
 		_ = a.jr.Close()
@@ -171,14 +174,14 @@ func (a *App) Run(ctx context.Context) error {
 
 // openLimits connects (lazily: etcd need not be up yet) to the etcd that
 // holds rate-limit rules and builds the /v1/limits handler.
-func (a *App) openLimits() error {
+func (a *App) openLimits(ctx context.Context) error {
 	if len(a.cfg.EtcdEndpoints) == 0 {
 		a.limits = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			wire.WriteError(w, wire.Unavailable("rate limits are disabled: no etcd endpoints configured (DQ_ETCD_ENDPOINTS)"))
 		})
 		return nil
 	}
-	cli, err := a.cfg.EtcdClient()
+	cli, err := a.cfg.EtcdClient(ctx)
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
@@ -210,6 +213,7 @@ func (a *App) setRedisUp(up bool, cause error) {
 
 // noteRedis records the result of a Redis operation.
 func (a *App) noteRedis(err error) {
+	a.noteMisconfig(err)
 	switch {
 	case err == nil:
 		a.setRedisUp(true, nil)

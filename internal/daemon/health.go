@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
 )
@@ -52,6 +53,9 @@ var redisCodes = map[string]struct{ reason, what string }{
 	"TRYAGAIN":    {"cluster", "cluster resharding"},
 	"MOVED":       {"cluster", "cluster resharding"},
 	"ASK":         {"cluster", "cluster resharding"},
+	"WRONGPASS":   {"auth", "refusing the login: wrong user name or password (DQ_REDIS_USERNAME, DQ_REDIS_PASSWORD)"},
+	"NOAUTH":      {"auth", "asking for a login (DQ_REDIS_USERNAME, DQ_REDIS_PASSWORD)"},
+	"NOPERM":      {"noperm", "refusing a command or key to the ACL user (grant it the rules dq acl prints)"},
 }
 
 // classifyRedis returns the reason label and description of a Redis
@@ -60,7 +64,11 @@ func classifyRedis(err error) (reason, what string) {
 	if c, ok := redisCodes[redisstore.RefusalCode(err)]; ok {
 		return c.reason, c.what
 	}
+	var ce *config.ConnError
 	switch {
+	case errors.As(err, &ce) && config.Misconfigured(err):
+		// the handshake's own words and the node: no Redis content
+		return "tls", ce.Error()
 	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout"):
 		return "timeout", "timed out"
 	case redisstore.IsUnavailable(err):
@@ -80,6 +88,26 @@ func redisCondition(err error) string {
 func redisAnswered(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re)
+}
+
+// noteMisconfig records whether a Redis error says that delayq's settings
+// are wrong (a TLS handshake or a login refused, a permission missing):
+// that does not heal by waiting, so /readyz says not ready until an
+// operation succeeds again.
+func (a *App) noteMisconfig(err error) {
+	if err == nil {
+		if old := a.misconfig.Swap(nil); old != nil {
+			a.log.Info("redis accepts delayq's settings again")
+		}
+		return
+	}
+	if !config.Misconfigured(err) {
+		return
+	}
+	what := redisCondition(err)
+	if old := a.misconfig.Swap(&what); old == nil || *old != what {
+		a.log.Error("redis refuses delayq's settings; schedules are journaled until they are fixed", "reason", what, "error", err)
+	}
 }
 
 // noteWrite records the outcome of a write (a schedule or a replay): a
@@ -112,6 +140,8 @@ func (a *App) redisWritable() bool {
 func (a *App) report(ctx context.Context) (bool, []admin.Check) {
 	rc := admin.Check{Name: "redis", OK: true, Detail: "ok"}
 	switch r := a.refused.Load(); {
+	case a.misconfig.Load() != nil:
+		rc.OK, rc.Detail = false, "misconfigured: "+*a.misconfig.Load()+"; schedules are journaled until the setting is fixed"
 	case a.store.Load() == nil && r != nil:
 		rc.OK, rc.Detail = false, fmt.Sprintf("degraded: store not open: %s since %s; schedules are journaled", r.what, wire.FormatTime(r.since))
 	case a.store.Load() == nil:
@@ -130,6 +160,9 @@ func (a *App) report(ctx context.Context) (bool, []admin.Check) {
 	}
 	if !rc.OK && !jc.OK {
 		return false, []admin.Check{rc, jc, {Name: "schedules", Detail: "refused: neither redis nor the journal takes writes"}}
+	}
+	if a.misconfig.Load() != nil {
+		return false, []admin.Check{rc, jc}
 	}
 	return true, []admin.Check{rc, jc}
 }

@@ -34,6 +34,7 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 	st, err := redisstore.New(octx, a.rdb, redisstore.Options{
 		Namespace: a.cfg.Namespace, Shards: a.cfg.Shards, Retention: a.cfg.Retention,
 	})
+	a.noteMisconfig(err)
 	switch {
 	case err == nil:
 		a.store.Store(st)

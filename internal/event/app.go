@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/event/fire"
 	"github.com/delayq/delayq/internal/event/leader"
 	"github.com/delayq/delayq/internal/kafkatopic"
@@ -95,7 +96,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 			"configured_shards", cfg.Shards, "state", sm.State)
 	}
 
-	a.etcd, err = cfg.EtcdClient()
+	a.etcd, err = cfg.EtcdClient(ctx)
 	if err != nil {
 		_ = a.rdb.Close()
 		return nil, fmt.Errorf("etcd client: %w", err)
@@ -141,7 +142,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		mux := http.NewServeMux()
 		mux.Handle("/", inner)
 		mux.HandleFunc("GET /readyz", a.readyz)
-		a.srv, err = admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace)
+		a.srv, err = admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
 	}
 	if err != nil {
 		a.closeClients()
@@ -160,9 +161,18 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 	if err := a.mgr.Ready(); err != nil {
 		code = http.StatusServiceUnavailable
 		body["status"], body["reason"] = "not ready", err.Error()
+		// etcd's client retries a failed TLS handshake silently: say why
+		if perr := a.cfg.ProbeEtcd(r.Context()); perr != nil {
+			body["etcd"] = perr.Error()
+		}
 	}
 	missing, err := a.topics.Missing()
 	switch {
+	case err != nil && config.Misconfigured(err):
+		// Kafka refuses our TLS or SASL settings: no task can fire
+		code = http.StatusServiceUnavailable
+		body["status"] = "not ready"
+		body["kafka"] = "misconfigured: " + err.Error()
 	case err != nil:
 		body["kafka"] = "topics not checked: " + err.Error()
 	case len(missing) > 0:

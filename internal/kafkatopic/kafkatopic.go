@@ -135,6 +135,11 @@ func (c *TopicCheck) Check(ctx context.Context) ([]string, error) {
 			missing = nil
 		}
 	}
+	if err != nil {
+		// kafka-go's errors (a TLS handshake, a SASL refusal) do not say
+		// where they happened
+		err = fmt.Errorf("%w talking to kafka at %s", err, strings.Join(c.cfg.Brokers, ","))
+	}
 	c.record(missing, err)
 	return missing, err
 }

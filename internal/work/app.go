@@ -49,7 +49,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := cfg.Logger("work")
 	log.Info("starting", b.LogAttrs()...)
-	app, err := New(cfg, log)
+	app, err := New(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 // New builds an App from a loaded configuration and binds the HTTP
 // listener (so Addr is known before Run).
-func New(cfg Config, log *slog.Logger) (*App, error) {
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 	var lim *limits
 	var wl worker.Limiter
 	if len(cfg.EtcdEndpoints) > 0 {
-		if lim, err = newLimits(cfg.Etcd, cfg.Namespace, rdb, reg, log); err != nil {
+		if lim, err = newLimits(ctx, cfg.Etcd, cfg.Namespace, rdb, reg, log); err != nil {
 			rdb.Close()
 			return nil, err
 		}
@@ -115,7 +115,11 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return fail(err)
 	}
-	client := NewHTTPClient(cfg.Concurrency)
+	webhookTLS, err := WebhookTLS(cfg.WebhookTLS)
+	if err != nil {
+		return fail(err)
+	}
+	client := NewHTTPClient(cfg.Concurrency, webhookTLS)
 	secret := []byte(cfg.WebhookSecret)
 	if cfg.WebhookURL != "" {
 		h, err := NewWebhook(cfg.WebhookURL, 0, secret, client)
@@ -147,7 +151,7 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 		}
 		return topicsReady(topics)
 	})
-	srv, err := admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace)
+	srv, err := admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
 	if err != nil {
 		return fail(fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err))
 	}

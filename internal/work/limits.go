@@ -31,8 +31,8 @@ type limits struct {
 }
 
 // newLimits connects lazily (etcd need not be up) to the rules in etcd.
-func newLimits(ec config.Etcd, ns string, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*limits, error) {
-	cli, err := ec.EtcdClient()
+func newLimits(ctx context.Context, ec config.Etcd, ns string, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*limits, error) {
+	cli, err := ec.EtcdClient(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}

@@ -30,7 +30,7 @@ func runUnready(t *testing.T, vars map[string]string) *App {
 	if err := cfg.Load(); err != nil {
 		t.Fatal(err)
 	}
-	app, err := New(cfg, cfg.Logger("work"))
+	app, err := New(t.Context(), cfg, cfg.Logger("work"))
 	if err != nil {
 		t.Fatal(err)
 	}
