@@ -63,9 +63,16 @@ func RedisRules(ns string) []string {
 	return rules
 }
 
-// RedisSetUser is the redis-cli command that creates the user.
+// RedisSetUser is the redis-cli command that creates the user, its
+// arguments quoted for a shell (">" and "*" are shell syntax).
 func RedisSetUser(user, ns string) string {
-	return fmt.Sprintf("ACL SETUSER %s reset on >PASSWORD %s", user, strings.Join(RedisRules(ns), " "))
+	rules := RedisRules(ns)
+	for i, r := range rules {
+		if strings.ContainsAny(r, "*?[]{}>&~|") {
+			rules[i] = "'" + r + "'"
+		}
+	}
+	return fmt.Sprintf("redis-cli ACL SETUSER %s reset on '>PASSWORD' %s", user, strings.Join(rules, " "))
 }
 
 // globEscape escapes Redis glob characters (a namespace may hold them).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/acl"
+	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -84,7 +86,33 @@ func TestRedisRulesRunTheLifecycle(t *testing.T) {
 	if err := admin.Do(t.Context(), args...).Err(); err != nil {
 		t.Fatalf("redis-server refuses the rules: %v", err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "dq-acl", Password: "s3cret", DisableIdentity: true})
+	c := config.Common{RedisAddrs: []string{srv.Addr}, RedisUsername: "dq-acl", RedisPassword: "s3cret"}
+	lifecycle(t, c, ns)
+}
+
+// TestRedisRulesOnTLSCluster runs the lifecycle as the recipe's user on a
+// 3-master Redis Cluster on TLS only (client certificates required, the
+// default user off): CLUSTER SLOTS, COMMAND and the scripts on every
+// master.
+func TestRedisRulesOnTLSCluster(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	const ns = "acl2"
+	cl := testenv.StartRedisCluster(t, testenv.RedisOptions{TLS: pki,
+		Users: []testenv.RedisUser{{Name: "dq-acl", Password: "s3cret", Rules: acl.RedisRules(ns)}}})
+	c := config.Common{RedisAddrs: cl.Addrs, RedisUsername: "dq-acl", RedisPassword: "s3cret"}
+	c.RedisTLS.CA, c.RedisTLS.Cert, c.RedisTLS.Key = pki.Client.CA, pki.Client.Cert, pki.Client.Key
+	lifecycle(t, c, ns)
+}
+
+// lifecycle runs a task's life through the store as the user of c, a
+// client built as the binaries build theirs, and checks what the user may
+// not do.
+func lifecycle(t *testing.T, c config.Common, ns string) {
+	t.Helper()
+	rdb, err := c.RedisClient()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := t.Context()
 
@@ -152,10 +180,9 @@ func TestRedisRulesRunTheLifecycle(t *testing.T) {
 
 	// nothing beyond the namespace and the list
 	refused := map[string]error{
-		"another namespace's key":     rdb.Get(ctx, "dq:{acl2:0}:due").Err(),
-		"another namespace's channel": rdb.Publish(ctx, "dq:{acl2}:wake", "x").Err(),
+		"another namespace's key":     rdb.Get(ctx, "dq:{other:0}:due").Err(),
+		"another namespace's channel": rdb.Publish(ctx, "dq:{other}:wake", "x").Err(),
 		"FLUSHALL":                    rdb.FlushAll(ctx).Err(),
-		"KEYS":                        rdb.Keys(ctx, "*").Err(),
 		"CONFIG SET":                  rdb.ConfigSet(ctx, "maxmemory", "1").Err(),
 	}
 	for what, err := range refused {
@@ -167,7 +194,34 @@ func TestRedisRulesRunTheLifecycle(t *testing.T) {
 		}
 	}
 	var re redis.Error
-	if err := rdb.Get(ctx, "dq:{acl1:0}:nothing").Err(); err != nil && !errors.Is(err, redis.Nil) && errors.As(err, &re) {
+	if err := rdb.Get(ctx, "dq:{"+ns+":0}:nothing").Err(); err != nil && !errors.Is(err, redis.Nil) && errors.As(err, &re) {
 		t.Errorf("a key of the namespace: %v", err)
+	}
+}
+
+// TestRedisSetUserLineRunsInAShell runs the recipe's redis-cli line, as
+// printed, through bash against a real redis-server: the user it makes
+// opens the store.
+func TestRedisSetUserLineRunsInAShell(t *testing.T) {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("redis-cli not found (apt-get install redis-tools): %v", err)
+	}
+	srv := testenv.StartRedis(t)
+	_, port, _ := strings.Cut(srv.Addr, ":")
+	line := acl.RedisSetUser("delayq", "dq")
+	line = strings.Replace(line, "redis-cli ", "redis-cli -h 127.0.0.1 -p "+port+" ", 1)
+	line = strings.Replace(line, ">PASSWORD", ">pw-from-the-recipe", 1)
+	out, err := exec.CommandContext(t.Context(), "bash", "-c", line).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "OK" {
+		t.Fatalf("%s\n%s %v", line, out, err)
+	}
+	c := config.Common{RedisAddrs: []string{srv.Addr}, RedisUsername: "delayq", RedisPassword: "pw-from-the-recipe"}
+	rdb, err := c.RedisClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	if _, err := redisstore.New(t.Context(), rdb, redisstore.Options{Namespace: "dq", Shards: 2, Retention: time.Hour}); err != nil {
+		t.Fatalf("open the store as the recipe's user: %v", err)
 	}
 }

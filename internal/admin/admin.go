@@ -100,8 +100,14 @@ func Listen(addr string, h http.Handler, log *slog.Logger, shutdownTimeout time.
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	s := &Server{
-		srv:     &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute},
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+			// net/http's own messages (a refused TLS handshake) as
+			// structured log lines, not plain text on stderr
+			ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)},
 		log:     log,
 		timeout: shutdownTimeout,
 	}

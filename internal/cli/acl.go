@@ -27,7 +27,7 @@ func runACL(_ context.Context, env Env, args []string) error {
 		return err
 	}
 	w := env.Stdout
-	fmt.Fprintf(w, "# Redis (redis-cli as an admin; PASSWORD is the user's password; ACLs are per node: on Redis Cluster run it on every node)\n")
+	fmt.Fprintf(w, "# Redis (as an admin, with your --tls/--user options; PASSWORD is the user's password; ACLs are per node: on Redis Cluster run it on every node, then ACL SAVE or CONFIG REWRITE)\n")
 	fmt.Fprintln(w, acl.RedisSetUser(*user, *ns))
 	fmt.Fprintf(w, "\n# etcd (etcdctl as root, with auth enabled; a client certificate whose CN is %q logs in as the user without a password)\n", *user)
 	for _, l := range acl.EtcdCommands(*user, *ns) {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -60,6 +62,31 @@ func (f *apiFlags) check() error {
 
 func (f *apiFlags) client() *client.Client {
 	return client.New(f.addr, client.WithToken(f.token), client.WithCA(f.pool))
+}
+
+// httpClient is a plain HTTP client for the commands that build their own
+// requests (limits, import): it trusts --ca like client() does. The CA is
+// read when the first request goes out, so it may be made before check.
+func (f *apiFlags) httpClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &caTransport{f: f}}
+}
+
+// caTransport is http.DefaultTransport with the --ca pool as its roots.
+type caTransport struct {
+	f    *apiFlags
+	once sync.Once
+	rt   http.RoundTripper
+}
+
+func (t *caTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.once.Do(func() {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if t.f.pool != nil {
+			tr.TLSClientConfig = &tls.Config{RootCAs: t.f.pool, MinVersion: tls.VersionTLS12}
+		}
+		t.rt = tr
+	})
+	return t.rt.RoundTrip(r)
 }
 
 // printJSON writes v indented.

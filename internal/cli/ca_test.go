@@ -50,11 +50,15 @@ func TestCAFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/stats" {
+		switch r.URL.Path {
+		case "/v1/stats":
+			io.WriteString(w, `{"namespace":"tls","shards":[]}`)
+		case "/v1/limits":
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"limits":{"tls.type":{"concurrency":{"limit":3}}}}`)
+		default:
 			http.NotFound(w, r)
-			return
 		}
-		io.WriteString(w, `{"namespace":"tls","shards":[]}`)
 	}))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
@@ -66,6 +70,13 @@ func TestCAFlag(t *testing.T) {
 	}
 	if out, _, err := runDQ(t, map[string]string{"DQ_CA": files.CA, "DQ_ADDR": srv.URL}, "stats", "-o", "json"); err != nil || !strings.Contains(out, `"tls"`) {
 		t.Errorf("DQ_CA: %q, %v", out, err)
+	}
+	// limits (and import) build their own requests: they trust --ca too
+	if out, _, err := runDQ(t, nil, "limits", "--addr", srv.URL, "--ca", files.CA, "-o", "json"); err != nil || !strings.Contains(out, "tls.type") {
+		t.Errorf("limits --ca: %q, %v", out, err)
+	}
+	if _, _, err := runDQ(t, nil, "limits", "--addr", srv.URL); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("limits without --ca: %v, want a certificate error", err)
 	}
 	if _, _, err := runDQ(t, nil, "stats", "--addr", srv.URL); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("without --ca: %v, want a certificate error", err)

@@ -151,7 +151,7 @@ func runImport(ctx context.Context, env Env, args []string) error {
 		return fmt.Errorf("import: %w", err)
 	}
 	im := &importer{
-		api: api, hc: &http.Client{Timeout: 60 * time.Second},
+		api: api, hc: api.httpClient(60 * time.Second),
 		batch: *batch, maxBytes: *maxBytes, retries: *retries,
 		autoID: *autoID, idPrefix: "imp-" + hex.EncodeToString(sum[:6]) + "-",
 		stderr: env.Stderr, sum: &prog.Summary, retryPause: 200 * time.Millisecond,

@@ -93,7 +93,7 @@ func runLimits(ctx context.Context, env Env, args []string) error {
 	}
 	fs := newFlagSet("limits "+sub, env)
 	api := bindAPI(fs, env)
-	hc := &http.Client{Timeout: 30 * time.Second}
+	hc := api.httpClient(30 * time.Second)
 	typePath := func(pos []string) (string, error) {
 		if len(pos) < 1 {
 			return "", fmt.Errorf("limits %s: a task type is required", sub)

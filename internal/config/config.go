@@ -43,7 +43,7 @@ func (b *Binder) String(p *string, name, env, def, usage string) {
 // Secret binds a string setting that is redacted when logged and may be
 // read from the file <env>_FILE names instead (Docker secrets).
 func (b *Binder) Secret(p *string, name, env, def, usage string) {
-	b.String(p, name, env, def, usage)
+	b.String(p, name, env, def, usage+"; or the file "+env+"_FILE names")
 	b.secret[name] = true
 }
 

@@ -1,8 +1,12 @@
 package config_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/devcert"
@@ -111,4 +115,63 @@ func TestValidateNamesTheSetting(t *testing.T) {
 func bindNames(c *config.Common) {
 	b := config.NewBinder("t")
 	c.BindCommon(b, ":0")
+}
+
+// TestKafkaConnSecured: the Transport (writers, topic admin) and the
+// Dialer (readers) of config.Kafka speak TLS and each SASL mechanism to a
+// Kafka-protocol broker on TLS with SASL users; a wrong password is
+// refused.
+func TestKafkaConnSecured(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	users := []testenv.KafkaUser{
+		{Mechanism: config.SASLPlain, Name: "plain-user", Password: "p1"},
+		{Mechanism: config.SASLScramSHA256, Name: "scram256-user", Password: "p2"},
+		{Mechanism: config.SASLScramSHA512, Name: "scram512-user", Password: "p3"},
+	}
+	k := testenv.StartKafkaWith(t, testenv.KafkaOptions{Partitions: 1, Topics: []string{"t"}, TLS: pki, Users: users})
+	for _, u := range users {
+		t.Run(u.Mechanism, func(t *testing.T) {
+			kc := config.Kafka{SASLMechanism: u.Mechanism, SASLUsername: u.Name, SASLPassword: u.Password}
+			kc.TLS.CA = pki.Client.CA
+			conn, err := kc.Conn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := conn.Transport("test", 5*time.Second)
+			defer tr.CloseIdleConnections()
+			w := &kafka.Writer{Addr: kafka.TCP(k.Brokers...), Topic: "t", Transport: tr, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+			defer w.Close()
+			val := "via " + u.Mechanism
+			if err := w.WriteMessages(t.Context(), kafka.Message{Value: []byte(val)}); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: "t", Partition: 0, MaxWait: 100 * time.Millisecond,
+				Dialer: conn.Dialer("test", 5*time.Second)})
+			defer r.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			for {
+				m, err := r.ReadMessage(ctx)
+				if err != nil {
+					t.Fatalf("read: %v", err)
+				}
+				if string(m.Value) == val {
+					break
+				}
+			}
+
+			kc.SASLPassword = "wrong"
+			bad, err := kc.Conn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			btr := bad.Transport("test", 2*time.Second)
+			defer btr.CloseIdleConnections()
+			bw := &kafka.Writer{Addr: kafka.TCP(k.Brokers...), Topic: "t", Transport: btr, BatchTimeout: time.Millisecond, MaxAttempts: 1}
+			defer bw.Close()
+			if err := bw.WriteMessages(t.Context(), kafka.Message{Value: []byte("x")}); err == nil {
+				t.Fatal("a wrong SASL password was accepted")
+			}
+		})
+	}
 }
