@@ -1,10 +1,12 @@
 package compose_test
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -13,67 +15,84 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/delayq/delayq/deploy/compose"
+	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/daemon"
+	"github.com/delayq/delayq/internal/event"
+	"github.com/delayq/delayq/internal/work"
 )
 
-// apps maps the command our image runs to the package whose binary it is.
-var apps = map[string]string{
-	"/daemon": "./cmd/daemon",
-	"/event":  "./cmd/event",
-	"/work":   "./cmd/work",
-	"/dq":     "./cmd/dq",
+// apps maps the command our image runs to the application it is: its
+// run function, as cmd/<app> and dq call it. /dq's own commands (dev,
+// health) take flags and read no DQ_* variable.
+var apps = map[string]config.RunFunc{
+	"/daemon": daemon.Run,
+	"/event":  event.Run,
+	"/work":   work.Run,
+	"/dq":     nil,
 }
 
 // scalable are the services `docker compose up --scale` must be able to
 // multiply.
 var scalable = []string{"event", "work"}
 
-// bindCall matches a config.Binder registration and captures its
-// environment variable: b.String(&c.X, "flag-name", "DQ_X", ...).
-var bindCall = regexp.MustCompile(`\.(?:String|Secret|Int|Int64|Bool|Duration|List)\(\s*&[^,]+,\s*"[^"]*",\s*"(DQ_[A-Z0-9_]+)"`)
+// usageEnv finds the variables in an application's -h output: every
+// setting's usage ends with "(env DQ_X)".
+var usageEnv = regexp.MustCompile(`\(env (DQ_[A-Z0-9_]+)\)`)
 
 var (
-	boundOnce sync.Map // package -> map[string]bool
+	boundOnce sync.Map // command -> map[string]bool
 )
 
-// boundEnv returns the DQ_* names that the binary built from pkg binds with
-// a config.Binder, found in the non-test sources of every package of this
-// module that the binary links (go list -deps).
-func boundEnv(t *testing.T, pkg string) map[string]bool {
+// boundEnv returns the DQ_* names that the application run by command
+// binds, asking it: its -h output names every variable it reads, however
+// the name was built (config.Binder's TLS, ServerTLS, BindEtcd and
+// BindKafka compose them).
+func boundEnv(t *testing.T, command string) map[string]bool {
 	t.Helper()
-	if v, ok := boundOnce.Load(pkg); ok {
+	if v, ok := boundOnce.Load(command); ok {
 		return v.(map[string]bool)
 	}
-	cmd := exec.Command("go", "list", "-deps", "-f",
-		`{{if .Module}}{{if eq .Module.Path "github.com/delayq/delayq"}}{{.Dir}}{{range .GoFiles}} {{.}}{{end}}{{end}}{{end}}`, pkg)
-	cmd.Dir = moduleRoot(t)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
-	}
 	names := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
+	if run := apps[command]; run != nil {
+		var usage strings.Builder
+		if err := run(t.Context(), []string{"-h"}, func(string) string { return "" }, &usage); !errors.Is(err, config.ErrHelp) {
+			t.Fatalf("%s -h: %v, want the usage (config.ErrHelp)", command, err)
 		}
-		for _, f := range fields[1:] {
-			src, err := os.ReadFile(filepath.Join(fields[0], f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range bindCall.FindAllSubmatch(src, -1) {
-				names[string(m[1])] = true
-			}
+		for _, m := range usageEnv.FindAllStringSubmatch(usage.String(), -1) {
+			names[m[1]] = true
+		}
+		if len(names) == 0 {
+			t.Fatalf("%s -h names no DQ_* variable: the pattern %s no longer matches its usage:\n%s", command, usageEnv, usage.String())
 		}
 	}
-	if len(names) == 0 && pkg != "./cmd/dq" {
-		t.Fatalf("%s binds no DQ_* variable: the pattern %s no longer matches config.Binder calls", pkg, bindCall)
-	}
-	boundOnce.Store(pkg, names)
+	boundOnce.Store(command, names)
 	return names
+}
+
+// readsFile reports whether the application run by command reads setting
+// name from the file that name+"_FILE" names (config.Binder.Secret),
+// asking it: given both, a secret setting is refused with "NAME and
+// NAME_FILE: set one of them" before anything starts. An invalid log level
+// stops a run whose setting is not a secret at validation, and the
+// context is cancelled besides.
+func readsFile(t *testing.T, command, name string) bool {
+	t.Helper()
+	run := apps[command]
+	if run == nil || !boundEnv(t, command)[name] {
+		return false
+	}
+	env := map[string]string{name: "x", name + "_FILE": filepath.Join(t.TempDir(), "missing")}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := run(ctx, []string{"-log-level", "not-a-level"}, func(k string) string { return env[k] }, io.Discard)
+	if err == nil {
+		t.Fatalf("%s with an invalid log level: no error", command)
+	}
+	return strings.Contains(err.Error(), name+" and "+name+"_FILE")
 }
 
 func moduleRoot(t *testing.T) string {
@@ -88,8 +107,12 @@ func moduleRoot(t *testing.T) string {
 	return dir
 }
 
-// projects loads the stack as users run it (compose.yaml) and as it runs
-// without a registry (with compose.local.yaml).
+// tlsFile is the override with secured connections everywhere.
+const tlsFile = "compose.tls.yaml"
+
+// projects loads the stack as users run it (compose.yaml), as it runs
+// without a registry (with compose.local.yaml), and with secured
+// connections (with compose.tls.yaml, alone and on top of the local one).
 func projects(t *testing.T) map[string]*types.Project {
 	t.Helper()
 	out := map[string]*types.Project{}
@@ -100,7 +123,33 @@ func projects(t *testing.T) map[string]*types.Project {
 		}
 		out[name] = p
 	}
+	for _, files := range [][]string{{compose.Main, tlsFile}, {compose.Main, compose.Local, tlsFile}} {
+		out[strings.Join(files, "+")] = loadFiles(t, files...)
+	}
 	return out
+}
+
+// loadFiles parses the files of this directory in order, as `docker
+// compose -p delayq -f A -f B ...` would, with no environment (every
+// ${VAR:-default} takes its default).
+func loadFiles(t *testing.T, names ...string) *types.Project {
+	t.Helper()
+	details := types.ConfigDetails{WorkingDir: ".", Environment: types.Mapping{}}
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		details.ConfigFiles = append(details.ConfigFiles, types.ConfigFile{Filename: n, Content: b})
+	}
+	p, err := loader.LoadWithContext(t.Context(), details, func(o *loader.Options) {
+		o.SetProjectName("delayq", true)
+		o.SkipResolveEnvironment = false
+	})
+	if err != nil {
+		t.Fatalf("load %v: %v", names, err)
+	}
+	return p
 }
 
 // appOf returns the image command of one of our binaries, or "".
@@ -141,9 +190,13 @@ func TestComposeEnvNamesAreBound(t *testing.T) {
 					t.Errorf("%s: service %s (image %s) sets %s but does not run a delayq binary", name, s.Name, s.Image, env)
 					continue
 				}
-				if !boundEnv(t, apps[app])[env] {
-					t.Errorf("%s: service %s sets %s, which %s does not read", name, s.Name, env, apps[app])
+				if boundEnv(t, app)[env] {
+					continue
 				}
+				if base, ok := strings.CutSuffix(env, "_FILE"); ok && readsFile(t, app, base) {
+					continue
+				}
+				t.Errorf("%s: service %s sets %s, which %s does not read", name, s.Name, env, app)
 			}
 		}
 	}
@@ -213,6 +266,9 @@ func TestComposeScalable(t *testing.T) {
 				t.Errorf("%s: %s starts %d replicas, want 2", name, svc, got)
 			}
 			for _, v := range s.Volumes {
+				if v.ReadOnly {
+					continue // shared by design (certificates, secrets)
+				}
 				if v.Type == types.VolumeTypeVolume || v.Type == types.VolumeTypeBind {
 					t.Errorf("%s: %s mounts %s at %s: replicas would share it", name, svc, v.Source, v.Target)
 				}
@@ -264,7 +320,17 @@ func TestComposeHealthAndRestart(t *testing.T) {
 					t.Errorf("%s: %s: DQ_HTTP_ADDR=%q: %v", name, s.Name, *addr, err)
 					continue
 				}
-				want := []string{"CMD", "/dq", "health", "--url", "http://127.0.0.1:" + port + "/healthz"}
+				scheme := "http"
+				if s.Environment["DQ_HTTP_TLS_CERT"] != nil {
+					// HTTPS: dq health verifies the certificate with
+					// the system roots, which SSL_CERT_DIR or
+					// SSL_CERT_FILE must extend with the CA
+					scheme = "https"
+					if s.Environment["SSL_CERT_DIR"] == nil && s.Environment["SSL_CERT_FILE"] == nil {
+						t.Errorf("%s: %s serves HTTPS, but its healthcheck's dq health cannot trust the certificate (no SSL_CERT_DIR or SSL_CERT_FILE)", name, s.Name)
+					}
+				}
+				want := []string{"CMD", "/dq", "health", "--url", scheme + "://127.0.0.1:" + port + "/healthz"}
 				if !slices.Equal(hc.Test, want) {
 					t.Errorf("%s: %s: healthcheck %q, want %q (the port of DQ_HTTP_ADDR)", name, s.Name, hc.Test, want)
 				}
@@ -340,4 +406,135 @@ func TestComposeLocalKeepsServices(t *testing.T) {
 			t.Errorf("local %s uses image %s, which needs a registry", svc, img)
 		}
 	}
+}
+
+// certsWrites are the files `dq dev certs --secrets` writes
+// (internal/cli): what the TLS override may name under the tls volume.
+var certsWrites = []string{"ca.crt", "server.crt", "server.key", "client.crt", "client.key",
+	"redis.password", "etcd.password", "etcd-root.password", "kafka.password", "users.acl"}
+
+// TestComposeTLS: the TLS override secures every connection: Redis on TLS
+// only with client certificates and an ACL file, every application with
+// the TLS, ACL-user and SASL settings and passwords from files, etcd over
+// https; every file it names is one the certs one-shot writes into the
+// volume the service mounts, and nothing starts before certs finished.
+func TestComposeTLS(t *testing.T) {
+	main := projects(t)["compose.yaml"]
+	for _, name := range []string{compose.Main + "+" + tlsFile, compose.Main + "+" + compose.Local + "+" + tlsFile} {
+		p := projects(t)[name]
+		if want := append(main.ServiceNames(), "certs"); !slices.Equal(sortedCopy(p.ServiceNames()), sortedCopy(want)) {
+			t.Errorf("%s: services %v, want compose.yaml's and certs", name, p.ServiceNames())
+		}
+		certs := p.Services["certs"]
+		if !oneshot(certs) || !slices.Equal(certs.Command[:3], []string{"/dq", "dev", "certs"}) || !slices.Contains(certs.Command, "--secrets") {
+			t.Fatalf("%s: certs is not the one-shot dq dev certs --secrets: %q", name, certs.Command)
+		}
+		dir := certs.Command[slices.Index(certs.Command, "--dir")+1]
+		var tlsVolume string
+		for _, v := range certs.Volumes {
+			if v.Target == dir {
+				tlsVolume = v.Source
+			}
+		}
+		if tlsVolume == "" {
+			t.Fatalf("%s: certs writes into %s, which is no volume", name, dir)
+		}
+
+		redis := p.Services["redis"].Command
+		for _, kv := range [][2]string{{"--port", "0"}, {"--tls-auth-clients", "yes"}} {
+			if i := slices.Index(redis, kv[0]); i < 0 || i+1 >= len(redis) || redis[i+1] != kv[1] {
+				t.Errorf("%s: redis command %q lacks %s %s", name, redis, kv[0], kv[1])
+			}
+		}
+		for _, flag := range []string{"--tls-port", "--tls-cert-file", "--tls-key-file", "--tls-ca-cert-file", "--aclfile"} {
+			if !slices.Contains(redis, flag) {
+				t.Errorf("%s: redis command lacks %s", name, flag)
+			}
+		}
+
+		need := []string{"DQ_REDIS_USERNAME", "DQ_REDIS_PASSWORD_FILE", "DQ_REDIS_TLS_CA", "DQ_REDIS_TLS_CERT", "DQ_REDIS_TLS_KEY",
+			"DQ_ETCD_TLS_CA", "DQ_ETCD_TLS_CERT", "DQ_ETCD_TLS_KEY", "DQ_ETCD_USERNAME", "DQ_ETCD_PASSWORD_FILE", "DQ_HTTP_TLS_CERT", "DQ_HTTP_TLS_KEY"}
+		kafkaNeed := []string{"DQ_KAFKA_TLS_CA", "DQ_KAFKA_SASL_MECHANISM", "DQ_KAFKA_SASL_USERNAME", "DQ_KAFKA_SASL_PASSWORD_FILE"}
+		for _, s := range sortedServices(p) {
+			app := appOf(s)
+			if app == "/daemon" || app == "/event" || app == "/work" {
+				want := need
+				if app != "/daemon" {
+					want = append(slices.Clone(need), kafkaNeed...)
+				}
+				for _, env := range want {
+					if v := s.Environment[env]; v == nil || *v == "" {
+						t.Errorf("%s: %s lacks %s", name, s.Name, env)
+					}
+				}
+				for env, v := range s.Environment {
+					if strings.HasSuffix(env, "_PASSWORD") && v != nil && *v != "" {
+						t.Errorf("%s: %s sets %s in the environment; read it from a file (%s_FILE)", name, s.Name, env, env)
+					}
+				}
+				if v := s.Environment["DQ_ETCD_ENDPOINTS"]; v == nil || !strings.HasPrefix(*v, "https://") {
+					t.Errorf("%s: %s: DQ_ETCD_ENDPOINTS %v, want https://", name, s.Name, v)
+				}
+			}
+			// every file named under the certs directory is one certs
+			// writes, in the volume this service mounts there
+			var named []string
+			for _, v := range s.Environment {
+				if v != nil {
+					named = append(named, *v)
+				}
+			}
+			for _, arg := range s.Command {
+				named = append(named, strings.Split(arg, ":")...)
+			}
+			if s.HealthCheck != nil {
+				named = append(named, s.HealthCheck.Test...)
+			}
+			uses := false
+			for _, f := range named {
+				rest, ok := strings.CutPrefix(f, dir+"/")
+				if !ok {
+					continue
+				}
+				uses = true
+				if !slices.Contains(certsWrites, rest) {
+					t.Errorf("%s: %s names %s, which dq dev certs does not write", name, s.Name, f)
+				}
+			}
+			if !uses || s.Name == "certs" {
+				continue
+			}
+			mounted := false
+			for _, v := range s.Volumes {
+				mounted = mounted || (v.Source == tlsVolume && v.Target == dir && v.ReadOnly)
+			}
+			if !mounted {
+				t.Errorf("%s: %s names files in %s but does not mount volume %s there read-only", name, s.Name, dir, tlsVolume)
+			}
+			if !dependsOn(p, s.Name, "certs", map[string]bool{}) {
+				t.Errorf("%s: %s may start before certs wrote its files", name, s.Name)
+			}
+		}
+	}
+}
+
+// dependsOn reports whether service from waits for service on, directly
+// or through the services it waits for.
+func dependsOn(p *types.Project, from, on string, seen map[string]bool) bool {
+	if seen[from] {
+		return false
+	}
+	seen[from] = true
+	for dep := range p.Services[from].DependsOn {
+		if dep == on || dependsOn(p, dep, on, seen) {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
 }

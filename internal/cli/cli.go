@@ -74,7 +74,7 @@ func commands() []command {
 		{"import", "bulk schedule from a JSON Lines file, resumable (dq import FILE.jsonl)", runImport},
 		{"acl", "the least privileges of a namespace: the Redis ACL, etcd role and Kafka ACLs to grant (dq acl [--namespace NS] [--user U])", runACL},
 		{"health", "probe a /healthz URL or a Kafka broker; exit 1 when unhealthy (for container healthchecks)", runHealth},
-		{"dev", "run delayq in one process (dq dev [--demo]), or one piece of it: dq dev etcd | dq dev kafka | dq dev sink", runDev},
+		{"dev", "run delayq in one process (dq dev [--demo] [--tls]), or one piece of it: dq dev etcd | dq dev kafka | dq dev sink | dq dev certs", runDev},
 		{"app", "run an application by name: dq app daemon|event|work [flags]", runApp},
 		{"version", "print the version, VCS revision and Go version of this build (also dq --version)", runVersion},
 	}

@@ -2,16 +2,26 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/delayq/delayq/internal/acl"
+	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/devcert"
 )
 
 // runDev is dq dev: the whole system in one process, or one piece of it.
@@ -24,8 +34,10 @@ func runDev(ctx context.Context, env Env, args []string) error {
 			return runDevKafka(ctx, env, args[1:])
 		case "sink":
 			return runDevSink(ctx, env, args[1:])
+		case "certs":
+			return runDevCerts(env, args[1:])
 		default:
-			return fmt.Errorf("dev: unknown component %q (etcd, kafka, sink, or nothing for the whole system)", args[0])
+			return fmt.Errorf("dev: unknown component %q (etcd, kafka, sink, certs, or nothing for the whole system)", args[0])
 		}
 	}
 	return runDevAll(ctx, env, args)
@@ -89,4 +101,225 @@ func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
 		}
 		return err
 	}
+}
+
+// Files dq dev certs writes (and dq dev --tls, into <dir>/tls).
+const (
+	certCA         = "ca.crt"
+	certServer     = "server" // server.crt, server.key
+	certClient     = "client" // client.crt, client.key
+	secretRedis    = "redis.password"
+	secretEtcd     = "etcd.password"
+	secretEtcdRoot = "etcd-root.password"
+	secretKafka    = "kafka.password"
+	redisACLFile   = "users.acl"
+)
+
+// devUser is the user name delayq logs in as to Redis, etcd and Kafka in
+// dq dev --tls and the compose TLS override (and the CN of its client
+// certificate).
+const devUser = "delayq"
+
+// runDevCerts is dq dev certs: a throwaway CA, a server certificate for
+// the given hosts and a client certificate, written into a directory (the
+// compose TLS override's one-shot init); with --secrets also random
+// passwords and the Redis ACL file. What is there already and still fits
+// is kept, so that running it again (every compose up) changes nothing
+// that running servers or etcd's stored users depend on.
+func runDevCerts(env Env, args []string) error {
+	fs := newFlagSet("dev certs", env)
+	dir := fs.String("dir", "", "directory to write into (created; required)")
+	hosts := fs.String("hosts", "localhost,127.0.0.1", "host names and IP addresses the server certificate is for (comma-separated)")
+	cn := fs.String("client-cn", devUser, "common name of the client certificate (etcd takes it as the user name of a request without a token)")
+	secrets := fs.Bool("secrets", false, "also write random passwords ("+secretRedis+", "+secretEtcd+", "+secretEtcdRoot+", "+secretKafka+") and the Redis ACL file "+redisACLFile+" (user "+devUser+" limited to --namespace, user health for PING only, the default user off)")
+	ns := fs.String("namespace", "dq", "the delayq namespace the Redis ACL user is limited to (with --secrets)")
+	owner := fs.String("owner", "", "UID:GID to give every file written (running as root for a volume that non-root containers read)")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return errors.New("dev certs: --dir is required")
+	}
+	hostList := config.Split(*hosts)
+	if len(hostList) == 0 {
+		return errors.New("dev certs: --hosts: at least one host")
+	}
+	uid, gid := -1, -1
+	if *owner != "" {
+		u, g, ok := strings.Cut(*owner, ":")
+		var err1, err2 error
+		uid, err1 = strconv.Atoi(u)
+		gid, err2 = strconv.Atoi(g)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("dev certs: --owner %q: UID:GID", *owner)
+		}
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return fmt.Errorf("dev certs: %w", err)
+	}
+	var written []string
+	if certsFit(*dir, hostList, *cn) {
+		fmt.Fprintf(env.Stdout, "kept the certificates in %s (they fit %s)\n", *dir, strings.Join(hostList, ","))
+	} else {
+		files, err := writeDevCerts(*dir, *cn, hostList...)
+		if err != nil {
+			return fmt.Errorf("dev certs: %w", err)
+		}
+		written = append(written, files.CA, files.Server.Cert, files.Server.Key, files.Client.Cert, files.Client.Key)
+	}
+	if *secrets {
+		pw := map[string]string{}
+		for _, name := range []string{secretRedis, secretEtcd, secretEtcdRoot, secretKafka} {
+			p, made, err := ensureSecret(filepath.Join(*dir, name))
+			if err != nil {
+				return fmt.Errorf("dev certs: %w", err)
+			}
+			pw[name] = p
+			if made {
+				written = append(written, filepath.Join(*dir, name))
+			}
+		}
+		aclPath := filepath.Join(*dir, redisACLFile)
+		if err := os.WriteFile(aclPath, []byte(redisACL(*ns, pw[secretRedis], true)), 0o600); err != nil {
+			return fmt.Errorf("dev certs: %w", err)
+		}
+		written = append(written, aclPath)
+	}
+	if uid >= 0 {
+		entries, err := os.ReadDir(*dir)
+		if err != nil {
+			return fmt.Errorf("dev certs: %w", err)
+		}
+		for _, e := range append(entries, nil) {
+			p := *dir
+			if e != nil {
+				p = filepath.Join(*dir, e.Name())
+			}
+			if err := os.Chown(p, uid, gid); err != nil {
+				return fmt.Errorf("dev certs: --owner: %w", err)
+			}
+		}
+	}
+	for _, f := range written {
+		fmt.Fprintf(env.Stdout, "wrote %s\n", f)
+	}
+	return nil
+}
+
+// devCertFiles are the paths writeDevCerts wrote.
+type devCertFiles struct {
+	CA             string
+	Server, Client devcert.Files
+}
+
+// writeDevCerts makes a CA, a server certificate for hosts and a client
+// certificate with common name cn, and writes them into dir as ca.crt,
+// server.crt/.key and client.crt/.key (keys 0600).
+func writeDevCerts(dir, cn string, hosts ...string) (devCertFiles, error) {
+	ca, err := devcert.NewCA("delayq dev CA")
+	if err != nil {
+		return devCertFiles{}, err
+	}
+	server, err := ca.Server(hosts...)
+	if err != nil {
+		return devCertFiles{}, err
+	}
+	client, err := ca.Client(cn)
+	if err != nil {
+		return devCertFiles{}, err
+	}
+	var f devCertFiles
+	if f.Server, err = ca.Write(dir, certServer, server); err != nil {
+		return f, err
+	}
+	if f.Client, err = ca.Write(dir, certClient, client); err != nil {
+		return f, err
+	}
+	f.CA = f.Server.CA
+	return f, nil
+}
+
+// certsFit reports whether dir holds a CA, a server certificate that it
+// signed for every host and a client certificate named cn, with their
+// keys, good for at least another day.
+func certsFit(dir string, hosts []string, cn string) bool {
+	pool, err := config.LoadCA(filepath.Join(dir, certCA))
+	if err != nil {
+		return false
+	}
+	leaf := func(name string, usage x509.ExtKeyUsage) *x509.Certificate {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
+		if err != nil || len(pair.Certificate) == 0 {
+			return nil
+		}
+		c, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil || time.Until(c.NotAfter) < 24*time.Hour {
+			return nil
+		}
+		if _, err := c.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			return nil
+		}
+		return c
+	}
+	server := leaf(certServer, x509.ExtKeyUsageServerAuth)
+	client := leaf(certClient, x509.ExtKeyUsageClientAuth)
+	if server == nil || client == nil || client.Subject.CommonName != cn {
+		return false
+	}
+	for _, h := range hosts {
+		if server.VerifyHostname(h) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// ensureSecret returns the password in path, or writes a new random one
+// there (mode 0600) when the file is missing or empty.
+func ensureSecret(path string) (pw string, made bool, err error) {
+	if pw, err := readSecretFile(path); err == nil {
+		return pw, false, nil
+	}
+	pw = randomPassword()
+	if err := os.WriteFile(path, []byte(pw+"\n"), 0o600); err != nil {
+		return "", false, err
+	}
+	return pw, true, nil
+}
+
+// randomPassword is 32 random hex digits: nothing that needs quoting in a
+// Redis ACL file or a shell.
+func randomPassword() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand does not fail on Linux
+	return hex.EncodeToString(b)
+}
+
+// readSecretFile reads a password file without its trailing line break;
+// an empty one is an error.
+func readSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("%s: empty", path)
+	}
+	return s, nil
+}
+
+// redisACL is a Redis ACL file (the aclfile directive): the default user
+// off, user delayq with password and the namespace's least-privilege
+// rules, and with health a user "health" that may only PING, with any
+// password (for redis-cli healthchecks, which cannot read a password
+// file).
+func redisACL(ns, password string, health bool) string {
+	var b strings.Builder
+	b.WriteString("user default off\n")
+	b.WriteString("user " + devUser + " on >" + password + " " + strings.Join(acl.RedisRules(ns), " ") + "\n")
+	if health {
+		b.WriteString("user health on nopass resetkeys resetchannels -@all +ping\n")
+	}
+	return b.String()
 }

@@ -5,6 +5,8 @@ package cli
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/acl"
 	"github.com/delayq/delayq/internal/config"
 )
 
@@ -39,7 +42,11 @@ type devOptions struct {
 	verbose bool
 	redis   string // redis-server binary
 	topics  string // extra topics (comma-separated): created at start, consumed by work
+	tls     bool   // TLS, ACL users and SASL everywhere (devSecurity)
 }
+
+// devNamespace is dq dev's namespace.
+const devNamespace = "dq"
 
 // devPartitions is the partition count of every topic dq dev creates.
 const devPartitions = 4
@@ -77,6 +84,7 @@ func runDevAll(ctx context.Context, env Env, args []string) error {
 	fs.BoolVar(&o.verbose, "verbose", false, "show the applications' info logs (default: warnings and errors)")
 	fs.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
 	fs.StringVar(&o.topics, "topics", "", "more Kafka topics to create at start and consume besides dq.tasks (comma-separated, e.g. a,b); any other topic is created on first use")
+	fs.BoolVar(&o.tls, "tls", false, "secured connections: a throwaway CA in DIR/tls, Redis on TLS only with ACL user delayq (default user off), etcd on TLS with client certificates and authentication, Kafka on TLS with SASL SCRAM-SHA-256, the API on HTTPS; prints the settings another process needs")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -105,15 +113,30 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 			return err
 		}
 	}
+	var sec *devSecurity
+	if o.tls {
+		if dir, err = filepath.Abs(dir); err != nil {
+			return err
+		}
+		if sec, err = newDevSecurity(filepath.Join(dir, "tls"), o.apiAddr); err != nil {
+			return err
+		}
+	}
 
 	// Redis: a child process with delayq's recommended settings.
-	redisAddr, stopRedis, err := startDevRedis(ctx, redisPath, filepath.Join(dir, "redis"))
+	redisAddr, stopRedis, err := startDevRedis(ctx, redisPath, filepath.Join(dir, "redis"), sec)
 	if err != nil {
 		return err
 	}
 	defer stopRedis()
 
-	etcd, err := StartEtcd(ctx, EtcdOptions{Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "etcd"), Name: "dq-dev"})
+	eo := EtcdOptions{Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "etcd"), Name: "dq-dev"}
+	if sec != nil {
+		eo.CertFile, eo.KeyFile, eo.ClientCAFile = sec.certs.Server.Cert, sec.certs.Server.Key, sec.certs.CA
+		eo.RootPassword = sec.etcdRoot
+		eo.Users = []EtcdUser{{Name: devUser, Password: sec.etcd, Prefix: acl.EtcdPrefix(devNamespace)}}
+	}
+	etcd, err := StartEtcd(ctx, eo)
 	if err != nil {
 		return err
 	}
@@ -121,7 +144,12 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	etcdEndpoint := strings.TrimPrefix(etcd.Config().ListenClientUrls[0].String(), "http://")
 
 	topics := devTopics(o.topics)
-	kafka, err := StartKafka(KafkaOptions{Listen: "127.0.0.1:0", Partitions: devPartitions, Topics: append(slices.Clone(topics), "dq.dead")})
+	ko := KafkaOptions{Listen: "127.0.0.1:0", Partitions: devPartitions, Topics: append(slices.Clone(topics), "dq.dead")}
+	if sec != nil {
+		ko.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sec.server}}
+		ko.Users = []KafkaUser{{Mechanism: config.SASLScramSHA256, Name: devUser, Password: sec.kafka}}
+	}
+	kafka, err := StartKafka(ko)
 	if err != nil {
 		return err
 	}
@@ -177,6 +205,13 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 		"DQ_PARTITIONS":        strconv.Itoa(devPartitions),
 		"DQ_TOPICS":            strings.Join(topics, ","),
 	}
+	scheme, hc := "http", http.DefaultClient
+	if sec != nil {
+		for k, v := range sec.env() {
+			common[k] = v
+		}
+		scheme, hc = "https", sec.httpClient()
+	}
 	appsCtx, stopApps := context.WithCancel(ctx)
 	defer stopApps()
 	g, gctx := errgroup.WithContext(appsCtx)
@@ -200,7 +235,7 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 		})
 	}
 	// Wait for the three applications, then say where everything is.
-	upErr := waitHealthy(gctx, ports)
+	upErr := waitHealthy(gctx, scheme, hc, ports)
 	if upErr != nil {
 		stopApps()
 		if err := g.Wait(); err != nil {
@@ -208,22 +243,30 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 		}
 		return upErr
 	}
-	api := "http://" + ports["daemon"]
+	api := scheme + "://" + ports["daemon"]
 	say("delayq is running (data in %s)", dir)
 	say("  API             %s", api)
-	say("  metrics         %s/metrics  http://%s/metrics  http://%s/metrics", api, ports["event"], ports["work"])
+	say("  metrics         %s/metrics  %s://%s/metrics  %s://%s/metrics", api, scheme, ports["event"], scheme, ports["work"])
 	say("  redis           %s   etcd %s   kafka %s", redisAddr, etcdEndpoint, brokers)
 	say("  webhook         %s", webhook)
 	say("  topics          %s consumed (others are created on first use; --topics a,b adds some)", strings.Join(topics, ","))
-	say("try:")
-	say(`  curl -s %s/v1/tasks -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, api)
-	say("  dq schedule hello --in 5s --payload '{\"n\":1}'     (DQ_ADDR=%s)", api)
+	if sec != nil {
+		sec.banner(say, api, redisAddr, etcdEndpoint, brokers)
+	} else {
+		say("try:")
+		say(`  curl -s %s/v1/tasks -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, api)
+		say("  dq schedule hello --in 5s --payload '{\"n\":1}'     (DQ_ADDR=%s)", api)
+	}
 	say("Ctrl-C stops everything.")
 	if ready != nil {
 		ready(api)
 	}
 	if o.demo {
-		g.Go(func() error { return devDemo(gctx, api, say) })
+		cl := client.New(api)
+		if sec != nil {
+			cl = client.New(api, client.WithHTTPClient(hc))
+		}
+		g.Go(func() error { return devDemo(gctx, cl, say) })
 	}
 	err = g.Wait()
 	say("delayq stopped")
@@ -231,8 +274,7 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 }
 
 // devDemo schedules five tasks due over the next five seconds.
-func devDemo(ctx context.Context, api string, say func(string, ...any)) error {
-	cl := client.New(api)
+func devDemo(ctx context.Context, cl *client.Client, say func(string, ...any)) error {
 	tasks := make([]client.Task, 5)
 	for i := range tasks {
 		tasks[i] = client.Task{
@@ -256,19 +298,35 @@ func devDemo(ctx context.Context, api string, say func(string, ...any)) error {
 }
 
 // startDevRedis starts redis-server on a free loopback port with AOF
-// (appendfsync always) and waits for PING. stop shuts it down.
-func startDevRedis(ctx context.Context, path, dir string) (addr string, stop func(), err error) {
+// (appendfsync always) and waits for PING. stop shuts it down. With sec,
+// it serves TLS only (client certificates required) and its users come
+// from an ACL file in dir: delayq with the namespace's rules, the default
+// user off.
+func startDevRedis(ctx context.Context, path, dir string, sec *devSecurity) (addr string, stop func(), err error) {
 	addr, err = freeLoopbackAddr()
 	if err != nil {
 		return "", nil, err
 	}
 	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(path,
-		"--port", port, "--bind", "127.0.0.1", "--protected-mode", "no", "--daemonize", "no",
+	listen := []string{"--port", port}
+	ping := func() error { return pingRedis(addr) }
+	if sec != nil {
+		aclFile := filepath.Join(dir, redisACLFile)
+		if err := os.WriteFile(aclFile, []byte(redisACL(devNamespace, sec.redis, false)), 0o600); err != nil {
+			return "", nil, fmt.Errorf("redis acl file: %w", err)
+		}
+		listen = []string{"--port", "0", "--tls-port", port,
+			"--tls-cert-file", sec.certs.Server.Cert, "--tls-key-file", sec.certs.Server.Key,
+			"--tls-ca-cert-file", sec.certs.CA, "--tls-auth-clients", "yes",
+			"--aclfile", aclFile}
+		ping = func() error { return pingRedisTLS(addr, sec.clientTLS(), devUser, sec.redis) }
+	}
+	cmd := exec.Command(path, append(listen,
+		"--bind", "127.0.0.1", "--protected-mode", "no", "--daemonize", "no",
 		"--dir", dir, "--save", "",
 		"--appendonly", "yes", "--appendfsync", "always",
 		"--maxmemory-policy", "noeviction",
-		"--hash-max-listpack-value", "512", "--hash-max-listpack-entries", "256")
+		"--hash-max-listpack-value", "512", "--hash-max-listpack-entries", "256")...)
 	logs := &tail{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = childProcAttr()
@@ -288,7 +346,7 @@ func startDevRedis(ctx context.Context, path, dir string) (addr string, stop fun
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if pingRedis(addr) == nil {
+		if ping() == nil {
 			return addr, stop, nil
 		}
 		select {
@@ -311,12 +369,45 @@ func pingRedis(addr string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+	return redisPing(conn)
+}
+
+// pingRedisTLS logs in to a TLS-only Redis as user and PINGs it.
+func pingRedisTLS(addr string, tc *tls.Config, user, password string) error {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 200 * time.Millisecond}, "tcp", addr, tc)
+	if err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	return redisPing(conn, "AUTH", user, password)
+}
+
+// redisPing sends the command auth (if any) and PING on conn, closes it,
+// and fails unless both answered +OK and +PONG.
+func redisPing(conn net.Conn, auth ...string) error {
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	var req strings.Builder
+	if len(auth) > 0 {
+		fmt.Fprintf(&req, "*%d\r\n", len(auth))
+		for _, a := range auth {
+			fmt.Fprintf(&req, "$%d\r\n%s\r\n", len(a), a)
+		}
+	}
+	req.WriteString("*1\r\n$4\r\nPING\r\n")
+	if _, err := conn.Write([]byte(req.String())); err != nil {
+		return err
+	}
+	r := bufio.NewReader(conn)
+	if len(auth) > 0 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(line, "+OK") {
+			return errors.New(strings.TrimSpace(line))
+		}
+	}
+	line, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}
@@ -326,12 +417,13 @@ func pingRedis(addr string) error {
 	return nil
 }
 
-// waitHealthy waits until every address answers /healthz.
-func waitHealthy(ctx context.Context, addrs map[string]string) error {
+// waitHealthy waits until every address answers /healthz (scheme http or
+// https, through hc).
+func waitHealthy(ctx context.Context, scheme string, hc *http.Client, addrs map[string]string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for name, addr := range addrs {
 		for {
-			if _, err := probeHTTP(ctx, "http://"+addr+"/healthz"); err == nil {
+			if err := probeWith(ctx, hc, scheme+"://"+addr+"/healthz"); err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -345,6 +437,138 @@ func waitHealthy(ctx context.Context, addrs map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// probeWith GETs url through hc; nil when it answers 2xx.
+func probeWith(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 512))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// devSecurity is what dq dev --tls adds: a throwaway CA, a server
+// certificate for loopback (and the API host), a client certificate for
+// user delayq, and random passwords, all written into one directory so
+// that another process can use them.
+type devSecurity struct {
+	dir                            string
+	certs                          devCertFiles
+	server, client                 tls.Certificate
+	pool                           *x509.CertPool
+	redis, etcd, etcdRoot, kafka   string // passwords
+	redisFile, etcdFile, kafkaFile string // their files
+	etcdRootFile                   string
+}
+
+// newDevSecurity writes the certificates (new ones every start: every
+// server here is restarted with them) and the passwords (kept when the
+// files exist: etcd keeps its users in its data directory) into dir.
+func newDevSecurity(dir, apiAddr string) (*devSecurity, error) {
+	hosts := []string{"127.0.0.1", "localhost", "::1"}
+	if h, _, err := net.SplitHostPort(apiAddr); err == nil && h != "" && !slices.Contains(hosts, h) {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+			hosts = append(hosts, h)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("tls dir: %w", err)
+	}
+	s := &devSecurity{dir: dir}
+	var err error
+	if s.certs, err = writeDevCerts(dir, devUser, hosts...); err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	if s.server, err = tls.LoadX509KeyPair(s.certs.Server.Cert, s.certs.Server.Key); err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	if s.client, err = tls.LoadX509KeyPair(s.certs.Client.Cert, s.certs.Client.Key); err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	if s.pool, err = config.LoadCA(s.certs.CA); err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	for _, p := range []struct {
+		name     string
+		pw, file *string
+	}{{secretRedis, &s.redis, &s.redisFile}, {secretEtcd, &s.etcd, &s.etcdFile}, {secretEtcdRoot, &s.etcdRoot, &s.etcdRootFile}, {secretKafka, &s.kafka, &s.kafkaFile}} {
+		*p.file = filepath.Join(dir, p.name)
+		if *p.pw, _, err = ensureSecret(*p.file); err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// clientTLS is the configuration of a client of the dev servers: the CA,
+// and the client certificate.
+func (s *devSecurity) clientTLS() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: s.pool, Certificates: []tls.Certificate{s.client}}
+}
+
+// httpClient trusts the CA; no connection outlives a request.
+func (s *devSecurity) httpClient() *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: s.clientTLS(), DisableKeepAlives: true}}
+}
+
+// env are the DQ_* settings of the applications besides the addresses,
+// secrets through their _FILE variables: what another process needs too.
+func (s *devSecurity) env() map[string]string {
+	return map[string]string{
+		"DQ_REDIS_USERNAME":           devUser,
+		"DQ_REDIS_PASSWORD_FILE":      s.redisFile,
+		"DQ_REDIS_TLS_CA":             s.certs.CA,
+		"DQ_REDIS_TLS_CERT":           s.certs.Client.Cert,
+		"DQ_REDIS_TLS_KEY":            s.certs.Client.Key,
+		"DQ_ETCD_TLS_CA":              s.certs.CA,
+		"DQ_ETCD_TLS_CERT":            s.certs.Client.Cert,
+		"DQ_ETCD_TLS_KEY":             s.certs.Client.Key,
+		"DQ_ETCD_USERNAME":            devUser,
+		"DQ_ETCD_PASSWORD_FILE":       s.etcdFile,
+		"DQ_KAFKA_TLS_CA":             s.certs.CA,
+		"DQ_KAFKA_SASL_MECHANISM":     config.SASLScramSHA256,
+		"DQ_KAFKA_SASL_USERNAME":      devUser,
+		"DQ_KAFKA_SASL_PASSWORD_FILE": s.kafkaFile,
+		"DQ_HTTP_TLS_CERT":            s.certs.Server.Cert,
+		"DQ_HTTP_TLS_KEY":             s.certs.Server.Key,
+	}
+}
+
+// banner prints the settings a separate process needs and what to try.
+func (s *devSecurity) banner(say func(string, ...any), api, redisAddr, etcdEndpoint, brokers string) {
+	vars := s.env()
+	vars["DQ_NAMESPACE"] = devNamespace
+	vars["DQ_REDIS_ADDRS"] = redisAddr
+	vars["DQ_ETCD_ENDPOINTS"] = etcdEndpoint
+	vars["DQ_KAFKA_BROKERS"] = brokers
+	vars["DQ_ADDR"] = api
+	vars["DQ_CA"] = s.certs.CA // dq's API commands
+	// the HTTP port's certificate is this process' own
+	delete(vars, "DQ_HTTP_TLS_CERT")
+	delete(vars, "DQ_HTTP_TLS_KEY")
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	say("  tls             CA %s; Redis user %s (default user off), etcd user %s (client certificates, auth on), Kafka SASL %s user %s", s.certs.CA, devUser, devUser, config.SASLScramSHA256, devUser)
+	say("settings for another process (passwords in %s, mode 0600):", s.dir)
+	for _, k := range names {
+		say("  export %s=%s", k, vars[k])
+	}
+	say("try:")
+	say("  dq stats --addr %s --ca %s", api, s.certs.CA)
+	say(`  curl -s --cacert %s %s/v1/tasks -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, s.certs.CA, api)
 }
 
 // freeLoopbackAddr returns a 127.0.0.1 address whose port was free a

@@ -4,6 +4,9 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +17,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -39,6 +48,30 @@ type EtcdOptions struct {
 	Name string
 	// Log receives etcd's warnings and errors; nil discards them.
 	Log io.Writer
+
+	// CertFile and KeyFile, when set, serve clients over TLS only (https
+	// URLs; the advertised URL defaults to https://).
+	CertFile, KeyFile string
+	// ClientCAFile, with CertFile, makes clients present a certificate
+	// that this CA signed (client certificate authentication).
+	ClientCAFile string
+	// HealthListen, when set, serves /health and /metrics over plain HTTP
+	// on this host:port: a container healthcheck when the client port
+	// needs a client certificate.
+	HealthListen string
+	// RootPassword, when set, turns authentication on: user root (role
+	// root) with this password, and Users. A member whose data already
+	// has authentication on keeps its users as they are.
+	RootPassword string
+	// Users are created with RootPassword, each with a role of its own
+	// name that may read and write the keys under its Prefix.
+	Users []EtcdUser
+}
+
+// EtcdUser is an etcd user that StartEtcd creates: role Name, readwrite
+// on the keys under Prefix ("/dq/").
+type EtcdUser struct {
+	Name, Password, Prefix string
 }
 
 // StartEtcd starts a single-member etcd server (go.etcd.io/etcd/server/v3/embed)
@@ -61,10 +94,23 @@ func StartEtcd(ctx context.Context, o EtcdOptions) (*embed.Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd peer listen %q: %w", o.PeerListen, err)
 	}
+	if len(o.Users) > 0 && o.RootPassword == "" {
+		return nil, errors.New("etcd: users need a root password (authentication on)")
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		return nil, errors.New("etcd: a TLS certificate needs its key, and a key its certificate")
+	}
+	if o.ClientCAFile != "" && o.CertFile == "" {
+		return nil, errors.New("etcd: client certificate authentication (a client CA) needs TLS (a certificate and key)")
+	}
+	scheme := "http"
+	if o.CertFile != "" {
+		scheme = "https"
+	}
 	adv := o.Advertise
 	if adv == "" {
 		host, port, _ := net.SplitHostPort(lc)
-		adv = "http://" + net.JoinHostPort(advertiseHost(host), port)
+		adv = scheme + "://" + net.JoinHostPort(advertiseHost(host), port)
 	}
 	cfg := embed.NewConfig()
 	cfg.Name = o.Name
@@ -76,8 +122,25 @@ func StartEtcd(ctx context.Context, o EtcdOptions) (*embed.Etcd, error) {
 		}
 		return []url.URL{*u}, nil
 	}
-	if cfg.ListenClientUrls, err = urls("http://" + lc); err != nil {
+	if cfg.ListenClientUrls, err = urls(scheme + "://" + lc); err != nil {
 		return nil, err
+	}
+	if o.CertFile != "" {
+		cfg.ClientTLSInfo = transport.TLSInfo{
+			CertFile:       o.CertFile,
+			KeyFile:        o.KeyFile,
+			TrustedCAFile:  o.ClientCAFile,
+			ClientCertAuth: o.ClientCAFile != "",
+		}
+	}
+	if o.HealthListen != "" {
+		hl, err := resolveListen(o.HealthListen)
+		if err != nil {
+			return nil, fmt.Errorf("etcd health listen %q: %w", o.HealthListen, err)
+		}
+		if cfg.ListenMetricsUrls, err = urls("http://" + hl); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.AdvertiseClientUrls, err = urls(adv); err != nil {
 		return nil, fmt.Errorf("etcd advertise %q: %w", adv, err)
@@ -106,6 +169,13 @@ func StartEtcd(ctx context.Context, o EtcdOptions) (*embed.Etcd, error) {
 	}
 	select {
 	case <-srv.Server.ReadyNotify():
+		if o.RootPassword == "" {
+			return srv, nil
+		}
+		if err := setupEtcdAuth(ctx, srv, o); err != nil {
+			srv.Close()
+			return nil, err
+		}
 		return srv, nil
 	case err := <-srv.Err():
 		srv.Close()
@@ -117,6 +187,61 @@ func StartEtcd(ctx context.Context, o EtcdOptions) (*embed.Etcd, error) {
 		srv.Close()
 		return nil, ctx.Err()
 	}
+}
+
+// setupEtcdAuth creates user root and o.Users, each with its role, and
+// turns authentication on. It talks to the member in-process (v3client: no
+// socket, no certificate), which works only while authentication is off:
+// a member whose data has it on already is left as it is.
+func setupEtcdAuth(ctx context.Context, srv *embed.Etcd, o EtcdOptions) error {
+	cl := v3client.New(srv.Server)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := cl.AuthStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd auth status: %w", err)
+	}
+	if st.Enabled {
+		return nil
+	}
+	addUser := func(name, password string) error {
+		_, err := cl.UserAdd(ctx, name, password)
+		if errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+			_, err = cl.UserChangePassword(ctx, name, password)
+		}
+		if err != nil {
+			return fmt.Errorf("etcd user %s: %w", name, err)
+		}
+		return nil
+	}
+	if err := addUser("root", o.RootPassword); err != nil {
+		return err
+	}
+	if _, err := cl.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("etcd grant root: %w", err)
+	}
+	for _, u := range o.Users {
+		if u.Name == "" || u.Name == "root" || u.Password == "" || u.Prefix == "" {
+			return fmt.Errorf("etcd user %q: a name other than root, a password and a key prefix", u.Name)
+		}
+		if _, err := cl.RoleAdd(ctx, u.Name); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+			return fmt.Errorf("etcd role %s: %w", u.Name, err)
+		}
+		if _, err := cl.RoleGrantPermission(ctx, u.Name, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+			return fmt.Errorf("etcd role %s: readwrite on %s: %w", u.Name, u.Prefix, err)
+		}
+		if err := addUser(u.Name, u.Password); err != nil {
+			return err
+		}
+		if _, err := cl.UserGrantRole(ctx, u.Name, u.Name); err != nil {
+			return fmt.Errorf("etcd user %s: grant role: %w", u.Name, err)
+		}
+	}
+	if _, err := cl.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("etcd auth enable: %w", err)
+	}
+	return nil
 }
 
 // resolveListen replaces port 0 with a free port, so that the same address
@@ -174,6 +299,20 @@ type KafkaOptions struct {
 	DataDir string
 	// Log receives the broker's warnings and errors; nil discards them.
 	Log io.Writer
+
+	// TLS, when set, serves clients over TLS only (its Certificates).
+	TLS *tls.Config
+	// Users, when any, turn SASL on: every client logs in as one of them.
+	Users []KafkaUser
+	// Superuser is added with Users (default: "admin", SCRAM-SHA-256,
+	// with a random password); the broker's own health probe logs in as it.
+	Superuser KafkaUser
+}
+
+// KafkaUser is a SASL user of the broker: Mechanism PLAIN, SCRAM-SHA-256
+// or SCRAM-SHA-512.
+type KafkaUser struct {
+	Mechanism, Name, Password string
 }
 
 // KafkaBroker is a running kfake broker.
@@ -181,6 +320,9 @@ type KafkaBroker struct {
 	*kfake.Cluster
 	// Listen is the bound address, Advertised the one clients are told.
 	Listen, Advertised string
+
+	tls   bool
+	super KafkaUser // set when SASL is on
 }
 
 // StartKafka starts a one-broker Kafka-protocol server
@@ -241,12 +383,83 @@ func StartKafka(o KafkaOptions) (*KafkaBroker, error) {
 	if o.Log != nil {
 		opts = append(opts, kfake.WithLogger(kfake.BasicLogger(o.Log, kfake.LogLevelWarn)))
 	}
+	if o.TLS != nil {
+		opts = append(opts, kfake.TLS(o.TLS))
+	}
+	var super KafkaUser
+	if len(o.Users) > 0 {
+		super = o.Superuser
+		if super.Name == "" {
+			super = KafkaUser{Mechanism: "SCRAM-SHA-256", Name: "admin", Password: randomSecret()}
+		}
+		for _, u := range append([]KafkaUser{super}, o.Users...) {
+			if err := u.check(); err != nil {
+				return nil, err
+			}
+		}
+		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(super.Mechanism, super.Name, super.Password))
+		for _, u := range o.Users {
+			opts = append(opts, kfake.User(u.Mechanism, u.Name, u.Password))
+		}
+	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("start kafka: %w", err)
 	}
 	kfakefix.Install(c) // the consumer-group livelock, see the package
-	return &KafkaBroker{Cluster: c, Listen: bound, Advertised: advertised}, nil
+	return &KafkaBroker{Cluster: c, Listen: bound, Advertised: advertised, tls: o.TLS != nil, super: super}, nil
+}
+
+func (u KafkaUser) check() error {
+	switch u.Mechanism {
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+	default:
+		return fmt.Errorf("kafka user %q: mechanism %q: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", u.Name, u.Mechanism)
+	}
+	if u.Name == "" || u.Password == "" {
+		return fmt.Errorf("kafka user %q (%s): a name and a password", u.Name, u.Mechanism)
+	}
+	return nil
+}
+
+// kgoOpts are the franz-go options that log in as u.
+func (u KafkaUser) kgoOpts() []kgo.Opt {
+	switch u.Mechanism {
+	case "":
+		return nil
+	case "PLAIN":
+		return []kgo.Opt{kgo.SASL(plain.Auth{User: u.Name, Pass: u.Password}.AsMechanism())}
+	case "SCRAM-SHA-512":
+		return []kgo.Opt{kgo.SASL(scram.Auth{User: u.Name, Pass: u.Password}.AsSha512Mechanism())}
+	default:
+		return []kgo.Opt{kgo.SASL(scram.Auth{User: u.Name, Pass: u.Password}.AsSha256Mechanism())}
+	}
+}
+
+// Ping checks the broker from inside: a client of its own bound address
+// (over loopback when it listens on every interface), with TLS when it
+// serves TLS and logged in as the superuser when SASL is on. The TLS
+// certificate is not verified: the probe is of the broker's own listener,
+// not of who it claims to be.
+func (k *KafkaBroker) Ping(ctx context.Context) error {
+	addr := k.Listen
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+	}
+	opts := k.super.kgoOpts()
+	if k.tls {
+		opts = append(opts, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true})) //nolint:gosec // G402: probes its own listener, see the comment
+	}
+	return probeKafkaWith(ctx, addr, opts...)
+}
+
+// randomSecret is a random password: 32 hex digits.
+func randomSecret() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand does not fail on Linux
+	return hex.EncodeToString(b)
 }
 
 // advertisedListener is a listener that reports another address.
@@ -264,7 +477,13 @@ func (a tcpAddrString) String() string { return string(a) }
 
 // probeKafka asks the broker at addr for its API versions.
 func probeKafka(ctx context.Context, addr string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.MetadataMinAge(time.Second))
+	return probeKafkaWith(ctx, addr)
+}
+
+// probeKafkaWith asks the broker at addr for its API versions, with more
+// client options (TLS, SASL: the connection logs in before it asks).
+func probeKafkaWith(ctx context.Context, addr string, opts ...kgo.Opt) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.MetadataMinAge(time.Second)}, opts...)...)
 	if err != nil {
 		return err
 	}
