@@ -126,24 +126,40 @@ func onlySizes(out []byte) string {
 }
 
 // containerProvisioner runs every piece as a container built from this
-// tree, defined by the compose stack with its registry-free override.
-type containerProvisioner struct{}
+// tree, defined by the compose stack with its registry-free override;
+// secure: with compose.tls.yaml on top (container_secure_test.go).
+type containerProvisioner struct{ secure bool }
 
-func (containerProvisioner) Name() string { return "containers" }
+func (p containerProvisioner) Name() string {
+	if p.secure {
+		return "containers-secure"
+	}
+	return "containers"
+}
 
-func (containerProvisioner) Start(t *testing.T, spec Spec) Cluster {
+func (p containerProvisioner) Start(t *testing.T, spec Spec) Cluster {
 	t.Helper()
 	dc := requireDocker(t)
 	buildImages(t)
 	ctx := context.WithoutCancel(t.Context())
-	proj, err := compose.Load(ctx, true, nil)
+	ns := uniqueName("it")
+	var proj *types.Project
+	var err error
+	if p.secure {
+		proj, err = loadSecureStack(ctx, ns)
+	} else {
+		proj, err = compose.Load(ctx, true, nil)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &containerCluster{
-		t: t, dc: dc, ns: uniqueName("it"), proj: proj,
+		t: t, dc: dc, ns: ns, proj: proj,
 		inst: map[Role][]*containerInstance{},
 		hc:   &http.Client{Timeout: 2 * time.Second},
+	}
+	if p.secure {
+		c.hc = &http.Client{Timeout: 2 * time.Second, Transport: trusting()}
 	}
 	// Two networks: "dq" joins the services (with the compose service
 	// names as aliases); "ctl" also holds the applications so that the
@@ -175,6 +191,10 @@ func (containerProvisioner) Start(t *testing.T, spec Spec) Cluster {
 		})
 	}
 	gw := c.gateway(t, c.net)
+	if p.secure {
+		// before any container: they mount what it writes
+		c.sec = c.writeSecure(t)
+	}
 	// Remove every container (in parallel; before the networks, which
 	// were registered for cleanup first), showing their logs when the
 	// test failed.
@@ -217,9 +237,14 @@ func (containerProvisioner) Start(t *testing.T, spec Spec) Cluster {
 	// Infrastructure, as the compose stack defines it, created in parallel.
 	began := time.Now()
 	kafka := c.service(t, "kafka")
-	// Advertise the container's own address instead of the name "kafka",
-	// so that the test (on the host) can consume what event produced.
-	kafka.Command = dropFlag(kafka.Command, "--advertise")
+	if !p.secure {
+		// Advertise the container's own address instead of the name
+		// "kafka", so that the test (on the host) can consume what event
+		// produced. (Secured, the broker keeps advertising kafka:9092, the
+		// name its certificate carries; the test's client resolves it,
+		// see secureCluster.kafkaOpts.)
+		kafka.Command = dropFlag(kafka.Command, "--advertise")
+	}
 	infra := c.runAll(t, []containerSpec{
 		{name: "redis", svc: c.service(t, "redis")},
 		{name: "etcd", svc: c.service(t, "etcd")},
@@ -278,6 +303,7 @@ type containerCluster struct {
 	brokers []string
 	inst    map[Role][]*containerInstance
 	hc      *http.Client
+	sec     *secureCluster // nil: plain connections
 }
 
 type containerInstance struct {
@@ -340,8 +366,20 @@ func (c *containerCluster) run(t *testing.T, s containerSpec) (*containerInstanc
 		}
 	}
 	nets := []string{c.net.Name}
+	port := 0
 	if s.app {
 		nets = []string{c.ctl.Name, c.net.Name}
+		addr := ""
+		if a := s.svc.Environment["DQ_HTTP_ADDR"]; a != nil {
+			addr = *a
+		}
+		if v, ok := s.env["DQ_HTTP_ADDR"]; ok {
+			addr = v
+		}
+		_, p, _ := net.SplitHostPort(addr)
+		if port, _ = strconv.Atoi(p); port == 0 {
+			return nil, fmt.Errorf("service %s: DQ_HTTP_ADDR %q names no port", s.svc.Name, addr)
+		}
 	}
 	req := testcontainers.GenericContainerRequest{
 		ContainerRequest: testcontainers.ContainerRequest{
@@ -359,8 +397,11 @@ func (c *containerCluster) run(t *testing.T, s containerSpec) (*containerInstanc
 		Started: true,
 		Logger:  tclog.TestLogger(t),
 	}
+	if c.sec != nil {
+		c.sec.request(&req.ContainerRequest, s.svc, port)
+	}
 	ctr, err := testcontainers.GenericContainer(ctx, req)
-	in := &containerInstance{name: s.name, c: ctr, role: s.role, i: s.i}
+	in := &containerInstance{name: s.name, c: ctr, role: s.role, i: s.i, port: port}
 	if ctr != nil {
 		c.mu.Lock()
 		c.all = append(c.all, in)
@@ -368,19 +409,6 @@ func (c *containerCluster) run(t *testing.T, s containerSpec) (*containerInstanc
 	}
 	if err != nil {
 		return nil, fmt.Errorf("start %s (%s %q): %w", s.name, s.svc.Image, s.svc.Command, err)
-	}
-	if s.app {
-		addr := ""
-		if a := s.svc.Environment["DQ_HTTP_ADDR"]; a != nil {
-			addr = *a
-		}
-		if v, ok := s.env["DQ_HTTP_ADDR"]; ok {
-			addr = v
-		}
-		_, p, _ := net.SplitHostPort(addr)
-		if in.port, _ = strconv.Atoi(p); in.port == 0 {
-			return nil, fmt.Errorf("service %s: DQ_HTTP_ADDR %q names no port", s.svc.Name, addr)
-		}
 	}
 	return in, nil
 }
@@ -442,6 +470,10 @@ func (c *containerCluster) ipOn(ctx context.Context, in *containerInstance, nw *
 // host at their container addresses.
 func (c *containerCluster) waitInfra(t *testing.T) {
 	t.Helper()
+	if c.sec != nil {
+		c.sec.waitInfra(t, c)
+		return
+	}
 	redisAddr := net.JoinHostPort(c.ip(t, c.redis, c.net), "6379")
 	waitFor(t, 30*time.Second, "redis container answers PING", func() (bool, string) {
 		return redisPing(redisAddr)
@@ -495,11 +527,10 @@ func (c *containerCluster) waitHealthy(ctx context.Context, in *containerInstanc
 		if st, err := in.c.State(ctx); err == nil && !st.Running {
 			return fmt.Errorf("%s exited during start (exit code %d)\n--- logs ---\n%s", in.name, st.ExitCode, c.logs(in))
 		}
-		ip, err := c.ipOn(ctx, in, c.ctl)
+		url, err := c.adminBase(ctx, in)
 		if err != nil {
 			why = err.Error()
 		} else {
-			url := "http://" + net.JoinHostPort(ip, strconv.Itoa(in.port))
 			var ok bool
 			if ok, why = probe(c.hc, url+"/healthz"); ok {
 				in.mu.Lock()
@@ -511,6 +542,20 @@ func (c *containerCluster) waitHealthy(ctx context.Context, in *containerInstanc
 		time.Sleep(50 * time.Millisecond) // poll interval of a bounded readiness loop
 	}
 	return fmt.Errorf("%s not healthy within 45s (%s)\n--- logs ---\n%s", in.name, why, c.logs(in))
+}
+
+// adminBase is the base URL of an application's HTTP port as the test
+// reaches it: http://<ctl IP>:port, or when secured the HTTPS port
+// published on the host (secureCluster.adminBase).
+func (c *containerCluster) adminBase(ctx context.Context, in *containerInstance) (string, error) {
+	if c.sec != nil {
+		return c.sec.adminBase(ctx, in)
+	}
+	ip, err := c.ipOn(ctx, in, c.ctl)
+	if err != nil {
+		return "", err
+	}
+	return "http://" + net.JoinHostPort(ip, strconv.Itoa(in.port)), nil
 }
 
 // logs returns the tail of a container's output.
@@ -548,7 +593,12 @@ func (c *containerCluster) AdminURL(r Role, i int) string {
 
 func (c *containerCluster) Brokers() []string { return c.brokers }
 
-func (c *containerCluster) KafkaOpts() []kgo.Opt { return []kgo.Opt{kgo.SeedBrokers(c.brokers...)} }
+func (c *containerCluster) KafkaOpts() []kgo.Opt {
+	if c.sec != nil {
+		return c.sec.kafkaOpts()
+	}
+	return []kgo.Opt{kgo.SeedBrokers(c.brokers...)}
+}
 
 func (c *containerCluster) Namespace() string { return c.ns }
 
@@ -613,7 +663,12 @@ func (c *containerCluster) StartRedis(t *testing.T) {
 		t.Fatalf("docker start redis: %v", err)
 	}
 	addr := net.JoinHostPort(c.ip(t, c.redis, c.net), "6379")
-	waitFor(t, 30*time.Second, "redis container answers PING after restart", func() (bool, string) { return redisPing(addr) })
+	waitFor(t, 30*time.Second, "redis container answers PING after restart", func() (bool, string) {
+		if c.sec != nil {
+			return c.sec.redisPing(addr)
+		}
+		return redisPing(addr)
+	})
 }
 
 // Disconnect is `docker network disconnect dq <container>`: the instance

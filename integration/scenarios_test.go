@@ -60,6 +60,10 @@ func TestLocal(t *testing.T) {
 	}
 }
 
+// containerSlots bounds the container scenarios running at once, of
+// TestContainers and TestContainersSecure together.
+var containerSlots = make(chan struct{}, 2)
+
 // TestContainers runs the scenarios, and the partition scenario, against
 // containers of the images built from this tree.
 //
@@ -70,14 +74,13 @@ func TestLocal(t *testing.T) {
 func TestContainers(t *testing.T) {
 	t.Parallel()
 	requireDocker(t)
-	slots := make(chan struct{}, 2)
 	for _, s := range append(slices.Clone(scenarios), containerOnly...) {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			slots <- struct{}{}
+			containerSlots <- struct{}{}
 			// Registered first, so it runs last: after the scenario's
 			// containers and networks are gone.
-			t.Cleanup(func() { <-slots })
+			t.Cleanup(func() { <-containerSlots })
 			s.run(t, containerProvisioner{})
 		})
 	}

@@ -311,23 +311,27 @@ func scenarioMisconfigured(t *testing.T, p Provisioner) {
 	if err := c.restartWith(t, Daemon, 0, map[string]string{"DQ_REDIS_PASSWORD_FILE": writeSecret(t, "wrong", "wrong")}); err != nil {
 		t.Fatal(err)
 	}
+	began := time.Now()
+	since := func() time.Duration { d := time.Since(began).Round(time.Millisecond); began = time.Now(); return d }
 	body := waitNotReady(t, c, Daemon, 0, "redis", "misconfigured", "wrong user name or password")
-	t.Logf("daemon, wrong redis password: %s", strings.TrimSpace(body))
+	t.Logf("daemon, wrong redis password (not ready %v after the restart): %s", since(), strings.TrimSpace(body))
 	schedule("sec-pw", 5, "journaled")
 
 	// 3. work without its Redis client certificate
+	since()
 	if err := c.restartWith(t, Work, 0, map[string]string{"DQ_REDIS_TLS_CERT": "", "DQ_REDIS_TLS_KEY": ""}); err != nil {
 		t.Fatal(err)
 	}
 	body = waitNotReady(t, c, Work, 0, "redis", redisAt)
-	t.Logf("work, no redis client certificate: %s", strings.TrimSpace(body))
+	t.Logf("work, no redis client certificate (not ready %v after the restart): %s", since(), strings.TrimSpace(body))
 
 	// 4. event trusting another CA for Kafka: not ready, naming Kafka
+	since()
 	if err := c.restartWith(t, Event, 0, map[string]string{"DQ_KAFKA_TLS_CA": other.CA}); err != nil {
 		t.Fatal(err)
 	}
 	body = waitNotReady(t, c, Event, 0, "x509", kafkaAt)
-	t.Logf("event, wrong kafka CA: %s", strings.TrimSpace(body))
+	t.Logf("event, wrong kafka CA (not ready %v after the restart): %s", since(), strings.TrimSpace(body))
 
 	// the daemon back: the journaled tasks are replayed, then wait for
 	// the event and work processes
@@ -339,11 +343,12 @@ func scenarioMisconfigured(t *testing.T, p Provisioner) {
 	schedule("sec-ok", 5, "scheduled")
 
 	// 5. work with the wrong SASL mechanism (the user is SCRAM-SHA-512)
+	since()
 	if err := c.restartWith(t, Work, 0, map[string]string{"DQ_KAFKA_SASL_MECHANISM": config.SASLScramSHA256}); err != nil {
 		t.Fatal(err)
 	}
 	body = waitNotReady(t, c, Work, 0, "kafka", kafkaAt)
-	t.Logf("work, wrong SASL mechanism: %s", strings.TrimSpace(body))
+	t.Logf("work, wrong SASL mechanism (not ready %v after the restart): %s", since(), strings.TrimSpace(body))
 
 	// 6. event trusting another CA for etcd: with an etcd user, the
 	// client logs in at start, so the process exits, naming etcd
@@ -364,9 +369,11 @@ func scenarioMisconfigured(t *testing.T, p Provisioner) {
 	for _, r := range Roles {
 		waitFor(t, 30*time.Second, fmt.Sprintf("%s ready again", r), func() (bool, string) { return readyz(c, r, 0) })
 	}
+	since()
 	rec.waitDone(t, ids, 60*time.Second)
 	waitState(t, api, ids, "succeeded", 20*time.Second)
 	checkNeverEarly(t, rec)
+	t.Logf("fixed: all %d tasks accepted meanwhile ran once, %v after every process was ready again", len(ids), since())
 	for id, ds := range rec.done() {
 		if len(ds) != 1 {
 			t.Errorf("task %s ran %d times", id, len(ds))

@@ -1,5 +1,6 @@
-// Package compose holds delayq's docker compose stack (compose.yaml, and
-// compose.local.yaml for machines without an image registry) and loads it
+// Package compose holds delayq's docker compose stack (compose.yaml,
+// compose.local.yaml for machines without an image registry, and
+// compose.tls.yaml with secured connections everywhere) and loads it
 // with the Compose Specification's reference parser, so that tests can
 // check it and the container integration tier can start the same services.
 package compose
@@ -7,19 +8,21 @@ package compose
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
-//go:embed compose.yaml compose.local.yaml
+//go:embed compose.yaml compose.local.yaml compose.tls.yaml
 var files embed.FS
 
 // File names, relative to this directory.
 const (
 	Main  = "compose.yaml"
 	Local = "compose.local.yaml"
+	TLS   = "compose.tls.yaml"
 )
 
 // Content returns the bytes of one of the files.
@@ -32,6 +35,16 @@ func Load(ctx context.Context, local bool, env map[string]string) (*types.Projec
 	names := []string{Main}
 	if local {
 		names = append(names, Local)
+	}
+	return LoadFiles(ctx, env, names...)
+}
+
+// LoadFiles parses the named files of this directory in order, each on
+// top of the ones before (`docker compose -p delayq -f A -f B ...`), with
+// env as the environment for ${VAR} interpolation (nil: none).
+func LoadFiles(ctx context.Context, env map[string]string, names ...string) (*types.Project, error) {
+	if len(names) == 0 {
+		return nil, errors.New("load: no file named")
 	}
 	details := types.ConfigDetails{WorkingDir: ".", Environment: types.Mapping(env)}
 	if details.Environment == nil {

@@ -95,18 +95,6 @@ func readsFile(t *testing.T, command, name string) bool {
 	return strings.Contains(err.Error(), name+" and "+name+"_FILE")
 }
 
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
-		t.Fatalf("module root not at %s: %v", dir, err)
-	}
-	return dir
-}
-
 // tlsFile is the override with secured connections everywhere.
 const tlsFile = "compose.tls.yaml"
 
