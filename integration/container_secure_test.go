@@ -237,19 +237,7 @@ func (s *secureCluster) waitInfra(t *testing.T, c *containerCluster) {
 	etcdURL := "https://" + net.JoinHostPort(c.ip(t, c.etcd, c.net), "2379") + "/health"
 	waitFor(t, 30*time.Second, "etcd container healthy over https with a client certificate", func() (bool, string) { return probe(ehc, etcdURL) })
 	s.kafkaAddr = net.JoinHostPort(c.ip(t, c.kafka, c.net), "9092")
-	waitFor(t, 30*time.Second, "kafka container answers over TLS and SASL", func() (bool, string) {
-		cl, err := kgo.NewClient(s.kafkaOpts()...)
-		if err != nil {
-			return false, err.Error()
-		}
-		defer cl.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := cl.Ping(ctx); err != nil {
-			return false, err.Error()
-		}
-		return true, ""
-	})
+	waitFor(t, 30*time.Second, "kafka container answers over TLS and SASL", kafkaAnswers(s.kafkaOpts()...))
 }
 
 // redisPing logs in as the ACL user health (PING only, any password: the

@@ -481,8 +481,13 @@ func (c *containerCluster) waitInfra(t *testing.T) {
 	etcdURL := "http://" + net.JoinHostPort(c.ip(t, c.etcd, c.net), "2379") + "/health"
 	waitFor(t, 30*time.Second, "etcd container healthy", func() (bool, string) { return probe(c.hc, etcdURL) })
 	kafkaAddr := net.JoinHostPort(c.ip(t, c.kafka, c.net), "9092")
-	waitFor(t, 30*time.Second, "kafka container answers", func() (bool, string) {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr))
+	waitFor(t, 30*time.Second, "kafka container answers", kafkaAnswers(kgo.SeedBrokers(kafkaAddr)))
+}
+
+// kafkaAnswers is a waitFor condition: a client with opts pings a broker.
+func kafkaAnswers(opts ...kgo.Opt) func() (bool, string) {
+	return func() (bool, string) {
+		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -493,7 +498,7 @@ func (c *containerCluster) waitInfra(t *testing.T) {
 			return false, err.Error()
 		}
 		return true, ""
-	})
+	}
 }
 
 // redisPing sends PING over a fresh connection.

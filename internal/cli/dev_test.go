@@ -12,32 +12,48 @@ import (
 	"github.com/delayq/delayq/internal/testenv"
 )
 
+// devRun is a dq dev started by startDevAll.
+type devRun struct {
+	api       string // the API's base URL, as the banner names it
+	addr      string // the API's listen address
+	out, errb syncBuffer
+	cancel    context.CancelFunc
+	done      chan error // devAll's result, once it returned
+}
+
+// startDevAll runs devAll with o (on a free API address) until the API is
+// up, or fails the test; cancel stops it, done says how it ended.
+func startDevAll(t *testing.T, o devOptions) *devRun {
+	t.Helper()
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.apiAddr = addr
+	d := &devRun{addr: addr, done: make(chan error, 1)}
+	env := Env{Stdout: &d.out, Stderr: &d.errb, Getenv: func(string) string { return "" }}
+	ctx, cancel := context.WithCancel(t.Context())
+	d.cancel = cancel
+	t.Cleanup(cancel)
+	apiURL := make(chan string, 1)
+	go func() { d.done <- devAll(ctx, env, o, func(u string) { apiURL <- u }) }()
+	select {
+	case d.api = <-apiURL:
+	case err := <-d.done:
+		t.Fatalf("dq dev stopped: %v\n%s\n%s", err, d.out.String(), d.errb.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("dq dev not up within 60s\n%s\n%s", d.out.String(), d.errb.String())
+	}
+	return d
+}
+
 // TestDevAllInOne: dq dev --demo starts Redis, etcd, Kafka and the three
 // applications in one process; the demo's five tasks are delivered to the
 // built-in receiver; a task scheduled through the API the banner names is
 // delivered too; cancelling the context stops everything cleanly.
 func TestDevAllInOne(t *testing.T) {
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out, errb syncBuffer
-	env := Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	apiURL := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- devAll(ctx, env, devOptions{apiAddr: addr, shards: 4, demo: true, redis: "redis-server", topics: "dev.extra"}, func(u string) { apiURL <- u })
-	}()
-	var api string
-	select {
-	case api = <-apiURL:
-	case err := <-done:
-		t.Fatalf("dq dev stopped: %v\n%s\n%s", err, out.String(), errb.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("dq dev not up within 60s\n%s\n%s", out.String(), errb.String())
-	}
+	d := startDevAll(t, devOptions{shards: 4, demo: true, redis: "redis-server", topics: "dev.extra"})
+	api, out, errb, cancel, done := d.api, &d.out, &d.errb, d.cancel, d.done
 	for _, want := range []string{"API             " + api, "/metrics", "curl -s " + api + "/v1/tasks"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("banner lacks %q:\n%s", want, out.String())

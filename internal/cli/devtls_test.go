@@ -34,27 +34,8 @@ var exportLine = regexp.MustCompile(`(?m)^  export (DQ_[A-Z0-9_]+)=(\S+)$`)
 // etcd as user delayq (keys outside the namespace refused), Kafka with
 // SCRAM (a wrong password refused).
 func TestDevTLS(t *testing.T) {
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out, errb syncBuffer
-	env := Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	apiURL := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- devAll(ctx, env, devOptions{apiAddr: addr, shards: 4, redis: "redis-server", tls: true}, func(u string) { apiURL <- u })
-	}()
-	var api string
-	select {
-	case api = <-apiURL:
-	case err := <-done:
-		t.Fatalf("dq dev --tls stopped: %v\n%s\n%s", err, out.String(), errb.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("dq dev --tls not up within 60s\n%s\n%s", out.String(), errb.String())
-	}
+	d := startDevAll(t, devOptions{shards: 4, redis: "redis-server", tls: true})
+	api, addr, out, errb, cancel, done := d.api, d.addr, &d.out, &d.errb, d.cancel, d.done
 	if api != "https://"+addr {
 		t.Fatalf("API %s, want https://%s", api, addr)
 	}
