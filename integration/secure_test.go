@@ -96,9 +96,11 @@ var secureScenarios = []scenario{
 	{"misconfigured", scenarioMisconfigured},
 }
 
-// TestLocalSecure runs the secured scenarios against child processes.
+// TestLocalSecure runs the secured scenarios against child processes. It
+// is not parallel: it runs before TestLocal and the container tiers start,
+// so that CI's load during their longest scenarios (the growth with a
+// SIGKILL) stays what it was without it.
 func TestLocalSecure(t *testing.T) {
-	t.Parallel()
 	for _, s := range secureScenarios {
 		t.Run(s.name, func(t *testing.T) { s.run(t, localProvisioner{secure: true}) })
 	}
