@@ -4,7 +4,7 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-write bench-fire bench-work bench-floor bench-memory chaos fuzz clean
+.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-tls bench-write bench-fire bench-work bench-floor bench-memory chaos fuzz clean
 
 all: build
 
@@ -67,10 +67,14 @@ bench-short:
 	$(GO) -C bench run ./cmd/compare -short
 
 # delayq's own benchmarks, each against its issue's target.
-bench-internal: bench-memory bench-write bench-fire bench-work bench-floor
+bench-internal: bench-memory bench-write bench-fire bench-work bench-floor bench-tls
 
 bench-memory:
 	$(GO) test ./internal/redisstore -run '^$$' -bench BenchmarkMemoryPerTask -benchtime 1x -count 1
+
+# plain TCP next to TLS with a client certificate and an ACL user (#18)
+bench-tls:
+	$(GO) test ./internal/config -run '^$$' -bench BenchmarkRedisTLS -benchtime 1x -count 1
 
 bench-write:
 	$(GO) test ./internal/daemon -run '^$$' -bench 'BenchmarkWrite' -benchtime 5s -count 1 -timeout 20m
