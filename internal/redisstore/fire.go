@@ -180,14 +180,16 @@ func (s *Store) Settle(ctx context.Context, shard int, token int64, lease string
 	return int(f), int(r), nil
 }
 
-// adoptLeasesPerCall bounds one adopt call: a lease holds up to a take's
-// batch of tasks (at most 5000).
-const adoptLeasesPerCall = 4
+// adoptLeasesPerCall bounds one adopt call: it rewrites one in-flight
+// member's deadline per lease, whatever the lease holds.
+const adoptLeasesPerCall = 1000
 
 // Adopt is a new leader's first act: store its token as the shard's fence
-// (refused when a higher one is stored) and put every task an earlier
-// leader had claimed but not settled back into the due set. It returns how
-// many tasks it moved back.
+// (refused when a higher one is stored) and make every lease an earlier
+// leader left unsettled run out now, so that the new leader's first takes
+// re-claim those tasks (Taken.Reclaimed) and fire them again. The tasks
+// stay fired meanwhile (out of the due set; see adopt.lua): a copy of them
+// may be in Kafka. It returns how many tasks those leases hold.
 func (s *Store) Adopt(ctx context.Context, shard int, token int64) (int, error) {
 	moved := 0
 	for {

@@ -36,7 +36,7 @@ import (
 // about a slot in migration is refused for the slot's whole migration
 // unless every key it names exists on one side. That refusal is what keeps
 // a script whole: Redis checks only the keys a script declares (KEYS). A
-// script that reaches other keys of its slot (take, settle, adopt and fire
+// script that reaches other keys of its slot (take, settle and fire
 // poison find bucket hashes and lease keys from the shard's key prefix)
 // fails in the middle when one of them has moved ("Script attempted to
 // access a non local key", after its earlier writes were applied), and on
@@ -125,7 +125,7 @@ func retryMigrating(ctx context.Context, op func() (any, error)) (any, error) {
 // prefix (see the comment at the top of this file); runScript guards them.
 // TestPrefixScriptsAreGuarded keeps the list in step with the *.lua files.
 func prefixScripts() []*redis.Script {
-	return []*redis.Script{takeScript, settleScript, adoptScript, firePoisonScript}
+	return []*redis.Script{takeScript, settleScript, firePoisonScript}
 }
 
 // guarded holds the hashes of prefixScripts.

@@ -568,14 +568,12 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		if err != nil || moved != 30 {
 			t.Fatalf("adopt: %d %v", moved, err)
 		}
-		if st, _ := s.Stats(t.Context()); st[0].Firing != 0 || st[0].Scheduled != 30 {
+		// still fired (copies may be in Kafka), their leases run out now
+		if st, _ := s.Stats(t.Context()); st[0].Firing != 30 || st[0].Scheduled != 0 {
 			t.Fatalf("after adopt: %+v", st[0])
 		}
-		if n := s.rdb.Keys(t.Context(), s.k.prefix[0]+"lease:*").Val(); len(n) != 0 {
-			t.Fatalf("lease keys left: %v", n)
-		}
-		if tk := mustTake(t, s, 0, 2); len(tk.Tasks) != 30 {
-			t.Fatalf("re-fired %d of 30", len(tk.Tasks))
+		if tk := mustTake(t, s, 0, 2); len(tk.Tasks) != 30 || tk.Reclaimed != 30 {
+			t.Fatalf("re-fired %d of 30 (%d reclaimed)", len(tk.Tasks), tk.Reclaimed)
 		}
 	})
 

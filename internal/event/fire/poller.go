@@ -279,7 +279,7 @@ func (p *Poller) drain() error {
 	return first
 }
 
-// adopt raises the fence and puts an earlier leader's claims back to due,
+// adopt raises the fence and makes an earlier leader's leases run out now,
 // retrying while Redis is unreachable.
 func (p *Poller) adopt(ctx context.Context) error {
 	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
@@ -287,10 +287,8 @@ func (p *Poller) adopt(ctx context.Context) error {
 		moved, err := p.cfg.Store.Adopt(ctx, p.cfg.Shard, p.cfg.Token)
 		if err == nil {
 			if moved > 0 {
-				p.log.Info("adopted shard: re-firing tasks an earlier leader left in flight", "moved", moved)
-				if m := p.cfg.Metrics; m != nil {
-					m.LeaseReclaims.Add(float64(moved))
-				}
+				// the takes that re-claim them count them (LeaseReclaims)
+				p.log.Info("adopted shard: re-firing tasks an earlier leader left in flight", "tasks", moved)
 			}
 			return nil
 		}

@@ -325,7 +325,7 @@ func TestPollerFencedLeaderCannotTakeOrAckAndStepsDown(t *testing.T) {
 		t.Errorf("fenced_total = %v, want 1", got)
 	}
 	if got := metricValue(f.m.LeaseReclaims); got != float64(len(claimed)) {
-		t.Errorf("lease_reclaims_total = %v, want %d (the new leader's adopt)", got, len(claimed))
+		t.Errorf("lease_reclaims_total = %v, want %d (the new leader's take re-claims what it adopted)", got, len(claimed))
 	}
 	testenv.WaitFor(t, 5*time.Second, "all tasks fired, every take settled", func() bool {
 		for _, tk := range tasks {
