@@ -115,10 +115,8 @@ func (c *containerCluster) writeSecure(t *testing.T) *secureCluster {
 		"etcd.password":      secretOf(c.ns, "etcd"),
 		"etcd-root.password": secretOf(c.ns, "etcd-root"),
 		"kafka.password":     secretOf(c.ns, "kafka"),
-		// as `dq dev certs --secrets` writes it (internal/cli redisACL)
-		"users.acl": "user default off\n" +
-			"user " + secureUser + " on >" + rpw + " " + strings.Join(acl.RedisRules(c.ns), " ") + "\n" +
-			"user health on nopass resetkeys resetchannels -@all +ping\n",
+		// as `dq dev certs --secrets` writes it
+		"users.acl": acl.RedisACLFile(secureUser, rpw, c.ns, true),
 	}
 	for name, v := range files {
 		if !strings.HasSuffix(name, ".acl") {

@@ -168,3 +168,26 @@ func KafkaCommands(user string, acls []KafkaACL) []string {
 	}
 	return out
 }
+
+// RedisACLFileUser is the line of a Redis ACL file (the aclfile
+// directive) that makes the user with password and rules ("nopass" for an
+// empty password).
+func RedisACLFileUser(user, password string, rules []string) string {
+	pass := "nopass"
+	if password != "" {
+		pass = ">" + password
+	}
+	return strings.Join(append([]string{"user", user, "on", pass}, rules...), " ") + "\n"
+}
+
+// RedisACLFile is the ACL file of a delayq deployment: the default user
+// off and the user with the namespace's rules; with health also a user
+// "health" that may only PING, with any password (for redis-cli
+// healthchecks, which cannot read a password file).
+func RedisACLFile(user, password, ns string, health bool) string {
+	s := "user default off\n" + RedisACLFileUser(user, password, RedisRules(ns))
+	if health {
+		s += RedisACLFileUser("health", "", []string{"resetkeys", "resetchannels", "-@all", "+ping"})
+	}
+	return s
+}

@@ -106,7 +106,7 @@ func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
 // Files dq dev certs writes (and dq dev --tls, into <dir>/tls).
 const (
 	certCA         = "ca.crt"
-	certServer     = "server" // server.crt, server.key
+	certServer     = "server" // server.crt, server.key (devcert.WriteSet's names)
 	certClient     = "client" // client.crt, client.key
 	secretRedis    = "redis.password"
 	secretEtcd     = "etcd.password"
@@ -114,6 +114,9 @@ const (
 	secretKafka    = "kafka.password"
 	redisACLFile   = "users.acl"
 )
+
+// devCAName is the name of the CA dq dev makes.
+const devCAName = "delayq dev CA"
 
 // devUser is the user name delayq logs in as to Redis, etcd and Kafka in
 // dq dev --tls and the compose TLS override (and the CN of its client
@@ -161,11 +164,11 @@ func runDevCerts(env Env, args []string) error {
 	if certsFit(*dir, hostList, *cn) {
 		fmt.Fprintf(env.Stdout, "kept the certificates in %s (they fit %s)\n", *dir, strings.Join(hostList, ","))
 	} else {
-		files, err := writeDevCerts(*dir, *cn, hostList...)
+		files, err := devcert.WriteSet(*dir, devCAName, *cn, hostList...)
 		if err != nil {
 			return fmt.Errorf("dev certs: %w", err)
 		}
-		written = append(written, files.CA, files.Server.Cert, files.Server.Key, files.Client.Cert, files.Client.Key)
+		written = append(written, files.Server.CA, files.Server.Cert, files.Server.Key, files.Client.Cert, files.Client.Key)
 	}
 	if *secrets {
 		pw := map[string]string{}
@@ -180,7 +183,7 @@ func runDevCerts(env Env, args []string) error {
 			}
 		}
 		aclPath := filepath.Join(*dir, redisACLFile)
-		if err := os.WriteFile(aclPath, []byte(redisACL(*ns, pw[secretRedis], true)), 0o600); err != nil {
+		if err := os.WriteFile(aclPath, []byte(acl.RedisACLFile(devUser, pw[secretRedis], *ns, true)), 0o600); err != nil {
 			return fmt.Errorf("dev certs: %w", err)
 		}
 		written = append(written, aclPath)
@@ -204,39 +207,6 @@ func runDevCerts(env Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "wrote %s\n", f)
 	}
 	return nil
-}
-
-// devCertFiles are the paths writeDevCerts wrote.
-type devCertFiles struct {
-	CA             string
-	Server, Client devcert.Files
-}
-
-// writeDevCerts makes a CA, a server certificate for hosts and a client
-// certificate with common name cn, and writes them into dir as ca.crt,
-// server.crt/.key and client.crt/.key (keys 0600).
-func writeDevCerts(dir, cn string, hosts ...string) (devCertFiles, error) {
-	ca, err := devcert.NewCA("delayq dev CA")
-	if err != nil {
-		return devCertFiles{}, err
-	}
-	server, err := ca.Server(hosts...)
-	if err != nil {
-		return devCertFiles{}, err
-	}
-	client, err := ca.Client(cn)
-	if err != nil {
-		return devCertFiles{}, err
-	}
-	var f devCertFiles
-	if f.Server, err = ca.Write(dir, certServer, server); err != nil {
-		return f, err
-	}
-	if f.Client, err = ca.Write(dir, certClient, client); err != nil {
-		return f, err
-	}
-	f.CA = f.Server.CA
-	return f, nil
 }
 
 // certsFit reports whether dir holds a CA, a server certificate that it
@@ -277,7 +247,7 @@ func certsFit(dir string, hosts []string, cn string) bool {
 // ensureSecret returns the password in path, or writes a new random one
 // there (mode 0600) when the file is missing or empty.
 func ensureSecret(path string) (pw string, made bool, err error) {
-	if pw, err := readSecretFile(path); err == nil {
+	if pw, err := config.ReadSecretFile(path); err == nil {
 		return pw, false, nil
 	}
 	pw = randomPassword()
@@ -293,33 +263,4 @@ func randomPassword() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // crypto/rand does not fail on Linux
 	return hex.EncodeToString(b)
-}
-
-// readSecretFile reads a password file without its trailing line break;
-// an empty one is an error.
-func readSecretFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	s := strings.TrimRight(string(b), "\r\n")
-	if s == "" {
-		return "", fmt.Errorf("%s: empty", path)
-	}
-	return s, nil
-}
-
-// redisACL is a Redis ACL file (the aclfile directive): the default user
-// off, user delayq with password and the namespace's least-privilege
-// rules, and with health a user "health" that may only PING, with any
-// password (for redis-cli healthchecks, which cannot read a password
-// file).
-func redisACL(ns, password string, health bool) string {
-	var b strings.Builder
-	b.WriteString("user default off\n")
-	b.WriteString("user " + devUser + " on >" + password + " " + strings.Join(acl.RedisRules(ns), " ") + "\n")
-	if health {
-		b.WriteString("user health on nopass resetkeys resetchannels -@all +ping\n")
-	}
-	return b.String()
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/delayq/delayq/client"
 	"github.com/delayq/delayq/internal/acl"
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/devcert"
 )
 
 // devOptions configures dq dev.
@@ -132,7 +133,7 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 
 	eo := EtcdOptions{Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "etcd"), Name: "dq-dev"}
 	if sec != nil {
-		eo.CertFile, eo.KeyFile, eo.ClientCAFile = sec.certs.Server.Cert, sec.certs.Server.Key, sec.certs.CA
+		eo.CertFile, eo.KeyFile, eo.ClientCAFile = sec.certs.Server.Cert, sec.certs.Server.Key, sec.certs.Server.CA
 		eo.RootPassword = sec.etcdRoot
 		eo.Users = []EtcdUser{{Name: devUser, Password: sec.etcd, Prefix: acl.EtcdPrefix(devNamespace)}}
 	}
@@ -312,12 +313,12 @@ func startDevRedis(ctx context.Context, path, dir string, sec *devSecurity) (add
 	ping := func() error { return pingRedis(addr) }
 	if sec != nil {
 		aclFile := filepath.Join(dir, redisACLFile)
-		if err := os.WriteFile(aclFile, []byte(redisACL(devNamespace, sec.redis, false)), 0o600); err != nil {
+		if err := os.WriteFile(aclFile, []byte(acl.RedisACLFile(devUser, sec.redis, devNamespace, false)), 0o600); err != nil {
 			return "", nil, fmt.Errorf("redis acl file: %w", err)
 		}
 		listen = []string{"--port", "0", "--tls-port", port,
 			"--tls-cert-file", sec.certs.Server.Cert, "--tls-key-file", sec.certs.Server.Key,
-			"--tls-ca-cert-file", sec.certs.CA, "--tls-auth-clients", "yes",
+			"--tls-ca-cert-file", sec.certs.Server.CA, "--tls-auth-clients", "yes",
 			"--aclfile", aclFile}
 		ping = func() error { return pingRedisTLS(addr, sec.clientTLS(), devUser, sec.redis) }
 	}
@@ -463,7 +464,7 @@ func probeWith(ctx context.Context, hc *http.Client, url string) error {
 // that another process can use them.
 type devSecurity struct {
 	dir                            string
-	certs                          devCertFiles
+	certs                          *devcert.Set
 	server, client                 tls.Certificate
 	pool                           *x509.CertPool
 	redis, etcd, etcdRoot, kafka   string // passwords
@@ -486,18 +487,16 @@ func newDevSecurity(dir, apiAddr string) (*devSecurity, error) {
 	}
 	s := &devSecurity{dir: dir}
 	var err error
-	if s.certs, err = writeDevCerts(dir, devUser, hosts...); err != nil {
+	if s.certs, err = devcert.WriteSet(dir, devCAName, devUser, hosts...); err != nil {
 		return nil, fmt.Errorf("tls: %w", err)
 	}
-	if s.server, err = tls.LoadX509KeyPair(s.certs.Server.Cert, s.certs.Server.Key); err != nil {
+	if s.server, err = s.certs.ServerPair.TLSCertificate(); err != nil {
 		return nil, fmt.Errorf("tls: %w", err)
 	}
-	if s.client, err = tls.LoadX509KeyPair(s.certs.Client.Cert, s.certs.Client.Key); err != nil {
+	if s.client, err = s.certs.ClientPair.TLSCertificate(); err != nil {
 		return nil, fmt.Errorf("tls: %w", err)
 	}
-	if s.pool, err = config.LoadCA(s.certs.CA); err != nil {
-		return nil, fmt.Errorf("tls: %w", err)
-	}
+	s.pool = s.certs.CA.Pool()
 	for _, p := range []struct {
 		name     string
 		pw, file *string
@@ -527,15 +526,15 @@ func (s *devSecurity) env() map[string]string {
 	return map[string]string{
 		"DQ_REDIS_USERNAME":           devUser,
 		"DQ_REDIS_PASSWORD_FILE":      s.redisFile,
-		"DQ_REDIS_TLS_CA":             s.certs.CA,
+		"DQ_REDIS_TLS_CA":             s.certs.Server.CA,
 		"DQ_REDIS_TLS_CERT":           s.certs.Client.Cert,
 		"DQ_REDIS_TLS_KEY":            s.certs.Client.Key,
-		"DQ_ETCD_TLS_CA":              s.certs.CA,
+		"DQ_ETCD_TLS_CA":              s.certs.Server.CA,
 		"DQ_ETCD_TLS_CERT":            s.certs.Client.Cert,
 		"DQ_ETCD_TLS_KEY":             s.certs.Client.Key,
 		"DQ_ETCD_USERNAME":            devUser,
 		"DQ_ETCD_PASSWORD_FILE":       s.etcdFile,
-		"DQ_KAFKA_TLS_CA":             s.certs.CA,
+		"DQ_KAFKA_TLS_CA":             s.certs.Server.CA,
 		"DQ_KAFKA_SASL_MECHANISM":     config.SASLScramSHA256,
 		"DQ_KAFKA_SASL_USERNAME":      devUser,
 		"DQ_KAFKA_SASL_PASSWORD_FILE": s.kafkaFile,
@@ -552,7 +551,7 @@ func (s *devSecurity) banner(say func(string, ...any), api, redisAddr, etcdEndpo
 	vars["DQ_ETCD_ENDPOINTS"] = etcdEndpoint
 	vars["DQ_KAFKA_BROKERS"] = brokers
 	vars["DQ_ADDR"] = api
-	vars["DQ_CA"] = s.certs.CA // dq's API commands
+	vars["DQ_CA"] = s.certs.Server.CA // dq's API commands
 	// the HTTP port's certificate is this process' own
 	delete(vars, "DQ_HTTP_TLS_CERT")
 	delete(vars, "DQ_HTTP_TLS_KEY")
@@ -561,14 +560,14 @@ func (s *devSecurity) banner(say func(string, ...any), api, redisAddr, etcdEndpo
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	say("  tls             CA %s; Redis user %s (default user off), etcd user %s (client certificates, auth on), Kafka SASL %s user %s", s.certs.CA, devUser, devUser, config.SASLScramSHA256, devUser)
+	say("  tls             CA %s; Redis user %s (default user off), etcd user %s (client certificates, auth on), Kafka SASL %s user %s", s.certs.Server.CA, devUser, devUser, config.SASLScramSHA256, devUser)
 	say("settings for another process (passwords in %s, mode 0600):", s.dir)
 	for _, k := range names {
 		say("  export %s=%s", k, vars[k])
 	}
 	say("try:")
-	say("  dq stats --addr %s --ca %s", api, s.certs.CA)
-	say(`  curl -s --cacert %s %s/v1/tasks -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, s.certs.CA, api)
+	say("  dq stats --addr %s --ca %s", api, s.certs.Server.CA)
+	say(`  curl -s --cacert %s %s/v1/tasks -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, s.certs.Server.CA, api)
 }
 
 // freeLoopbackAddr returns a 127.0.0.1 address whose port was free a

@@ -45,7 +45,7 @@ func runDevEtcd(ctx context.Context, env Env, args []string) error {
 		if o.RootPassword != "" {
 			return errors.New("dev etcd: --root-password and --root-password-file: give one")
 		}
-		pw, err := readSecretFile(rootFile)
+		pw, err := config.ReadSecretFile(rootFile)
 		if err != nil {
 			return fmt.Errorf("dev etcd: --root-password-file: %w", err)
 		}
@@ -63,7 +63,7 @@ func runDevEtcd(ctx context.Context, env Env, args []string) error {
 		if !ok || name == "" || file == "" {
 			return fmt.Errorf("dev etcd: --user-file %q: NAME:FILE", spec)
 		}
-		pw, err := readSecretFile(file)
+		pw, err := config.ReadSecretFile(file)
 		if err != nil {
 			return fmt.Errorf("dev etcd: --user-file %s: %w", name, err)
 		}
@@ -224,7 +224,7 @@ func parseKafkaUser(spec string, fromFile bool) (KafkaUser, error) {
 	}
 	u := KafkaUser{Mechanism: strings.ToUpper(parts[0]), Name: parts[1], Password: parts[2]}
 	if fromFile {
-		pw, err := readSecretFile(parts[2])
+		pw, err := config.ReadSecretFile(parts[2])
 		if err != nil {
 			return KafkaUser{}, fmt.Errorf("user %s: %w", u.Name, err)
 		}

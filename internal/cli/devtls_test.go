@@ -63,7 +63,7 @@ func TestDevTLS(t *testing.T) {
 		}
 	}
 	secret := func(k string) string {
-		pw, err := readSecretFile(vars[k])
+		pw, err := config.ReadSecretFile(vars[k])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func TestDevCerts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	redisPW, err := readSecretFile(filepath.Join(dir, secretRedis))
+	redisPW, err := config.ReadSecretFile(filepath.Join(dir, secretRedis))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,14 +19,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/delayq/delayq/internal/acl"
 	"github.com/delayq/delayq/internal/kfakefix"
 )
 
@@ -205,43 +204,15 @@ func setupEtcdAuth(ctx context.Context, srv *embed.Etcd, o EtcdOptions) error {
 	if st.Enabled {
 		return nil
 	}
-	addUser := func(name, password string) error {
-		_, err := cl.UserAdd(ctx, name, password)
-		if errors.Is(err, rpctypes.ErrUserAlreadyExist) {
-			_, err = cl.UserChangePassword(ctx, name, password)
-		}
-		if err != nil {
-			return fmt.Errorf("etcd user %s: %w", name, err)
-		}
-		return nil
-	}
-	if err := addUser("root", o.RootPassword); err != nil {
-		return err
-	}
-	if _, err := cl.UserGrantRole(ctx, "root", "root"); err != nil {
-		return fmt.Errorf("etcd grant root: %w", err)
-	}
 	for _, u := range o.Users {
-		if u.Name == "" || u.Name == "root" || u.Password == "" || u.Prefix == "" {
-			return fmt.Errorf("etcd user %q: a name other than root, a password and a key prefix", u.Name)
+		if u.Password == "" || u.Prefix == "" {
+			return fmt.Errorf("etcd user %q: a password and a key prefix", u.Name)
 		}
-		if _, err := cl.RoleAdd(ctx, u.Name); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
-			return fmt.Errorf("etcd role %s: %w", u.Name, err)
-		}
-		if _, err := cl.RoleGrantPermission(ctx, u.Name, u.Prefix, clientv3.GetPrefixRangeEnd(u.Prefix), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
-			return fmt.Errorf("etcd role %s: readwrite on %s: %w", u.Name, u.Prefix, err)
-		}
-		if err := addUser(u.Name, u.Password); err != nil {
+		if err := acl.GrantEtcd(ctx, cl, u.Name, u.Password, u.Prefix); err != nil {
 			return err
 		}
-		if _, err := cl.UserGrantRole(ctx, u.Name, u.Name); err != nil {
-			return fmt.Errorf("etcd user %s: grant role: %w", u.Name, err)
-		}
 	}
-	if _, err := cl.AuthEnable(ctx); err != nil {
-		return fmt.Errorf("etcd auth enable: %w", err)
-	}
-	return nil
+	return acl.EnableEtcdAuth(ctx, cl, o.RootPassword)
 }
 
 // resolveListen replaces port 0 with a free port, so that the same address

@@ -151,13 +151,23 @@ func secretFile(env, direct, file string) (string, error) {
 	if direct != "" {
 		return "", fmt.Errorf("%s and %s_FILE: set one of them", env, env)
 	}
-	b, err := os.ReadFile(file)
+	s, err := ReadSecretFile(file)
 	if err != nil {
 		return "", fmt.Errorf("%s_FILE: %w", env, err)
 	}
+	return s, nil
+}
+
+// ReadSecretFile reads a secret (a password file) without its trailing
+// line break; an empty file is an error.
+func ReadSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
 	s := strings.TrimRight(string(b), "\r\n")
 	if s == "" {
-		return "", fmt.Errorf("%s_FILE %s: the file is empty", env, file)
+		return "", fmt.Errorf("%s: the file is empty", path)
 	}
 	return s, nil
 }

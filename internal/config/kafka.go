@@ -74,7 +74,8 @@ func (k Kafka) Mechanism() (sasl.Mechanism, error) {
 }
 
 // Conn is what a kafka-go Transport or Dialer needs: TLS (nil: plain
-// TCP) and SASL (nil: none).
+// TCP) and SASL (nil: none). The worker's reader takes them as
+// worker.Config.KafkaTLS and KafkaSASL.
 type Conn struct {
 	TLS  *tls.Config
 	SASL sasl.Mechanism
@@ -102,16 +103,5 @@ func (c Conn) Transport(clientID string, dialTimeout time.Duration) *kafka.Trans
 		ClientID:    clientID,
 		TLS:         c.TLS,
 		SASL:        c.SASL,
-	}
-}
-
-// Dialer is a kafka-go Dialer (readers) with TLS and SASL.
-func (c Conn) Dialer(clientID string, timeout time.Duration) *kafka.Dialer {
-	return &kafka.Dialer{
-		ClientID:      clientID,
-		Timeout:       timeout,
-		DualStack:     true,
-		TLS:           c.TLS,
-		SASLMechanism: c.SASL,
 	}
 }

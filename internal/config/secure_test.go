@@ -146,7 +146,7 @@ func TestKafkaConnSecured(t *testing.T) {
 				t.Fatalf("write: %v", err)
 			}
 			r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: "t", Partition: 0, MaxWait: 100 * time.Millisecond,
-				Dialer: conn.Dialer("test", 5*time.Second)})
+				Dialer: &kafka.Dialer{Timeout: 5 * time.Second, TLS: conn.TLS, SASLMechanism: conn.SASL}}) // as worker.Config's reader
 			defer r.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()

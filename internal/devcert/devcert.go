@@ -166,3 +166,34 @@ func serial() *big.Int {
 	}
 	return n
 }
+
+// Set is a CA with a server and a client certificate, written as files.
+type Set struct {
+	CA                     *CA
+	Server, Client         Files // server.crt/.key, client.crt/.key; each with ca.crt
+	ServerPair, ClientPair Pair
+}
+
+// WriteSet makes a CA named caName, a server certificate for hosts and a
+// client certificate with common name clientCN, and writes them into dir
+// as ca.crt, server.crt/.key and client.crt/.key (keys 0600).
+func WriteSet(dir, caName, clientCN string, hosts ...string) (*Set, error) {
+	ca, err := NewCA(caName)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{CA: ca}
+	if s.ServerPair, err = ca.Server(hosts...); err != nil {
+		return nil, err
+	}
+	if s.ClientPair, err = ca.Client(clientCN); err != nil {
+		return nil, err
+	}
+	if s.Server, err = ca.Write(dir, "server", s.ServerPair); err != nil {
+		return nil, err
+	}
+	if s.Client, err = ca.Write(dir, "client", s.ClientPair); err != nil {
+		return nil, err
+	}
+	return s, nil
+}

@@ -46,24 +46,11 @@ func NewPKI(tb testing.TB) *PKI {
 // NewPKIIn is NewPKI with the files in dir, for a PKI shared by a whole
 // test binary (the caller removes dir).
 func NewPKIIn(dir string) (*PKI, error) {
-	ca, err := devcert.NewCA("testenv CA")
+	set, err := devcert.WriteSet(dir, "testenv CA", ClientCN, "127.0.0.1", "localhost")
 	if err != nil {
 		return nil, err
 	}
-	p := &PKI{CA: ca, Dir: dir}
-	if p.server, err = ca.Server("127.0.0.1", "localhost"); err != nil {
-		return nil, err
-	}
-	if p.client, err = ca.Client(ClientCN); err != nil {
-		return nil, err
-	}
-	if p.Server, err = ca.Write(p.Dir, "server", p.server); err != nil {
-		return nil, err
-	}
-	if p.Client, err = ca.Write(p.Dir, "client", p.client); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return &PKI{CA: set.CA, Dir: dir, Server: set.Server, Client: set.Client, server: set.ServerPair, client: set.ClientPair}, nil
 }
 
 // ClientTLS is a new client config: RootCAs the CA, Certificates the client

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/delayq/delayq/internal/acl"
 )
 
 // EtcdOptions configures StartEtcdWith and StartEtcdClusterWith.
@@ -56,26 +58,9 @@ func enableEtcdAuth(tb testing.TB, endpoints []string, o EtcdOptions) {
 		}
 	}
 	for _, u := range o.Users {
-		if u.Name == "" || u.Name == "root" {
-			tb.Fatalf("testenv: EtcdUser name %q: empty or reserved", u.Name)
-		}
-		_, err := cl.RoleAdd(ctx, u.Name)
-		fail("role add "+u.Name, err)
-		for _, p := range u.Prefixes {
-			_, err := cl.RoleGrantPermission(ctx, u.Name, p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermReadWrite))
-			fail("role grant-permission "+u.Name+" readwrite "+p, err)
-		}
-		_, err = cl.UserAddWithOptions(ctx, u.Name, u.Password, &clientv3.UserAddOptions{NoPassword: u.Password == ""})
-		fail("user add "+u.Name, err)
-		_, err = cl.UserGrantRole(ctx, u.Name, u.Name)
-		fail("user grant-role "+u.Name, err)
+		fail("grant "+u.Name, acl.GrantEtcd(ctx, cl, u.Name, u.Password, u.Prefixes...))
 	}
-	_, err := cl.UserAdd(ctx, "root", o.RootPassword)
-	fail("user add root", err)
-	_, err = cl.UserGrantRole(ctx, "root", "root")
-	fail("user grant-role root root", err)
-	_, err = cl.AuthEnable(ctx)
-	fail("auth enable", err)
+	fail("enable auth", acl.EnableEtcdAuth(ctx, cl, o.RootPassword))
 }
 
 // ClientAs returns a clientv3 client for this server that logs in as user

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/acl"
 )
 
 // RedisUser is an ACL user created when the server starts: "user <Name> on
@@ -52,7 +54,7 @@ func (r *Redis) secure(tb testing.TB, adminPassword string) {
 	r.adminUser, r.adminPassword = RedisAdminUser, adminPassword
 	var b strings.Builder
 	b.WriteString("user default off\n")
-	b.WriteString("user " + RedisAdminUser + " on >" + adminPassword + " ~* &* +@all\n")
+	b.WriteString(acl.RedisACLFileUser(RedisAdminUser, adminPassword, []string{"~*", "&*", "+@all"}))
 	for _, u := range o.Users {
 		words := append([]string{u.Name, u.Password}, u.Rules...)
 		for _, w := range words {
@@ -63,11 +65,7 @@ func (r *Redis) secure(tb testing.TB, adminPassword string) {
 		if u.Name == "" || u.Name == "default" || u.Name == RedisAdminUser {
 			tb.Fatalf("testenv: RedisUser name %q: empty or reserved", u.Name)
 		}
-		pass := "nopass"
-		if u.Password != "" {
-			pass = ">" + u.Password
-		}
-		b.WriteString(strings.Join(append([]string{"user", u.Name, "on", pass}, u.Rules...), " ") + "\n")
+		b.WriteString(acl.RedisACLFileUser(u.Name, u.Password, u.Rules))
 	}
 	if err := os.WriteFile(filepath.Join(r.Dir, aclFileName), []byte(b.String()), 0o600); err != nil {
 		tb.Fatalf("testenv: write ACL file: %v", err)
