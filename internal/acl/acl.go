@@ -29,7 +29,11 @@ var RedisCommands = []string{
 	"get", "set", "del", "exists", "incr", "pexpire", "pttl", "time",
 	"hget", "hset", "hsetnx", "hdel", "hgetall", "hmget", "hexists", "hkeys", "hincrby",
 	"zadd", "zrem", "zrange", "zrevrange", "zscore", "zmscore", "zcard", "zcount",
-	"zremrangebyrank", "zremrangebyscore",
+	"zremrangebyrank", "zremrangebyscore", "zrank",
+	// task listing (the fired state has no index: the bucket hashes are scanned)
+	"hscan",
+	// parked types (sets)
+	"sadd", "srem", "smembers",
 }
 
 // RedisKeyPatterns are the key patterns of a namespace: every key is

@@ -42,6 +42,12 @@ func (k keys) fence(shard int) string    { return k.prefix[shard] + "fence" }
 func (k keys) errs(shard int) string     { return k.prefix[shard] + "err" }
 func (k keys) leaseSeq(shard int) string { return k.prefix[shard] + "leaseq" }
 
+// parked is the index of the tasks of type typ parked on the shard (member
+// id, score the task's due time); ptypes is the set of types whose index
+// is not empty. See park.go.
+func (k keys) parked(shard int, typ string) string { return k.prefix[shard] + "parked:" + typ }
+func (k keys) ptypes(shard int) string             { return k.prefix[shard] + "ptypes" }
+
 // stamp is the highest shard count a writer of this shard routed by (see
 // check_map in common.lua); progress holds a growth's figures of an old
 // shard (moved, remaining, epoch).

@@ -132,10 +132,19 @@ func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*
 	if err != nil {
 		return nil, err
 	}
-	inDue := due.Err() == nil
+	score, serr := due.Result()
+	le, _ := lastErr.Result()
+	return readRecord(m, sh, id, v, score, serr == nil, le)
+}
+
+// readRecord turns a record read from shard sh into a task as Get answers
+// it: the state its due-set presence tells (score, when inDue), the last
+// error, and a moving record as it will be on its new shard.
+func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue bool, lastErr string) (*task.Task, error) {
 	if v != "" && v[0] == 'M' && len(v) > 8 {
-		// on its way to its new shard: as it will be there
-		inDue = v[1] == 'q'
+		// on its way to its new shard: as it will be there, where its
+		// due-set score is recomputed from the record (not parked)
+		inDue, score = v[1] == 'q', 0
 		v = v[8:]
 		sh = m.Shard(id)
 	}
@@ -143,43 +152,85 @@ func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*
 	if err != nil {
 		return t, err
 	}
-	t.LastError, _ = lastErr.Result()
-	if (t.State == task.StateScheduled || t.State == task.StateRetrying) && !inDue {
-		// A take leaves the record as it is and only drops it from the
-		// due set (see common.lua).
-		t.State = task.StateFired
+	t.LastError = lastErr
+	if t.State == task.StateScheduled || t.State == task.StateRetrying {
+		switch {
+		case !inDue:
+			// A take leaves the record as it is and only drops it from
+			// the due set (see common.lua).
+			t.State = task.StateFired
+		case parkedScore(score, t.DueAt):
+			t.State = task.StatePaused
+		}
 	}
 	return t, nil
 }
 
 // ShardStats are one shard's figures.
 type ShardStats struct {
-	Shard       int        `json:"shard"`
-	Scheduled   int64      `json:"scheduled"` // waiting in the due set (scheduled or retrying)
-	Firing      int64      `json:"firing"`    // in takes not settled yet (their lease is running)
-	Dead        int64      `json:"dead"`
+	Shard     int   `json:"shard"`
+	Scheduled int64 `json:"scheduled"` // in the due set: scheduled or retrying, parked ones included
+	Firing    int64 `json:"firing"`    // in takes not settled yet (their lease is running)
+	Dead      int64 `json:"dead"`
+	// EarliestDue is the due time of the due set's head, unless the head is
+	// a parked task (nil then, and when the set is empty).
 	EarliestDue *time.Time `json:"earliest_due,omitempty"`
 	Token       int64      `json:"leader_token"`
+
+	Overdue              int64   `json:"overdue"`                // waiting tasks due before now (parked ones excluded)
+	OldestOverdueSeconds float64 `json:"oldest_overdue_seconds"` // now - the earliest due when it is in the past, else 0
+	Paused               int64   `json:"paused"`                 // parked tasks on the shard (the sizes of its parked indexes)
 }
 
-// Stats reads every shard's figures in one pipeline.
+// Stats reads every shard's figures: Redis' clock, then one pipeline, and
+// a second one for the shards that hold parked tasks. "Now" is Redis' clock,
+// the one takes go by.
 func (s *Store) Stats(ctx context.Context) ([]ShardStats, error) {
 	n := s.Map().Count
+	tm, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	now := task.Millis(tm)
 	type cmds struct {
-		due, dead *redis.IntCmd
-		head      *redis.ZSliceCmd
-		leases    *redis.StringSliceCmd
-		fence     *redis.StringCmd
+		due, dead, overdue *redis.IntCmd
+		head               *redis.ZSliceCmd
+		leases, ptypes     *redis.StringSliceCmd
+		fence              *redis.StringCmd
 	}
 	cs := make([]cmds, n)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range n {
 			cs[i] = cmds{
-				due:    p.ZCard(ctx, s.k.due(i)),
-				leases: p.ZRange(ctx, s.k.inflight(i), 0, -1),
-				dead:   p.ZCard(ctx, s.k.dead(i)),
-				head:   p.ZRangeWithScores(ctx, s.k.due(i), 0, 0),
-				fence:  p.Get(ctx, s.k.fence(i)),
+				due:     p.ZCard(ctx, s.k.due(i)),
+				leases:  p.ZRange(ctx, s.k.inflight(i), 0, -1),
+				dead:    p.ZCard(ctx, s.k.dead(i)),
+				head:    p.ZRangeWithScores(ctx, s.k.due(i), 0, 0),
+				fence:   p.Get(ctx, s.k.fence(i)),
+				overdue: p.ZCount(ctx, s.k.due(i), "-inf", "("+strconv.FormatInt(now, 10)),
+				ptypes:  p.SMembers(ctx, s.k.ptypes(i)),
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	// shards with parked tasks: their indexes' sizes, and whether the head
+	// of the due set is parked (a parked score is far in the future)
+	type parked struct {
+		cards []*redis.IntCmd
+		head  *redis.StringCmd
+	}
+	ps := make([]parked, n)
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range cs {
+			for _, typ := range c.ptypes.Val() {
+				ps[i].cards = append(ps[i].cards, p.ZCard(ctx, s.k.parked(i, typ)))
+			}
+			if h := c.head.Val(); len(ps[i].cards) > 0 && len(h) == 1 && h[0].Score >= float64(now) {
+				id, _ := h[0].Member.(string)
+				ps[i].head = p.HGet(ctx, s.k.bucket(i, id), id)
 			}
 		}
 		return nil
@@ -189,10 +240,25 @@ func (s *Store) Stats(ctx context.Context) ([]ShardStats, error) {
 	}
 	out := make([]ShardStats, n)
 	for i, c := range cs {
-		st := ShardStats{Shard: i, Scheduled: c.due.Val(), Firing: leaseTasks(c.leases.Val()), Dead: c.dead.Val()}
+		st := ShardStats{Shard: i, Scheduled: c.due.Val(), Firing: leaseTasks(c.leases.Val()), Dead: c.dead.Val(), Overdue: c.overdue.Val()}
+		for _, pc := range ps[i].cards {
+			st.Paused += pc.Val()
+		}
 		if h := c.head.Val(); len(h) == 1 {
-			t := task.FromMillis(int64(h[0].Score))
-			st.EarliestDue = &t
+			due := int64(h[0].Score)
+			headParked := false
+			if hc := ps[i].head; hc != nil {
+				if t, err := decodeRecord("", hc.Val(), i); t != nil && (err == nil || errors.Is(err, task.ErrCorrupt)) {
+					headParked = parkedScore(h[0].Score, t.DueAt)
+				}
+			}
+			if !headParked {
+				t := task.FromMillis(due)
+				st.EarliestDue = &t
+			}
+			if due < now {
+				st.OldestOverdueSeconds = float64(now-due) / 1000
+			}
 		}
 		st.Token, _ = c.fence.Int64()
 		out[i] = st

@@ -21,6 +21,7 @@ const (
 	StateRetrying  State = "retrying"  // back in the due set with attempt+1
 	StateDead      State = "dead"      // out of attempts or failed permanently
 	StateCancelled State = "cancelled" // cancelled before it fired
+	StatePaused    State = "paused"    // parked by a worker because its type is paused; runs when resumed
 )
 
 // Terminal reports whether no further transition but redrive can happen.

@@ -1,0 +1,578 @@
+package redisstore
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/delayq/delayq/internal/shardmap"
+	"github.com/delayq/delayq/internal/task"
+)
+
+// Listing: List walks one state's tasks shard by shard (0..n-1 of the
+// store's map) with an opaque cursor, doing bounded work per call.
+//
+// Within a shard the order is that of the index the state has:
+//   - scheduled, retrying (and both, State ""): the due set, by due time
+//     (the score: due ms + bucket/1024), then id;
+//   - paused: the due set's parked part, by due time, then id;
+//   - dead: the dead set, by the time the task died, oldest first, then id;
+//   - succeeded, cancelled: the done set, by the time the record expires,
+//     then id;
+//   - fired: no index; the shard's bucket hashes, bucket by bucket, and in
+//     a bucket by id (per HSCAN page).
+//
+// A sorted-set walk resumes strictly after the last entry it examined
+// (score, id), also when that entry has left the set since (see
+// listAfterLua): a task that stays in its set during a walk is listed
+// exactly once; one added behind the position is listed, one added before
+// it is not. A task that a growth of the shard map moves to another shard
+// during a walk may be listed twice or not at all; a fired task whose
+// bucket hash is rehashed during a walk may be listed twice.
+
+// The limits of List.
+const (
+	listDefaultLimit = 100
+	listMaxLimit     = 1000
+	listMinBudget    = 1000 // entries examined per call: max(limit*10, listMinBudget)
+	listChunk        = 200  // entries read per round trip
+	listBucketBatch  = 32   // bucket hashes scanned per round trip (fired)
+	cursorVersion    = 1
+	maxCursorLen     = 1024
+)
+
+// ListQuery selects the tasks List walks.
+type ListQuery struct {
+	State     task.State // scheduled | retrying | fired | paused | dead | succeeded | cancelled; "" = scheduled and retrying
+	Type      string     // "" = any type
+	DueAfter  time.Time  // zero = open; inclusive
+	DueBefore time.Time  // zero = open; exclusive
+	Limit     int        // 1..1000 (the daemon validates; the store clamps: <= 0 is 100)
+	Cursor    string     // "" = from the start; else a ListPage.Next of the same query
+}
+
+// ListPage is one page of a walk.
+type ListPage struct {
+	Tasks []Listed // Task with State, LastError, Shard set (as Get answers); DiedAt for dead
+	Next  string   // "" = the walk is complete
+}
+
+// Listed is one task of a page.
+type Listed struct {
+	Task   *task.Task
+	DiedAt time.Time // dead tasks: when it died
+}
+
+// ErrBadCursor is wrapped when a cursor does not parse, was made for another
+// state or filter, or names a shard beyond MaxShards.
+var ErrBadCursor = errors.New("bad cursor")
+
+// listCursor is a walk's position, encoded as base64url JSON.
+type listCursor struct {
+	V  int    `json:"v"`            // cursorVersion
+	S  string `json:"s"`            // the query's state
+	F  uint64 `json:"f"`            // filterHash of the query
+	Sh int    `json:"sh"`           // the shard being walked
+	At bool   `json:"at,omitempty"` // sorted sets: a position is set (else the shard's start)
+	// sorted sets: the last entry examined; fired: the last id examined
+	// in the HSCAN page of cursor C of bucket B
+	Sc float64 `json:"sc,omitempty"`
+	ID string  `json:"id,omitempty"`
+	B  int     `json:"b,omitempty"`
+	C  uint64  `json:"c,omitempty"`
+}
+
+func (c listCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeCursor parses a cursor of query q (whose filter hash is f).
+func decodeCursor(s string, q ListQuery, f uint64) (listCursor, error) {
+	var c listCursor
+	if len(s) > maxCursorLen {
+		return c, fmt.Errorf("%w: longer than %d bytes", ErrBadCursor, maxCursorLen)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return c, fmt.Errorf("%w: not base64url", ErrBadCursor)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&c); err != nil || d.More() {
+		return c, fmt.Errorf("%w: does not parse", ErrBadCursor)
+	}
+	switch {
+	case c.V != cursorVersion:
+		return c, fmt.Errorf("%w: version %d", ErrBadCursor, c.V)
+	case c.S != string(q.State):
+		return c, fmt.Errorf("%w: made for state %q", ErrBadCursor, c.S)
+	case c.F != f:
+		return c, fmt.Errorf("%w: made for another filter", ErrBadCursor)
+	case c.Sh < 0 || c.Sh >= shardmap.MaxShards:
+		return c, fmt.Errorf("%w: shard %d", ErrBadCursor, c.Sh)
+	case c.B < 0 || c.B >= BucketsPerShard:
+		return c, fmt.Errorf("%w: bucket %d", ErrBadCursor, c.B)
+	case len(c.ID) > task.MaxIDLen || math.IsNaN(c.Sc) || math.IsInf(c.Sc, 0):
+		return c, fmt.Errorf("%w: position", ErrBadCursor)
+	case q.State == task.StateFired && (c.At || c.Sc != 0):
+		return c, fmt.Errorf("%w: position", ErrBadCursor)
+	case q.State != task.StateFired && (c.B != 0 || c.C != 0 || !c.At && (c.ID != "" || c.Sc != 0)):
+		return c, fmt.Errorf("%w: position", ErrBadCursor)
+	}
+	return c, nil
+}
+
+// filterHash identifies a query's filter (state, type, due range), so that
+// a cursor is accepted only by the query that made it.
+func filterHash(q ListQuery) uint64 {
+	h := fnv.New64a()
+	ms := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return strconv.FormatInt(t.UnixNano(), 10)
+	}
+	fmt.Fprintf(h, "%s\x00%d:%s\x00%s\x00%s", q.State, len(q.Type), q.Type, ms(q.DueAfter), ms(q.DueBefore))
+	return h.Sum64()
+}
+
+// ceilMillis is t in unix ms rounded up: a due time d (whole ms) is >= t
+// exactly when d >= ceilMillis(t), and < t exactly when d < ceilMillis(t).
+func ceilMillis(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if time.UnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
+}
+
+// listAfterLua reads the next entries of a sorted set after a position
+// (score, member), in the set's order (score, then member bytewise), also
+// when that member has left the set or changed its score since: ties at
+// the position's score are searched by rank (binary search), so a walk
+// resumes exactly where it stopped, with bounded work. Read only.
+const listAfterLua = `
+-- KEYS[1] the sorted set
+-- ARGV[1] the position's score ('-inf': the start), ARGV[2] its member
+-- ('' : before every member of that score), ARGV[3] count
+-- Returns up to count members after the position: {member, score, ...}.
+local function greater(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return #a > #b
+end
+local key, sc, id, count = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local r = nil
+if id ~= '' then
+  local cur = redis.call('ZSCORE', key, id)
+  if cur and tonumber(cur) == tonumber(sc) then r = redis.call('ZRANK', key, id) + 1 end
+end
+if not r then
+  local lo = redis.call('ZCOUNT', key, '-inf', '(' .. sc)
+  local hi = redis.call('ZCOUNT', key, '-inf', sc)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if greater(redis.call('ZRANGE', key, mid, mid)[1], id) then hi = mid else lo = mid + 1 end
+  end
+  r = lo
+end
+return redis.call('ZRANGE', key, r, r + count - 1, 'WITHSCORES')
+`
+
+var listAfterScript = redis.NewScript(listAfterLua)
+
+// walk is what List needs to know about the state it lists.
+type walk struct {
+	set    func(sh int) string // the sorted set walked (nil: fired, the bucket hashes)
+	lo, hi float64             // the score range [lo, hi)
+	accept func(t *task.Task) bool
+	due    bool // the set is the due set (its scores tell parked tasks)
+	dead   bool // the set's score is the time the task died
+}
+
+func (s *Store) walkOf(q ListQuery) (walk, error) {
+	lo, hi := math.Inf(-1), math.Inf(1)
+	if !q.DueAfter.IsZero() {
+		lo = float64(ceilMillis(q.DueAfter))
+	}
+	if !q.DueBefore.IsZero() {
+		hi = float64(ceilMillis(q.DueBefore))
+	}
+	is := func(states ...task.State) func(t *task.Task) bool {
+		return func(t *task.Task) bool { return slices.Contains(states, t.State) }
+	}
+	switch q.State {
+	case "":
+		return walk{set: s.k.due, lo: lo, hi: hi, accept: is(task.StateScheduled, task.StateRetrying), due: true}, nil
+	case task.StateScheduled, task.StateRetrying:
+		return walk{set: s.k.due, lo: lo, hi: hi, accept: is(q.State), due: true}, nil
+	case task.StatePaused:
+		// a parked score is max(due, park time - ParkOffset/2) + ParkOffset
+		// (park.lua): at least due + ParkOffset, and below
+		// DueBefore + ParkOffset when DueBefore is recent enough
+		w := walk{set: s.k.due, lo: ParkOffset, hi: math.Inf(1), accept: is(task.StatePaused), due: true}
+		if !q.DueAfter.IsZero() {
+			w.lo = lo + ParkOffset
+		}
+		if !q.DueBefore.IsZero() && time.Until(q.DueBefore) > -ParkOffset/4*time.Millisecond {
+			w.hi = hi + ParkOffset
+		}
+		return w, nil
+	case task.StateDead:
+		return walk{set: s.k.dead, lo: math.Inf(-1), hi: math.Inf(1), accept: is(task.StateDead), dead: true}, nil
+	case task.StateSucceeded, task.StateCancelled:
+		return walk{set: s.k.done, lo: math.Inf(-1), hi: math.Inf(1), accept: is(q.State)}, nil
+	case task.StateFired:
+		return walk{accept: is(task.StateFired)}, nil
+	}
+	return walk{}, fmt.Errorf("list: state %q cannot be listed", q.State)
+}
+
+// lister is one List call in progress.
+type lister struct {
+	s      *Store
+	q      ListQuery
+	w      walk
+	m      shardmap.Map
+	limit  int
+	budget int // entries left to examine
+	page   ListPage
+}
+
+// keep adds t to the page when it passes the query's filters, and reports
+// whether the page is full.
+func (l *lister) keep(t *task.Task, diedAt time.Time) bool {
+	if t == nil || !l.w.accept(t) || (l.q.Type != "" && t.Type != l.q.Type) ||
+		(!l.q.DueAfter.IsZero() && t.DueAt.Before(l.q.DueAfter)) ||
+		(!l.q.DueBefore.IsZero() && !t.DueAt.Before(l.q.DueBefore)) {
+		return false
+	}
+	l.page.Tasks = append(l.page.Tasks, Listed{Task: t, DiedAt: diedAt})
+	return len(l.page.Tasks) >= l.limit
+}
+
+// List walks one state's tasks across shards with an opaque cursor (see
+// the comment at the top of this file for the order). It examines at most
+// max(limit*10, 1000) entries per call, so a page may hold fewer than
+// limit tasks and still have a Next. ErrBadCursor (wrapped) for a cursor
+// that does not parse or was made by another query.
+func (s *Store) List(ctx context.Context, q ListQuery) (ListPage, error) {
+	w, err := s.walkOf(q)
+	if err != nil {
+		return ListPage{}, err
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = listDefaultLimit
+	}
+	limit = min(limit, listMaxLimit)
+	f := filterHash(q)
+	c := listCursor{V: cursorVersion, S: string(q.State), F: f}
+	if q.Cursor != "" {
+		if c, err = decodeCursor(q.Cursor, q, f); err != nil {
+			return ListPage{}, err
+		}
+	}
+	l := &lister{s: s, q: q, w: w, m: s.Map(), limit: limit, budget: max(limit*10, listMinBudget)}
+	for c.Sh < l.m.Count {
+		var done bool
+		if w.set == nil {
+			done, err = l.fired(ctx, &c)
+		} else {
+			done, err = l.sorted(ctx, &c)
+		}
+		if err != nil {
+			return ListPage{}, fmt.Errorf("list %s on shard %d: %w", q.State, c.Sh, err)
+		}
+		if !done {
+			l.page.Next = c.encode()
+			return l.page, nil
+		}
+		c = listCursor{V: cursorVersion, S: c.S, F: f, Sh: c.Sh + 1}
+	}
+	return l.page, nil
+}
+
+// sorted walks shard c.Sh's sorted set from c's position until the page is
+// full or the budget is spent (false, c at the last entry examined) or the
+// shard is done (true).
+func (l *lister) sorted(ctx context.Context, c *listCursor) (bool, error) {
+	sh := c.Sh
+	key := l.w.set(sh)
+	for l.budget > 0 {
+		sc, id := strconv.FormatFloat(l.w.lo, 'f', -1, 64), ""
+		if c.At {
+			sc, id = strconv.FormatFloat(c.Sc, 'f', -1, 64), c.ID
+		} else if math.IsInf(l.w.lo, -1) {
+			sc = "-inf"
+		}
+		count := min(listChunk, l.budget)
+		v, err := l.s.run(ctx, listAfterScript, []string{key}, sc, id, count)
+		if err != nil {
+			return false, err
+		}
+		zs, err := zsliceOf(v)
+		if err != nil {
+			return false, err
+		}
+		// the records of the entries in range, with their last errors
+		n := len(zs)
+		for i, z := range zs {
+			if z.score >= l.w.hi {
+				n = i
+				break
+			}
+		}
+		recs := make([]*redis.StringCmd, n)
+		var errs []any
+		if n > 0 {
+			ids := make([]string, n)
+			var errsCmd *redis.SliceCmd
+			_, err = l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, z := range zs[:n] {
+					ids[i] = z.id
+					recs[i] = p.HGet(ctx, l.s.k.bucket(sh, z.id), z.id)
+				}
+				errsCmd = p.HMGet(ctx, l.s.k.errs(sh), ids...)
+				return nil
+			})
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return false, err
+			}
+			errs = errsCmd.Val()
+		}
+		for i, z := range zs[:n] {
+			l.budget--
+			c.At, c.Sc, c.ID = true, z.score, z.id
+			v, err := recs[i].Result()
+			if err != nil {
+				continue // gone meanwhile
+			}
+			var le string
+			if i < len(errs) {
+				le, _ = errs[i].(string)
+			}
+			t, err := readRecord(l.m, sh, z.id, v, z.score, l.w.due, le)
+			if err != nil {
+				continue // unreadable: Get tells more
+			}
+			var died time.Time
+			if l.w.dead {
+				died = task.FromMillis(int64(z.score))
+			}
+			if l.keep(t, died) {
+				return false, nil
+			}
+		}
+		if n < len(zs) || len(zs) < count {
+			return true, nil // past the range, or the set's end
+		}
+	}
+	return false, nil
+}
+
+// zentry is one sorted-set entry of a listAfter reply.
+type zentry struct {
+	id    string
+	score float64
+}
+
+func zsliceOf(v any) ([]zentry, error) {
+	a, ok := v.([]any)
+	if (!ok && v != nil) || len(a)%2 != 0 {
+		return nil, fmt.Errorf("unexpected list reply %v", v)
+	}
+	out := make([]zentry, 0, len(a)/2)
+	for i := 0; i < len(a); i += 2 {
+		id, _ := a[i].(string)
+		var sc float64
+		switch x := a[i+1].(type) {
+		case string:
+			f, err := strconv.ParseFloat(x, 64)
+			if err != nil {
+				return nil, fmt.Errorf("unexpected list score %q", x)
+			}
+			sc = f
+		case float64:
+			sc = x
+		case int64:
+			sc = float64(x)
+		default:
+			return nil, fmt.Errorf("unexpected list score %v", x)
+		}
+		out = append(out, zentry{id: id, score: sc})
+	}
+	return out, nil
+}
+
+// fired walks shard c.Sh's bucket hashes from c's position (bucket c.B,
+// HSCAN cursor c.C, after id c.ID in that page) for records in a fired
+// state: a waiting-state record that is not in the due set (see
+// common.lua), or f/F.
+func (l *lister) fired(ctx context.Context, c *listCursor) (bool, error) {
+	sh := c.Sh
+	for l.budget > 0 && c.B < BucketsPerShard {
+		// a batch of whole buckets from their start, or one page of the
+		// bucket the position is in
+		nb := 1
+		if c.C == 0 && c.ID == "" {
+			nb = min(listBucketBatch, BucketsPerShard-c.B, l.budget)
+		}
+		scans := make([]*redis.ScanCmd, nb)
+		_, err := l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range nb {
+				scans[i] = p.HScan(ctx, l.s.k.prefix[sh]+"t:"+strconv.Itoa(c.B+i), c.C, "", listChunk)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return false, err
+		}
+		for i := range nb {
+			kv, next, err := scans[i].Result()
+			if err != nil {
+				return false, err
+			}
+			l.budget -= 1 + len(kv)/2
+			full, err := l.firedPage(ctx, c, kv)
+			if err != nil || full {
+				return false, err
+			}
+			c.ID = ""
+			if next != 0 {
+				c.C = next // the rest of the batch is read again later
+				break
+			}
+			c.B, c.C = c.B+1, 0
+		}
+	}
+	return c.B >= BucketsPerShard, nil
+}
+
+// firedPage examines one HSCAN page (field, value, ...) in id order, after
+// c.ID. It reports whether the page filled up (c.ID is then the last id
+// examined).
+func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (bool, error) {
+	type rec struct{ id, v string }
+	var cand []rec
+	for i := 0; i+1 < len(kv); i += 2 {
+		id, v := kv[i], kv[i+1]
+		if id <= c.ID || v == "" {
+			continue
+		}
+		switch v[0] {
+		case 's', 'r', 'f', 'F':
+			cand = append(cand, rec{id, v})
+		}
+	}
+	if len(cand) == 0 {
+		return false, nil
+	}
+	slices.SortFunc(cand, func(a, b rec) int { return cmp.Compare(a.id, b.id) })
+	ids := make([]string, len(cand))
+	for i, r := range cand {
+		ids[i] = r.id
+	}
+	scores := make([]*redis.FloatCmd, len(ids))
+	var errs *redis.SliceCmd
+	_, err := l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			scores[i] = p.ZScore(ctx, l.s.k.due(c.Sh), id)
+		}
+		errs = p.HMGet(ctx, l.s.k.errs(c.Sh), ids...)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	ev := errs.Val()
+	for i, r := range cand {
+		c.ID = r.id
+		var le string
+		if i < len(ev) {
+			le, _ = ev[i].(string)
+		}
+		score, serr := scores[i].Result()
+		t, err := readRecord(l.m, c.Sh, r.id, r.v, score, serr == nil, le)
+		if err != nil {
+			continue
+		}
+		if l.keep(t, time.Time{}) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// CancelMany cancels waiting tasks by id (Cancel, at most bulkWorkers at
+// a time); it counts the ones it cancelled. Ids not found or not waiting
+// are skipped; a Redis error stops it (the count so far is returned).
+func (s *Store) CancelMany(ctx context.Context, ids []string) (int, error) {
+	return s.bulk(ctx, ids, func(ctx context.Context, id string) error { return s.Cancel(ctx, id) })
+}
+
+// RedriveMany redrives dead tasks by id (Redrive); see CancelMany.
+func (s *Store) RedriveMany(ctx context.Context, ids []string) (int, error) {
+	return s.bulk(ctx, ids, func(ctx context.Context, id string) error {
+		_, err := s.Redrive(ctx, id)
+		return err
+	})
+}
+
+// DeleteDeadMany deletes dead tasks by id (DeleteDead); see CancelMany.
+func (s *Store) DeleteDeadMany(ctx context.Context, ids []string) (int, error) {
+	return s.bulk(ctx, ids, func(ctx context.Context, id string) error { return s.DeleteDead(ctx, id) })
+}
+
+// bulkWorkers bounds the by-id calls a bulk operation has in flight.
+const bulkWorkers = 16
+
+// bulk calls op for every id, bulkWorkers at a time, and counts the
+// successes; ErrNotFound and a *StateError are not errors.
+func (s *Store) bulk(ctx context.Context, ids []string, op func(context.Context, string) error) (int, error) {
+	var mu sync.Mutex
+	changed := 0
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(bulkWorkers)
+	for _, id := range ids {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			err := op(gctx, id)
+			var se *StateError
+			switch {
+			case err == nil:
+				mu.Lock()
+				changed++
+				mu.Unlock()
+				return nil
+			case errors.Is(err, ErrNotFound), errors.As(err, &se):
+				return nil
+			}
+			return err
+		})
+	}
+	err := g.Wait()
+	if err == nil {
+		err = ctx.Err()
+	}
+	return changed, err
+}
