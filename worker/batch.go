@@ -193,9 +193,14 @@ func (w *Worker) waitClaim(ctx context.Context, it *item) {
 	}
 }
 
-// admitAndRun asks the Limiter (when set) which claimed items may run now,
-// defers the others and starts a handler for each admitted one.
+// admitAndRun parks the claimed items of paused types (Config.Pause), asks
+// the Limiter (when set) which of the others may run now, defers the ones
+// it holds back and starts a handler for each admitted one.
 func (w *Worker) admitAndRun(ctx context.Context, ready []*item) {
+	ready, paused := w.splitPaused(ready)
+	if len(paused) > 0 {
+		w.parkItems(ctx, paused)
+	}
 	if len(ready) == 0 {
 		return
 	}

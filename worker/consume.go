@@ -37,6 +37,9 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 	var bg sync.WaitGroup
 	bg.Go(func() { w.commitLoop(bgCtx, r) })
 	bg.Go(func() { w.statsLoop(bgCtx, r) })
+	if w.cfg.Pause != nil {
+		bg.Go(func() { w.reconcileLoop(ctx) }) // stops with fetching
+	}
 	stopReleases := make(chan struct{})
 	var releases sync.WaitGroup
 	releases.Go(func() { w.claims.releaseLoop(context.WithoutCancel(ctx), stopReleases) })

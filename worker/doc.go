@@ -99,6 +99,21 @@
 // embedded workers the live rules from etcd, as the work binary applies
 // them.
 //
+// # Paused task types
+//
+// With Config.Pause set (a [PauseView]; [NewLivePause] reads delayq's pause
+// state in etcd), a claimed task whose type is paused is parked before the
+// Limiter sees it: redisstore.ParkMany keeps it in Redis with its due time
+// and its attempt (parking is not an attempt; its claim is given up, its
+// offset committed, and the event side does not fire it while parked).
+// Resuming the type unparks its tasks (the daemon's resume does it at
+// once): they are due at their original time, so they fire first, in
+// their order. Every Config.PauseReconcile (default 10s) the worker also
+// unparks every type with parked tasks that its view does not say is
+// paused, which repairs a park that landed just after the type's resume
+// had unparked it; it does nothing while the view is not Synced.
+// delayq_work_parked_total counts parked tasks by type.
+//
 // # Dead letters
 //
 // A task that fails permanently ([Permanent]) or on its last attempt is

@@ -15,6 +15,7 @@ const (
 	outSkippedDone  = "skipped_done"
 	outHostile      = "hostile"
 	outDeferred     = "deferred" // held back by a rate limit, back in Redis
+	outParked       = "parked"   // its type is paused: parked in Redis
 )
 
 // typeInvalid is the type label of records that carry no usable type;
@@ -85,11 +86,15 @@ type metrics struct {
 	claimWaits  prometheus.Counter
 	reclaims    prometheus.Counter
 
-	redisRetries *prometheus.CounterVec // by op: claim, defer, finish
+	redisRetries *prometheus.CounterVec // by op: claim, defer, finish, park
 	deadErrors   *prometheus.CounterVec // by reason: unknown_topic, too_large, other
 	deadDropped  *prometheus.CounterVec // by reason: queue_full, expired, shutdown
 	deadQueued   prometheus.Gauge
 	slotRenewals *prometheus.CounterVec // by result: ok, lost, error
+
+	// parked is labelled by type: use parkedAdd
+	parked            *prometheus.CounterVec
+	reconcileUnparked prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
@@ -98,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
 		types: newTypeLabels(maxTypes),
 		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "handled_total",
-			Help: "Records handled, by task type and outcome (succeeded, retry, dead, skipped_stale, skipped_done, hostile, deferred)."},
+			Help: "Records handled, by task type and outcome (succeeded, retry, dead, skipped_stale, skipped_done, hostile, deferred, parked)."},
 			[]string{"type", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name:    "handler_duration_seconds",
@@ -126,7 +131,7 @@ func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
 			Name: "reclaims_total", Help: "Records claimed again before running because they waited for a handler slot for more than half their claim's TTL."}),
 		redisRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "redis_retries_total",
-			Help: "Records whose Redis write failed with an error of Redis (unreachable, OOM, READONLY, ...) and was retried, by operation (claim, defer, finish)."},
+			Help: "Records whose Redis write failed with an error of Redis (unreachable, OOM, READONLY, ...) and was retried, by operation (claim, defer, finish, park)."},
 			[]string{"op"}),
 		deadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "dead_letter_publish_errors_total",
@@ -142,11 +147,19 @@ func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
 			Name: "limit_slot_renewals_total",
 			Help: "Renewals of the concurrency slots of running handlers, by result (ok, lost, error)."},
 			[]string{"result"}),
+		parked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "parked_total",
+			Help: "Tasks parked in Redis because their type is paused (no attempt used), by task type."},
+			[]string{"type"}),
+		reconcileUnparked: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "pause_reconcile_unparked_total",
+			Help: "Parked tasks of types no longer paused that this worker's reconciler unparked (a park that landed after its type's resume)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.handled, m.duration, m.lag, m.retries, m.dead, m.consumerLag, m.running,
 			m.rebalances, m.commits, m.claimWaits, m.reclaims,
-			m.redisRetries, m.deadErrors, m.deadDropped, m.deadQueued, m.slotRenewals)
+			m.redisRetries, m.deadErrors, m.deadDropped, m.deadQueued, m.slotRenewals,
+			m.parked, m.reconcileUnparked)
 	}
 	return m
 }
@@ -159,4 +172,11 @@ func (m *metrics) handledInc(typ, outcome string) {
 // observeDuration records how long a handler of task type typ ran.
 func (m *metrics) observeDuration(typ string, seconds float64) {
 	m.duration.WithLabelValues(m.types.of(typ)).Observe(seconds)
+}
+
+// parkedAdd counts n tasks of type typ parked.
+func (m *metrics) parkedAdd(typ string, n int) {
+	if n > 0 {
+		m.parked.WithLabelValues(m.types.of(typ)).Add(float64(n))
+	}
 }

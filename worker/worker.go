@@ -94,6 +94,13 @@ type Config struct {
 	// applies them; Run watches them while it runs.
 	Limiter Limiter
 
+	// Pause, when set, says which task types are paused: their claimed
+	// tasks are parked in Redis instead of running, before the Limiter
+	// (see PauseView). Nil: nothing is paused. PauseReconcile is how often
+	// parked tasks of types no longer paused are unparked; default 10s.
+	Pause          PauseView
+	PauseReconcile time.Duration
+
 	Logger     *slog.Logger          // default: discard
 	Registerer prometheus.Registerer // metrics are registered here when set
 	// MetricsMaxTypes bounds the values of the type label of the worker's
@@ -159,6 +166,9 @@ func (c *Config) setDefaults() {
 	if c.RebalanceTimeout == 0 {
 		c.RebalanceTimeout = 10 * time.Second
 	}
+	if c.PauseReconcile == 0 {
+		c.PauseReconcile = defaultPauseReconcile
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -189,6 +199,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: default timeout %s not within 0..%s", c.DefaultTimeout, task.MaxTimeout)
 	case c.ClaimMargin < 0 || c.CommitInterval < 0 || c.ShutdownTimeout < 0:
 		return errors.New("worker: negative claim margin, commit interval or shutdown timeout")
+	case c.PauseReconcile < 0:
+		return fmt.Errorf("worker: negative PauseReconcile %s", c.PauseReconcile)
 	case c.MetricsMaxTypes < 1:
 		return fmt.Errorf("worker: MetricsMaxTypes %d below 1", c.MetricsMaxTypes)
 	case c.DeadLetterQueue < 1 || c.DeadLetterMaxAge < 0:
@@ -297,6 +309,7 @@ type Worker struct {
 
 	// set by Run
 	store    *redisstore.Store
+	parker   parkStore // the store; a seam for tests
 	claims   *claims
 	finisher *finisher
 	deadq    *deadLetters
@@ -385,6 +398,18 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		})
 	}
+	if lp, ok := w.cfg.Pause.(*LivePause); ok {
+		// the pause state is watched while the worker runs, like the rules
+		wctx, cancel := context.WithCancel(ctx)
+		var watch sync.WaitGroup
+		defer watch.Wait()
+		defer cancel()
+		watch.Go(func() {
+			if err := lp.Run(wctx); err != nil {
+				w.log.Warn("pause state watch ended", "err", err)
+			}
+		})
+	}
 	rdb := w.cfg.Redis
 	var store *redisstore.Store
 	err := w.retryRedis(ctx, w.log, "open store", func() error {
@@ -400,6 +425,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: open store: %w", err)
 	}
 	w.store = store
+	w.parker = store
 	w.claims = newClaims(store, w.cfg.InstanceID)
 	w.finisher = newFinisher(store)
 	writer := w.cfg.deadWriter()

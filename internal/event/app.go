@@ -23,6 +23,7 @@ import (
 	"github.com/delayq/delayq/internal/event/leader"
 	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/shardmap"
 )
 
@@ -47,6 +48,9 @@ type App struct {
 	// stays ready: tasks of other topics still fire.
 	topics *kafkatopic.TopicCheck
 	grow   *growth
+	// procs keeps this process in the registry (GET /v1/cluster), under
+	// its process id, the one its shard elections name
+	procs *registry.Registrar
 }
 
 // Option adjusts an App (tests).
@@ -144,6 +148,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		mux.HandleFunc("GET /readyz", a.readyz)
 		a.srv, err = admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
 	}
+	if err == nil {
+		a.procs, err = a.newRegistrar()
+	}
 	if err != nil {
 		a.closeClients()
 		return nil, err
@@ -156,13 +163,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 // ("missing_topics") but does not make the process unready, because the
 // tasks of every other topic still fire.
 func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
+	code, body := a.readiness(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// readiness is what /readyz answers: its status code and body.
+func (a *App) readiness(ctx context.Context) (int, map[string]any) {
 	body := map[string]any{"status": "ready"}
 	code := http.StatusOK
 	if err := a.mgr.Ready(); err != nil {
 		code = http.StatusServiceUnavailable
 		body["status"], body["reason"] = "not ready", err.Error()
 		// etcd's client retries a failed TLS handshake silently: say why
-		if perr := a.cfg.ProbeEtcd(r.Context()); perr != nil {
+		if perr := a.cfg.ProbeEtcd(ctx); perr != nil {
 			body["etcd"] = perr.Error()
 		}
 	}
@@ -181,9 +196,7 @@ func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 	default:
 		body["kafka"] = "ok"
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(body)
+	return code, body
 }
 
 // Addr is the bound HTTP address.
@@ -253,6 +266,7 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Go(func() { bgErr <- a.srv.Run(bg) })
 	g.Go(func() error { return a.mgr.Run(gctx) })
 	wg.Go(func() { a.grow.follow(bg) })
+	wg.Go(func() { _ = a.procs.Run(bg) }) // unregisters once the shards are handed over
 	g.Go(func() error {
 		select {
 		case err := <-bgErr:

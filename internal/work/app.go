@@ -16,6 +16,8 @@ import (
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/kafkatopic"
+	"github.com/delayq/delayq/internal/pause"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -27,8 +29,10 @@ type App struct {
 	rdb    redis.UniversalClient
 	worker *worker.Worker
 	srv    *admin.Server
-	client *http.Client // shared by the webhooks
-	limits *limits      // nil without DQ_ETCD_ENDPOINTS
+	client *http.Client        // shared by the webhooks
+	limits *limits             // nil without DQ_ETCD_ENDPOINTS
+	pause  *pause.Watcher      // nil without DQ_ETCD_ENDPOINTS
+	procs  *registry.Registrar // nil without DQ_ETCD_ENDPOINTS
 	// topics checks that the consumed topics and the dead topic exist
 	// (creating them with DQ_KAFKA_AUTO_CREATE): while one is missing the
 	// process is not ready.
@@ -88,6 +92,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		rdb.Close()
 		return nil, err
 	}
+	id := registry.DefaultID() // the worker's instance and the registry's process id
+	var pw *pause.Watcher
+	var pv worker.PauseView // nil: nothing paused
+	if lim != nil {
+		if pw, err = newPause(lim, cfg.Namespace, log); err != nil {
+			return fail(err)
+		}
+		pv = pw
+	}
+	registerPausedTypes(reg, pw)
 	w, err := worker.New(worker.Config{
 		Brokers:           cfg.Brokers,
 		Group:             cfg.Group,
@@ -107,6 +121,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		SessionTimeout:    cfg.SessionTimeout,
 		HeartbeatInterval: cfg.Heartbeat,
 		Limiter:           wl,
+		Pause:             pv,
+		InstanceID:        id,
 		KafkaTLS:          kc.TLS,
 		KafkaSASL:         kc.SASL,
 		Logger:            log,
@@ -145,17 +161,24 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		Log:         log,
 	})
 	mux := http.NewServeMux()
-	admin.Mount(mux, reg, func(ctx context.Context) error {
+	ready := func(ctx context.Context) error {
 		if err := w.Ready(ctx); err != nil {
 			return err
 		}
 		return topicsReady(topics)
-	})
+	}
+	admin.Mount(mux, reg, ready)
 	srv, err := admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
 	if err != nil {
 		return fail(fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err))
 	}
-	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim, topics: topics}, nil
+	var procs *registry.Registrar
+	if lim != nil {
+		if procs, err = newRegistrar(lim, cfg.Namespace, id, registry.AdvertiseAddr(cfg.HTTPAddr, srv.Addr()), ready, reg, log); err != nil {
+			return fail(err)
+		}
+	}
+	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim, pause: pw, procs: procs, topics: topics}, nil
 }
 
 // topicsReady is the Kafka topics' part of /readyz: a missing topic (or
@@ -190,7 +213,8 @@ func (a *App) Addr() string { return a.srv.Addr() }
 // to DQ_SHUTDOWN_TIMEOUT (then cancels them; their records stay
 // uncommitted), commits finished offsets and closes its Kafka reader and
 // writer; the admin server drains; then the webhooks' idle connections and,
-// last, the etcd client (rate-limit rules) and the Redis client are closed.
+// last, the etcd client (rate-limit rules, pause state, the process
+// registration, deleted when ctx ends) and the Redis client are closed.
 func (a *App) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -201,6 +225,8 @@ func (a *App) Run(ctx context.Context) error {
 	})
 	if a.limits != nil {
 		g.Go(func() error { return a.limits.Run(gctx) })
+		g.Go(func() error { return a.pause.Run(gctx) })
+		g.Go(func() error { return a.procs.Run(gctx) }) // unregisters at the end
 	}
 	g.Go(func() error { return a.topics.Run(gctx) })
 	g.Go(func() error {

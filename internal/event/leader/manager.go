@@ -128,14 +128,18 @@ func New(cfg Config) (*Manager, error) {
 	// Keep-alives go out every TTL/3 (checked every 500ms); the margin
 	// covers the answer's way back.
 	margin := max(500*time.Millisecond, ttl/6)
-	if cfg.Metrics != nil {
-		cfg.Metrics.ShardCount.Set(float64(cfg.Shards))
-	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, ttlSec: sec, ttl: ttl, margin: margin, log: log, m: cfg.Metrics,
 		base: time.Now(), leading: map[int]int64{},
 		shards: cfg.Shards, grow: make(chan struct{}, 1),
-	}, nil
+	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.ShardCount.Set(float64(cfg.Shards))
+		if cfg.Metrics.info != nil {
+			cfg.Metrics.info.attach(cfg.ID, m.Leading)
+		}
+	}
+	return m, nil
 }
 
 // SetShards raises the shard count the manager balances over to n. It may

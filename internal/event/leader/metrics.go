@@ -14,6 +14,8 @@ type Metrics struct {
 	// ShardCount is the shard count this process balances over (it grows
 	// with Manager.SetShards).
 	ShardCount prometheus.Gauge
+	// info is delayq_shard_leader_info; New attaches the manager to it.
+	info *leaderInfo
 }
 
 // NewMetrics registers the leadership metrics on reg.
@@ -35,10 +37,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: admin.Namespace, Name: "event_shard_count",
 			Help: "Shards this process balances leadership over (the namespace's shard count as this process knows it).",
 		}),
+		info: newLeaderInfo(),
 	}
 	for _, c := range []string{"acquired", "released", "lost"} {
 		m.LeaderChanges.WithLabelValues(c)
 	}
-	reg.MustRegister(m.ShardsLed, m.LeaderChanges, m.Sessions, m.ShardCount)
+	reg.MustRegister(m.ShardsLed, m.LeaderChanges, m.Sessions, m.ShardCount, m.info)
 	return m
 }
