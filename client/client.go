@@ -168,7 +168,7 @@ type BatchResult struct {
 type TaskInfo struct {
 	ID           string            `json:"id"`
 	Type         string            `json:"type"`
-	State        string            `json:"state"` // journaled, scheduled, fired, succeeded, retrying, dead, cancelled
+	State        string            `json:"state"` // journaled, or one of the State constants
 	DueAt        time.Time         `json:"due_at"`
 	Attempt      int               `json:"attempt"`
 	Shard        int               `json:"shard"`
@@ -378,7 +378,8 @@ func (c *Client) DeleteDead(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/dead/"+url.PathEscape(id), nil, nil)
 }
 
-// rawBody is a request body that is already JSON.
+// rawBody is a request body that is already JSON; as do's out, it takes
+// the answer's body as it is.
 type rawBody []byte
 
 // do sends one request and decodes a 2xx answer into out (when not nil);
@@ -425,6 +426,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return eb.Error
 	}
 	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*rawBody); ok {
+		*raw = b
 		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {

@@ -1,6 +1,6 @@
 // Package client is a small Go client for the delayq daemon's HTTP API:
 // schedule delayed tasks (one or a batch), move or cancel them before they
-// fire, read them back, and look after dead tasks.
+// fire, read them back, look after dead tasks, and operate the system.
 //
 //	c := client.New("http://127.0.0.1:7070", client.WithToken(os.Getenv("DQ_API_TOKEN")))
 //	res, err := c.Schedule(ctx, client.Task{
@@ -18,6 +18,23 @@
 // When the daemon cannot reach Redis it keeps the task in its durable
 // journal and answers with State "journaled" (Result.Journaled); the task
 // reaches Redis once it is back.
+//
+// The operator API lists and searches tasks (ListTasks, or the iterator
+// Tasks, which follows the cursors), acts on many tasks at once by ids or
+// by a filter (CancelTasks, RedriveDeadTasks, DeleteDeadTasks; each repeats
+// the daemon's bounded requests until done and counts what changed),
+// pauses and resumes a task type (PauseType, ResumeType, Types), shows the
+// cluster (Cluster: shard leaders, backlog, processes), and manages rate
+// limits (Limits, GetLimit, SetLimit, DeleteLimit) and the shard count
+// (Shards, GrowShards); OpenAPI fetches the API's description.
+//
+//	for t, err := range c.Tasks(ctx, client.ListOptions{State: client.StateDead, Type: "email.send"}) {
+//		if err != nil {
+//			return err
+//		}
+//		fmt.Println(t.ID, t.DiedAt, t.LastError)
+//	}
+//	n, err := c.RedriveDeadTasks(ctx, client.Selection{Type: "email.send"})
 //
 // Errors from the API are *APIError values with the HTTP status and the
 // API's error code; errors.Is(err, ErrNotFound) and errors.Is(err,

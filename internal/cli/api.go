@@ -247,7 +247,7 @@ func runGet(ctx context.Context, env Env, args []string) error {
 	}
 	if api.output == "json" {
 		// The daemon's own JSON, as it sent it.
-		b, err := rawCall(ctx, api, http.DefaultClient, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil)
+		b, err := rawCall(ctx, api, api.httpClient(30*time.Second), http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil)
 		if err != nil {
 			return err
 		}
@@ -399,19 +399,37 @@ func runStats(ctx context.Context, env Env, args []string) error {
 	return tw.Flush()
 }
 
+const deadUsage = `Usage: dq dead list [--limit N] [flags]
+       dq dead redrive (ID... | --type T | --all) [flags]
+       dq dead delete (ID... | --type T | --all) [flags]
+
+  list     dead tasks, most recent first (dq tasks list --state dead walks
+           them all, oldest first, with filters)
+  redrive  schedule dead tasks again now, with fresh attempts: the ids
+           given, every dead task of a type, or all of them
+  delete   forget dead tasks for good, chosen the same way
+
+With one ID, redrive and delete report a task that is not dead as an
+error; otherwise they print how many tasks they changed, skip the ones
+that are not dead, and are safe to repeat.
+
+dq dead SUBCOMMAND -h lists its flags (--addr, --token, --ca, -o json).`
+
 func runDead(ctx context.Context, env Env, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(env.Stderr, "Usage: dq dead list [--limit N] | dq dead redrive ID | dq dead delete ID\n\n"+
-			"  list     dead tasks, most recent first\n  redrive  schedule a dead task again, now\n  delete   forget a dead task\n\n"+
-			"dq dead SUBCOMMAND -h lists its flags (--addr, --token, -o json).")
+		fmt.Fprintln(env.Stderr, deadUsage)
 		if len(args) > 0 && isHelp(args[0]) {
 			return ErrHelp
 		}
-		return errors.New("dead: list, redrive ID or delete ID")
+		return errors.New("dead: list, redrive (ID... | --type T | --all) or delete (ID... | --type T | --all)")
 	}
 	sub, args := args[0], args[1:]
 	fs := newFlagSet("dead "+sub, env)
 	api := bindAPI(fs, env)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), deadUsage+"\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	switch sub {
 	case "list":
 		limit := fs.Int("limit", 100, "at most this many, most recent first")
@@ -422,7 +440,7 @@ func runDead(ctx context.Context, env Env, args []string) error {
 			return err
 		}
 		if api.output == "json" {
-			b, err := rawCall(ctx, api, http.DefaultClient, http.MethodGet, "/v1/dead?limit="+strconv.Itoa(*limit), nil)
+			b, err := rawCall(ctx, api, api.httpClient(30*time.Second), http.MethodGet, "/v1/dead?limit="+strconv.Itoa(*limit), nil)
 			if err != nil {
 				return err
 			}
@@ -443,13 +461,19 @@ func runDead(ctx context.Context, env Env, args []string) error {
 		}
 		return tw.Flush()
 	case "redrive":
-		id, err := oneID("dead redrive", fs, args)
+		typ := fs.String("type", "", "redrive every dead task of this type")
+		all := fs.Bool("all", false, "redrive every dead task")
+		ids, err := parse(fs, args)
 		if err != nil {
 			return err
 		}
 		if err := api.check(); err != nil {
 			return err
 		}
+		if len(ids) != 1 || *typ != "" || *all {
+			return deadBulk(ctx, env, api, sub, ids, *typ, *all)
+		}
+		id := ids[0]
 		due, err := api.client().Redrive(ctx, id)
 		if err != nil {
 			return err
@@ -460,13 +484,19 @@ func runDead(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "%s redriven: due %s\n", id, dueText(due))
 		return nil
 	case "delete":
-		id, err := oneID("dead delete", fs, args)
+		typ := fs.String("type", "", "delete every dead task of this type")
+		all := fs.Bool("all", false, "delete every dead task")
+		ids, err := parse(fs, args)
 		if err != nil {
 			return err
 		}
 		if err := api.check(); err != nil {
 			return err
 		}
+		if len(ids) != 1 || *typ != "" || *all {
+			return deadBulk(ctx, env, api, sub, ids, *typ, *all)
+		}
+		id := ids[0]
 		if err := api.client().DeleteDead(ctx, id); err != nil {
 			return err
 		}
@@ -476,7 +506,8 @@ func runDead(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "%s deleted\n", id)
 		return nil
 	default:
-		return fmt.Errorf("dead %q: list, redrive ID or delete ID", sub)
+		fmt.Fprintln(env.Stderr, deadUsage)
+		return fmt.Errorf("dead %q: list, redrive or delete", sub)
 	}
 }
 

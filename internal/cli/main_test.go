@@ -40,6 +40,13 @@ var nsSeq atomic.Int64
 // returns its base URL. etcd, when not empty, enables the limits API.
 func startDaemon(t *testing.T, etcd []string) (string, *testenv.Redis) {
 	t.Helper()
+	base, r, _ := startDaemonNS(t, etcd)
+	return base, r
+}
+
+// startDaemonNS is startDaemon that also returns the daemon's namespace.
+func startDaemonNS(t *testing.T, etcd []string) (string, *testenv.Redis, string) {
+	t.Helper()
 	r := testenv.StartRedis(t)
 	cfg := daemon.DefaultConfig()
 	cfg.Namespace = fmt.Sprintf("cli%d", nsSeq.Add(1))
@@ -63,7 +70,7 @@ func startDaemon(t *testing.T, etcd []string) (string, *testenv.Redis) {
 			t.Errorf("daemon: %v", err)
 		}
 	})
-	return "http://" + app.Addr(), r
+	return "http://" + app.Addr(), r, cfg.Namespace
 }
 
 // runDQ runs dq with args and returns stdout, stderr and the error.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/daemon/console"
 	"github.com/delayq/delayq/internal/daemon/journal"
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/record"
@@ -39,21 +40,31 @@ func (a *App) routes() http.Handler {
 	admin.MountReport(mux, a.reg, a.report)
 	mux.Handle("POST /v1/tasks", handle(a.handleSchedule))
 	mux.Handle("POST /v1/tasks/batch", handle(a.handleBatch))
+	mux.Handle("GET /v1/tasks", handle(a.handleListTasks))
+	mux.Handle("POST /v1/tasks/cancel", handle(a.handleCancelMany))
 	mux.Handle("GET /v1/tasks/{id}", handle(a.handleGet))
 	mux.Handle("PATCH /v1/tasks/{id}", handle(a.handleReschedule))
 	mux.Handle("DELETE /v1/tasks/{id}", handle(a.handleCancel))
 	mux.Handle("GET /v1/stats", handle(a.handleStats))
 	mux.Handle("GET /v1/dead", handle(a.handleListDead))
+	mux.Handle("DELETE /v1/dead", handle(a.handleDeleteDeadMany))
+	mux.Handle("POST /v1/dead/redrive", handle(a.handleRedriveMany))
 	mux.Handle("POST /v1/dead/{id}/redrive", handle(a.handleRedrive))
 	mux.Handle("DELETE /v1/dead/{id}", handle(a.handleDeleteDead))
 	mux.Handle("GET /v1/shards", handle(a.handleGetShards))
 	mux.Handle("PUT /v1/shards", handle(a.handlePutShards))
+	mux.Handle("GET /v1/types", handle(a.handleListTypes))
+	mux.Handle("POST /v1/types/{type}/pause", handle(a.handlePauseType))
+	mux.Handle("POST /v1/types/{type}/resume", handle(a.handleResumeType))
+	mux.Handle("GET /v1/cluster", handle(a.handleCluster))
+	mux.HandleFunc("GET /v1/openapi.yaml", serveOpenAPI)
 	mux.Handle("/v1/limits", a.limits)
 	mux.Handle("/v1/limits/", a.limits)
+	mux.Handle("GET /ui/", console.Handler()) // the operator console: static assets, no token (its /v1 calls carry it)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, wire.NotFound(fmt.Sprintf("no endpoint %s %s", r.Method, wire.Truncate(r.URL.Path, 100))))
 	})
-	return &server{app: a, mux: mux}
+	return observed(&server{app: a, mux: mux})
 }
 
 // server wraps the mux with authentication, panic recovery, metrics and
@@ -289,6 +300,7 @@ func (a *App) checkRecordSize(t *task.Task) *wire.Error {
 // unavailable (or the journal is not empty, to keep per-id order). The
 // results are in the order of subs.
 func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []wire.Scheduled {
+	a.noteTypes(subs) // for GET /v1/types (types.go)
 	out := make([]wire.Scheduled, len(subs))
 	var toJournal []int
 	st := a.store.Load()

@@ -21,6 +21,7 @@ import (
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/ratelimit"
 	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/registry"
 )
 
 // App is one daemon: the HTTP API, the store keeper (opens the Redis store
@@ -43,8 +44,10 @@ type App struct {
 	jr        *journal.Journal
 	kick      chan struct{} // wakes the compensator (new journal entry, Redis back)
 
-	etcd   *clientv3.Client // nil when the limits API is disabled
+	etcd   *clientv3.Client    // nil when the limits API is disabled
+	procs  *registry.Registrar // this daemon in the process registry; nil without etcd
 	limits http.Handler
+	seen   seenTypes // task types scheduled since start (GET /v1/types)
 
 	srv      *admin.Server
 	handler  http.Handler
@@ -85,6 +88,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			}
 			return 0
 		})
+	a.reg.MustRegister(newShardGauges(ctx, a.statsReader, log.With("component", "gauges")))
 	if a.rdb, err = cfg.RedisClient(); err != nil {
 		_ = a.jr.Close()
 		return nil, err
@@ -108,6 +112,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		_ = a.rdb.Close()
 		_ = a.jr.Close()
 		return nil, fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	if a.procs, err = a.newRegistrar(); err != nil {
+		_ = a.rdb.Close()
+		_ = a.jr.Close()
+		return nil, fmt.Errorf("process registry: %w", err)
 	}
 	if n := a.jr.Len(); n > 0 {
 		log.Info("journal has entries left from an earlier run; replaying them once Redis answers", "journal_depth", n)
@@ -156,6 +165,7 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error { return a.comp.Run(compCtx) })
 	g.Go(func() error { return a.coalesce.Run(compCtx) })
 	g.Go(func() error { a.followShardMap(gctx); return nil })
+	g.Go(func() error { return a.runRegistrar(gctx) })
 	a.log.Info("daemon started", "addr", a.Addr(), "namespace", a.cfg.Namespace,
 		"journal_dir", a.cfg.JournalDir, "journal_depth", a.jr.Len(), "redis_up", a.redisUp.Load())
 	err := g.Wait()

@@ -26,6 +26,18 @@
 //	GET    /v1/dead?limit=N        200 {"dead":[task + "died_at"]} (N 1..1000, default 100)
 //	POST   /v1/dead/{id}/redrive   200 {"id","state":"scheduled","due_at"} | 404 | 409
 //	DELETE /v1/dead/{id}           200 {"id","deleted":true} | 404 | 409
+//	GET    /v1/tasks?state&type&…  200 {"tasks":[…],"next_cursor"} list/search across shards (operator.go)
+//	POST   /v1/tasks/cancel        200 {"changed","more"} bulk by ids or filter
+//	POST   /v1/dead/redrive        200 {"changed","more"} bulk by ids or filter
+//	DELETE /v1/dead?type=          200 {"changed","more"}
+//	GET    /v1/types               200 {"types":[…]} paused, parked, limit (types.go)
+//	POST   /v1/types/{type}/pause  200 | 503 without etcd; …/resume unparks at once
+//	GET    /v1/cluster             200 leaders, shard figures, processes (cluster.go)
+//	GET    /v1/shards, PUT /v1/shards, /v1/limits…, GET /v1/openapi.yaml
+//	GET    /ui/                    the operator console (package console; no token for the assets)
+//
+// api/openapi.yaml describes every endpoint; openapi_test.go checks it
+// against this router.
 //
 // A schedule answer is {"id","state","outcome","due_at","shard"}; outcome
 // is created (201), unchanged (200, identical re-submit), updated (200,

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	// go-redis logs every failed dial through a process-wide logger; the
 	// tests kill Redis on purpose.
 	redis.SetLogger(discardRedisLog{})
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(statusCoverage{m}) // statusCoverage: openapi_test.go
 }
 
 var nsSeq atomic.Int64

@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/registry"
+)
+
+// GET /v1/cluster: every shard with its leader (from the shard's etcd
+// election), its fencing token and backlog (from Redis); every registered
+// process (package registry); the journal. It always answers 200: a part
+// it cannot read is named in redis_error or etcd_error, and the rest is
+// still shown (an operator looks here most when something is down).
+
+type clusterLeader struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+}
+
+type clusterShard struct {
+	Shard                int            `json:"shard"`
+	Leader               *clusterLeader `json:"leader"`
+	LeaderToken          int64          `json:"leader_token"`
+	Pending              int64          `json:"pending"`
+	Overdue              int64          `json:"overdue"`
+	OldestOverdueSeconds float64        `json:"oldest_overdue_seconds"`
+	Paused               int64          `json:"paused"`
+	Firing               int64          `json:"firing"`
+	Dead                 int64          `json:"dead"`
+}
+
+type clusterProc struct {
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	Version   string `json:"version"`
+	Addr      string `json:"addr"`
+	Ready     bool   `json:"ready"`
+	Reason    string `json:"reason,omitempty"`
+	StartedAt string `json:"started_at,omitempty"`
+	// Counters and AsOf: see registry.Proc (the process's own totals as of
+	// its last registry write, about every 5 s).
+	Counters map[string]float64 `json:"counters,omitempty"`
+	AsOf     string             `json:"as_of,omitempty"`
+}
+
+type clusterResponse struct {
+	Namespace    string         `json:"namespace"`
+	ShardCount   int            `json:"shard_count"`
+	Shards       []clusterShard `json:"shards"`
+	Processes    []clusterProc  `json:"processes"`
+	JournalDepth int            `json:"journal_depth"`
+	RedisUp      bool           `json:"redis_up"`
+	RedisError   string         `json:"redis_error,omitempty"`
+	EtcdError    string         `json:"etcd_error,omitempty"`
+}
+
+func (a *App) handleCluster(c *call) (int, any, *wire.Error) {
+	n := a.shardCount()
+	resp := clusterResponse{Namespace: a.cfg.Namespace, ShardCount: n, Processes: []clusterProc{}}
+	resp.Shards = make([]clusterShard, n)
+	for i := range resp.Shards {
+		resp.Shards[i].Shard = i
+	}
+	if st, e := a.storeFor(); e != nil {
+		resp.RedisError = e.Message
+	} else {
+		var stats []redisstore.ShardStats
+		err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+			stats, err = st.Stats(ctx)
+			return err
+		})
+		if err != nil {
+			resp.RedisError = "redis " + redisCondition(err)
+		} else {
+			resp.RedisUp = true
+			for _, s := range stats {
+				if s.Shard < 0 || s.Shard >= len(resp.Shards) {
+					continue // the map grew between shardCount and Stats: shown next time
+				}
+				sh := &resp.Shards[s.Shard]
+				sh.LeaderToken, sh.Pending, sh.Overdue, sh.OldestOverdueSeconds = s.Token, s.Scheduled, s.Overdue, s.OldestOverdueSeconds
+				sh.Paused, sh.Firing, sh.Dead = s.Paused, s.Firing, s.Dead
+			}
+		}
+	}
+	if cli, e := a.etcdFor("shard leaders and processes"); e != nil {
+		resp.EtcdError = e.Message
+	} else if msg := a.clusterEtcd(c.Context(), cli, &resp); msg != "" {
+		resp.EtcdError = msg
+	}
+	resp.JournalDepth = a.jr.Len()
+	return http.StatusOK, resp, nil
+}
+
+// clusterEtcd fills in the shard leaders and the processes from etcd; it
+// returns what it could not read ("" when all went well).
+func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *clusterResponse) string {
+	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	procs, err := registry.List(ctx, cli, a.cfg.Namespace)
+	if err != nil {
+		return etcdError(err).Message
+	}
+	addrs := make(map[string]string, len(procs))
+	for _, p := range procs {
+		addrs[p.ID] = p.Addr
+		cp := clusterProc{ID: p.ID, Kind: p.Kind, Version: p.Version, Addr: p.Addr, Ready: p.Ready, Reason: p.Reason}
+		if !p.StartedAt.IsZero() {
+			cp.StartedAt = wire.FormatTime(p.StartedAt)
+		}
+		if !p.AsOf.IsZero() {
+			cp.Counters, cp.AsOf = p.Counters, wire.FormatTime(p.AsOf)
+		}
+		resp.Processes = append(resp.Processes, cp)
+	}
+	slices.SortFunc(resp.Processes, func(x, y clusterProc) int {
+		if c := strings.Compare(x.Kind, y.Kind); c != 0 {
+			return c
+		}
+		return strings.Compare(x.ID, y.ID)
+	})
+	// Every shard's candidates in one read. In an election the candidate
+	// with the lowest create revision leads (concurrency.Election); its
+	// value is what Campaign was given: the process id.
+	ns := a.cfg.Namespace
+	er, err := cli.Get(ctx, leader.ShardsPrefix(ns), clientv3.WithPrefix())
+	if err != nil {
+		return etcdError(err).Message
+	}
+	lowest := make([]int64, len(resp.Shards))
+	for _, kv := range er.Kvs {
+		i, ok := leader.ParseElectionKey(ns, string(kv.Key))
+		if !ok || i >= len(resp.Shards) || !strings.HasPrefix(string(kv.Key), leader.ElectionPrefix(ns, i)) {
+			continue
+		}
+		if lowest[i] != 0 && kv.CreateRevision >= lowest[i] {
+			continue
+		}
+		lowest[i] = kv.CreateRevision
+		id := string(kv.Value)
+		resp.Shards[i].Leader = &clusterLeader{ID: id, Addr: addrs[id]}
+	}
+	return ""
+}

@@ -1,0 +1,354 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
+)
+
+// The operator endpoints over many tasks:
+//
+//	GET    /v1/tasks?state=&type=&due_after=&due_before=&limit=&cursor=
+//	POST   /v1/tasks/cancel   {"ids":[...]} | {"filter":{"type","due_after","due_before"}}
+//	POST   /v1/dead/redrive   {"ids":[...]} | {"filter":{"type"}}
+//	DELETE /v1/dead?type=
+//
+// The list walks the shards one after the other (0..n-1) with the store's
+// opaque cursor; within a shard by due time then id (the dead set: by the
+// time the task died, oldest first). A page may hold fewer tasks than the
+// limit and still have a next cursor: the store examines a bounded number
+// of entries per request.
+//
+// A bulk by filter walks the matching tasks in pages of bulkPage and
+// changes each page through the store's by-id scripts; it stops after
+// bulkExamined tasks and answers more=true: the same request again goes
+// on (the changed tasks have left the walk). Every bulk is safe to repeat:
+// a task already changed is not counted again.
+
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+	maxCursorLen     = 4096
+	bulkPage         = 500
+)
+
+// bulkExamined is the most tasks one bulk-by-filter request looks at
+// (a variable for the tests; 10,000 in production).
+var bulkExamined = 10000
+
+// listStates are the states GET /v1/tasks takes ("" = scheduled and retrying).
+var listStates = map[string]task.State{
+	"":                          "",
+	string(task.StateScheduled): task.StateScheduled,
+	string(task.StateRetrying):  task.StateRetrying,
+	string(task.StateFired):     task.StateFired,
+	string(task.StatePaused):    task.StatePaused,
+	string(task.StateDead):      task.StateDead,
+	string(task.StateSucceeded): task.StateSucceeded,
+	string(task.StateCancelled): task.StateCancelled,
+}
+
+// query reads the request's query string strictly: only the names in
+// allowed, each at most once, each value valid UTF-8. A bad query is a
+// 4xx naming the parameter.
+func query(c *call, allowed ...string) (url.Values, *wire.Error) {
+	q, err := url.ParseQuery(c.URL.RawQuery)
+	if err != nil {
+		return nil, wire.InvalidTask("query: not a valid URL query string (" + wire.Truncate(err.Error(), 100) + ")")
+	}
+	for name, vs := range q {
+		known := false
+		for _, a := range allowed {
+			known = known || a == name
+		}
+		switch {
+		case !known:
+			return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeUnknownField,
+				Message: fmt.Sprintf("unknown query parameter %q (known: %v)", wire.Truncate(name, 64), allowed)}
+		case len(vs) > 1:
+			return nil, wire.InvalidTask(name + ": given more than once")
+		case !utf8.ValidString(vs[0]):
+			return nil, wire.InvalidTask(name + ": not valid UTF-8")
+		}
+	}
+	return q, nil
+}
+
+// listQuery validates GET /v1/tasks' parameters.
+func listQuery(c *call) (redisstore.ListQuery, *wire.Error) {
+	var lq redisstore.ListQuery
+	q, e := query(c, "state", "type", "due_after", "due_before", "limit", "cursor")
+	if e != nil {
+		return lq, e
+	}
+	s := q.Get("state")
+	st, ok := listStates[s]
+	if !ok {
+		return lq, wire.InvalidTask(fmt.Sprintf("state: %q is not one of scheduled, retrying, fired, paused, dead, succeeded, cancelled (empty: scheduled and retrying)", wire.Truncate(s, 32)))
+	}
+	lq.State = st
+	if typ := q.Get("type"); typ != "" {
+		if err := wire.ValidType(typ); err != nil {
+			return lq, wire.InvalidTask("type: " + err.Error())
+		}
+		lq.Type = typ
+	}
+	for _, f := range []struct {
+		name string
+		p    *time.Time
+	}{{"due_after", &lq.DueAfter}, {"due_before", &lq.DueBefore}} {
+		if v := q.Get(f.name); v != "" {
+			at, e := wire.ParseTime(f.name, v)
+			if e != nil {
+				return lq, e
+			}
+			*f.p = at
+		}
+	}
+	lq.Limit = defaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return lq, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", wire.Truncate(v, 32), maxListLimit))
+		}
+		lq.Limit = n
+	}
+	lq.Cursor = q.Get("cursor")
+	if len(lq.Cursor) > maxCursorLen {
+		return lq, wire.InvalidTask(fmt.Sprintf("cursor: longer than %d bytes; pass next_cursor as it was answered", maxCursorLen))
+	}
+	return lq, nil
+}
+
+func (a *App) handleListTasks(c *call) (int, any, *wire.Error) {
+	lq, e := listQuery(c)
+	if e != nil {
+		return 0, nil, e
+	}
+	st, e := a.storeFor()
+	if e != nil {
+		return 0, nil, e
+	}
+	var page redisstore.ListPage
+	err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+		page, err = st.List(ctx, lq)
+		return err
+	})
+	if err != nil {
+		return 0, nil, a.listError(err)
+	}
+	b := append(make([]byte, 0, 64+len(page.Tasks)*320), `{"tasks":[`...)
+	for i, l := range page.Tasks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, err = wire.AppendTask(b, l.Task, l.DiedAt); err != nil {
+			return 0, nil, a.internalError("encode task", err, "task_id", l.Task.ID)
+		}
+	}
+	b = append(b, ']')
+	if page.Next != "" {
+		cur, err := json.Marshal(page.Next)
+		if err != nil {
+			return 0, nil, a.internalError("encode cursor", err)
+		}
+		b = append(append(b, `,"next_cursor":`...), cur...)
+	}
+	return http.StatusOK, append(b, "}\n"...), nil
+}
+
+// listError answers an error of Store.List: a cursor the store refuses is
+// bad input; anything else is Redis'.
+func (a *App) listError(err error) *wire.Error {
+	if errors.Is(err, redisstore.ErrBadCursor) {
+		return wire.InvalidTask("cursor: not a next_cursor of this query (" + wire.Truncate(err.Error(), 120) + "); start again without a cursor")
+	}
+	return a.bulkStoreError("list", err)
+}
+
+// bulkStoreError answers an infrastructure error of a many-task operation:
+// never bad input.
+func (a *App) bulkStoreError(op string, err error) *wire.Error {
+	if redisstore.IsUnavailable(err) {
+		return wire.Unavailable("redis is " + redisCondition(err))
+	}
+	return a.internalError(op, err)
+}
+
+// bulkResult is the answer of every bulk endpoint.
+type bulkResult struct {
+	Changed int  `json:"changed"`
+	More    bool `json:"more"`
+}
+
+// manyFunc is one of the store's by-id bulk operations.
+type manyFunc func(st *redisstore.Store) func(ctx context.Context, ids []string) (int, error)
+
+func cancelMany(st *redisstore.Store) func(context.Context, []string) (int, error) {
+	return st.CancelMany
+}
+
+func redriveMany(st *redisstore.Store) func(context.Context, []string) (int, error) {
+	return st.RedriveMany
+}
+
+func deleteDeadMany(st *redisstore.Store) func(context.Context, []string) (int, error) {
+	return st.DeleteDeadMany
+}
+
+func (a *App) handleCancelMany(c *call) (int, any, *wire.Error) {
+	return a.bulkBody(c, "cancel", true, cancelMany, task.State(""), task.StatePaused)
+}
+
+func (a *App) handleRedriveMany(c *call) (int, any, *wire.Error) {
+	return a.bulkBody(c, "redrive", false, redriveMany, task.StateDead)
+}
+
+func (a *App) handleDeleteDeadMany(c *call) (int, any, *wire.Error) {
+	q, e := query(c, "type")
+	if e != nil {
+		return 0, nil, e
+	}
+	f := wire.Filter{Type: q.Get("type")}
+	if f.Type != "" {
+		if err := wire.ValidType(f.Type); err != nil {
+			return 0, nil, wire.InvalidTask("type: " + err.Error())
+		}
+	}
+	st, e := a.storeFor()
+	if e != nil {
+		return 0, nil, e
+	}
+	res, e := a.bulkFilter(c.Context(), "delete dead", st, deleteDeadMany, f, task.StateDead)
+	if e != nil {
+		return 0, nil, e
+	}
+	return http.StatusOK, res, nil
+}
+
+// bulkBody runs a bulk endpoint with a body: by ids, or by a filter over
+// the states (walked in order).
+func (a *App) bulkBody(c *call, op string, times bool, fn manyFunc, states ...task.State) (int, any, *wire.Error) {
+	var buf bytes.Buffer
+	body, e := c.body(a.cfg.MaxBody, &buf)
+	if e != nil {
+		return 0, nil, e
+	}
+	req, e := wire.DecodeBulk(body, times)
+	if e != nil {
+		return 0, nil, e
+	}
+	st, e := a.storeFor()
+	if e != nil {
+		return 0, nil, e
+	}
+	var res bulkResult
+	if req.Filter != nil {
+		res, e = a.bulkFilter(c.Context(), op, st, fn, *req.Filter, states...)
+	} else {
+		res, e = a.bulkIDs(c.Context(), op, st, fn, req.IDs)
+	}
+	if e != nil {
+		return 0, nil, e
+	}
+	return http.StatusOK, res, nil
+}
+
+// bulkIDs applies fn to ids in pages. An id with a journaled schedule is
+// not in Redis yet (or only in an older version): like the single-task
+// endpoints, the request then answers 503 until the journal replayed it.
+func (a *App) bulkIDs(ctx context.Context, op string, st *redisstore.Store, fn manyFunc, ids []string) (bulkResult, *wire.Error) {
+	var res bulkResult
+	if a.jr.Len() > 0 {
+		for _, id := range ids {
+			if _, ok, e := a.journaled(ctx, id); e != nil {
+				return res, e
+			} else if ok {
+				return res, wire.Unavailable("task " + id + " is journaled (redis was unreachable); retry once it is replayed")
+			}
+		}
+	}
+	for start := 0; start < len(ids); start += bulkPage {
+		page := ids[start:min(start+bulkPage, len(ids))]
+		var n int
+		err := a.inStore(ctx, func(ctx context.Context) (err error) {
+			n, err = fn(st)(ctx, page)
+			return err
+		})
+		res.Changed += n
+		if err != nil {
+			return res, a.bulkStoreError(op, err)
+		}
+	}
+	a.log.Debug("bulk by ids", "op", op, "ids", len(ids), "changed", res.Changed)
+	return res, nil
+}
+
+// bulkFilter walks the tasks of each state that match f, page by page,
+// and applies fn to each page, until bulkExamined tasks were looked at
+// (more=true) or every walk is complete. Schedules still in the journal
+// are not in Redis, where the walk looks: while the journal is not empty
+// the request answers 503 (a "cancel every task of type t" must not miss
+// the ones a replay will store a moment later).
+func (a *App) bulkFilter(ctx context.Context, op string, st *redisstore.Store, fn manyFunc, f wire.Filter, states ...task.State) (bulkResult, *wire.Error) {
+	var res bulkResult
+	if n := a.jr.Len(); n > 0 && slices.Contains(states, "") {
+		return res, wire.Unavailable(fmt.Sprintf("%d schedules are journaled (redis was unreachable) and not in redis yet; retry once they are replayed", n))
+	}
+	examined := 0
+	for _, state := range states {
+		q := redisstore.ListQuery{State: state, Type: f.Type, DueAfter: f.DueAfter, DueBefore: f.DueBefore}
+		for {
+			if examined >= bulkExamined {
+				res.More = true
+				a.log.Debug("bulk by filter stopped early", "op", op, "examined", examined, "changed", res.Changed)
+				return res, nil
+			}
+			// (A cursor holds a position, not the limit: the last page
+			// asks for what the bound leaves.)
+			q.Limit = min(bulkPage, bulkExamined-examined)
+			var page redisstore.ListPage
+			err := a.inStore(ctx, func(ctx context.Context) (err error) {
+				page, err = st.List(ctx, q)
+				return err
+			})
+			if err != nil {
+				return res, a.bulkStoreError(op, err)
+			}
+			if len(page.Tasks) > 0 {
+				ids := make([]string, len(page.Tasks))
+				for i, l := range page.Tasks {
+					ids[i] = l.Task.ID
+				}
+				examined += len(ids)
+				var n int
+				err = a.inStore(ctx, func(ctx context.Context) (err error) {
+					n, err = fn(st)(ctx, ids)
+					return err
+				})
+				res.Changed += n
+				if err != nil {
+					return res, a.bulkStoreError(op, err)
+				}
+			}
+			if page.Next == "" {
+				break
+			}
+			q.Cursor = page.Next
+		}
+	}
+	a.log.Debug("bulk by filter", "op", op, "examined", examined, "changed", res.Changed)
+	return res, nil
+}

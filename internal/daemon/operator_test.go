@@ -1,0 +1,889 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/pause"
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/registry"
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+// The operator API over real Redis (and etcd where the endpoint needs it):
+// the list walk across shards, the bulk operations, their bounds and
+// their hostile input.
+
+// listPage is GET /v1/tasks' answer.
+type listPage struct {
+	Tasks []struct {
+		ID     string     `json:"id"`
+		Type   string     `json:"type"`
+		State  task.State `json:"state"`
+		DueAt  string     `json:"due_at"`
+		Shard  int        `json:"shard"`
+		DiedAt string     `json:"died_at"`
+	} `json:"tasks"`
+	Next string `json:"next_cursor"`
+}
+
+func (a *testApp) listPage(q url.Values) listPage {
+	a.t.Helper()
+	r := a.do("GET", "/v1/tasks?"+q.Encode(), "")
+	if r.Status != 200 {
+		a.t.Fatalf("list %s: %d %s", q.Encode(), r.Status, r.Raw)
+	}
+	var p listPage
+	if err := json.Unmarshal(r.Raw, &p); err != nil {
+		a.t.Fatalf("list: %v: %s", err, r.Raw)
+	}
+	return p
+}
+
+// walk lists every page of q; between pages it calls between (may be nil).
+func (a *testApp) walk(q url.Values, between func(page int)) (ids []string, pages int) {
+	a.t.Helper()
+	for {
+		p := a.listPage(q)
+		pages++
+		for _, tk := range p.Tasks {
+			ids = append(ids, tk.ID)
+		}
+		if p.Next == "" {
+			return ids, pages
+		}
+		if pages > 10000 {
+			a.t.Fatal("walk does not end")
+		}
+		q.Set("cursor", p.Next)
+		if between != nil {
+			between(pages)
+		}
+	}
+}
+
+// scheduleMany schedules n tasks of typ due at due+i ms through the batch
+// endpoint; ids are prefix-i.
+func (a *testApp) scheduleMany(prefix, typ string, n int, due time.Time) []string {
+	a.t.Helper()
+	var ids []string
+	for start := 0; start < n; start += 100 {
+		var b strings.Builder
+		b.WriteString(`{"tasks":[`)
+		for i := start; i < min(start+100, n); i++ {
+			if i > start {
+				b.WriteByte(',')
+			}
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			ids = append(ids, id)
+			fmt.Fprintf(&b, `{"id":%q,"type":%q,"due_at":%q}`, id, typ, due.Add(time.Duration(i)*time.Millisecond).UTC().Format(time.RFC3339Nano))
+		}
+		b.WriteString(`]}`)
+		r := a.do("POST", "/v1/tasks/batch", b.String())
+		if r.Status != 200 || strings.Contains(string(r.Raw), `"error"`) {
+			a.t.Fatalf("batch: %d %s", r.Status, r.Raw)
+		}
+	}
+	return ids
+}
+
+// fireDue takes every due task of every shard and settles the takes (the
+// tasks are fired, as a leader would leave them once Kafka confirmed);
+// it returns each fired task's generation.
+func fireDue(t *testing.T, st *redisstore.Store) map[string]uint64 {
+	t.Helper()
+	gens := make(map[string]uint64)
+	for sh := range st.Shards() {
+		for {
+			tk, err := st.Take(t.Context(), sh, 1, 500, time.Minute)
+			if err != nil {
+				t.Fatalf("take shard %d: %v", sh, err)
+			}
+			if len(tk.Tasks) == 0 {
+				break
+			}
+			for _, f := range tk.Fired() {
+				gens[f.ID] = f.Gen
+			}
+			if _, _, err := st.Settle(t.Context(), sh, 1, tk.Lease, nil); err != nil {
+				t.Fatalf("settle: %v", err)
+			}
+		}
+	}
+	return gens
+}
+
+// killAll fires the due tasks and makes each dead (as a worker would after
+// its last attempt).
+func killAll(t *testing.T, st *redisstore.Store) []string {
+	t.Helper()
+	var ids []string
+	for id, gen := range fireDue(t, st) {
+		if s, err := st.Finish(t.Context(), redisstore.Finish{ID: id, Gen: gen, Kind: redisstore.Dead, Error: "boom"}); err != nil || s != task.StateDead {
+			t.Fatalf("finish %s dead: %s %v", id, s, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// countIDs fails on an id seen twice and returns the set.
+func countIDs(t *testing.T, ids []string) map[string]bool {
+	t.Helper()
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("task %s listed twice in one walk", id)
+		}
+		seen[id] = true
+	}
+	return seen
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOperatorListWalk walks a stable set of tasks across 4 shards in
+// small pages while other tasks are scheduled and fired between the
+// pages: every task of the stable set comes exactly once, no task twice.
+func TestOperatorListWalk(t *testing.T) {
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.Shards = 4
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+
+	future := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	stable := app.scheduleMany("stable", "walk", 230, future)
+	shards := make(map[int]bool)
+	for _, id := range stable {
+		shards[st.Shard(id)] = true
+	}
+	if len(shards) != 4 {
+		t.Fatalf("the stable set is on %d shards, want 4", len(shards))
+	}
+
+	churn := 0
+	ids, pages := app.walk(url.Values{"type": {"walk"}, "limit": {"7"}}, func(int) {
+		// Between pages: new tasks of the same type (later and earlier
+		// than the stable set) and tasks due now that get fired.
+		churn++
+		app.scheduleMany(fmt.Sprintf("late%d", churn), "walk", 3, future.Add(time.Minute))
+		app.scheduleMany(fmt.Sprintf("early%d", churn), "walk", 2, time.Now().Add(-time.Second))
+		fireDue(t, st)
+	})
+	seen := countIDs(t, ids)
+	for _, id := range stable {
+		if !seen[id] {
+			t.Fatalf("stable task %s skipped by the walk (%d pages)", id, pages)
+		}
+	}
+	if pages < 230/7 {
+		t.Fatalf("%d pages for 230 tasks of limit 7", pages)
+	}
+
+	// Order within a shard: by due time (the stable set's ids are due in
+	// their index order), shards one after the other.
+	all := app.listPage(url.Values{"type": {"walk"}, "limit": {"1000"}, "due_after": {future.UTC().Format(time.RFC3339Nano)}, "due_before": {future.Add(time.Second).UTC().Format(time.RFC3339Nano)}})
+	for more := all.Next; more != ""; {
+		p := app.listPage(url.Values{"type": {"walk"}, "limit": {"1000"}, "cursor": {more}, "due_after": {future.UTC().Format(time.RFC3339Nano)}, "due_before": {future.Add(time.Second).UTC().Format(time.RFC3339Nano)}})
+		all.Tasks = append(all.Tasks, p.Tasks...)
+		more = p.Next
+	}
+	if len(all.Tasks) != len(stable) {
+		t.Fatalf("due range: %d tasks, want %d", len(all.Tasks), len(stable))
+	}
+	for i := 1; i < len(all.Tasks); i++ {
+		a, b := all.Tasks[i-1], all.Tasks[i]
+		if a.Shard > b.Shard || (a.Shard == b.Shard && a.DueAt > b.DueAt) {
+			t.Fatalf("order: %+v before %+v", a, b)
+		}
+		if b.State != task.StateScheduled || b.Type != "walk" {
+			t.Fatalf("listed %+v", b)
+		}
+	}
+
+	// The fired tasks, by state.
+	fired, _ := app.walk(url.Values{"state": {"fired"}, "type": {"walk"}, "limit": {"5"}}, nil)
+	if got := len(countIDs(t, fired)); got != 2*churn {
+		t.Fatalf("fired: %d tasks, want %d", got, 2*churn)
+	}
+}
+
+// TestOperatorListDead lists dead tasks with died_at, across shards, and
+// by type.
+func TestOperatorListDead(t *testing.T) {
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.Shards = 3
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+	now := time.Now().Add(-time.Second)
+	app.scheduleMany("da", "dead.a", 12, now)
+	app.scheduleMany("db", "dead.b", 5, now)
+	killAll(t, st)
+	p := app.listPage(url.Values{"state": {"dead"}, "type": {"dead.a"}, "limit": {"1000"}})
+	ids := []string{}
+	for p.Next != "" || len(p.Tasks) > 0 {
+		for _, tk := range p.Tasks {
+			if tk.State != task.StateDead || tk.DiedAt == "" || tk.Type != "dead.a" {
+				t.Fatalf("dead listed as %+v", tk)
+			}
+			ids = append(ids, tk.ID)
+		}
+		if p.Next == "" {
+			break
+		}
+		p = app.listPage(url.Values{"state": {"dead"}, "type": {"dead.a"}, "limit": {"1000"}, "cursor": {p.Next}})
+	}
+	if len(countIDs(t, ids)) != 12 {
+		t.Fatalf("dead.a: %d listed, want 12", len(ids))
+	}
+	all, _ := app.walk(url.Values{"state": {"dead"}, "limit": {"2"}}, nil)
+	if len(countIDs(t, all)) != 17 {
+		t.Fatalf("dead: %d listed, want 17", len(all))
+	}
+}
+
+// TestOperatorBulkCancel: by ids and by filter, idempotent; other types
+// and tasks out of the due range are left alone.
+func TestOperatorBulkCancel(t *testing.T) {
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.Shards = 3
+	app := startApp(t, cfg)
+
+	future := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	ids := app.scheduleMany("c", "bulk.cancel", 40, future)
+	other := app.scheduleMany("o", "bulk.other", 10, future)
+
+	body := fmt.Sprintf(`{"ids":["%s","nope"]}`, strings.Join(ids[:10], `","`))
+	for i, want := range []int{10, 0} {
+		got := app.do("POST", "/v1/tasks/cancel", body)
+		if got.Status != 200 || got.JSON["changed"] != float64(want) || got.JSON["more"] != false {
+			t.Fatalf("cancel by ids, round %d: %d %s (want changed %d)", i, got.Status, got.Raw, want)
+		}
+	}
+	if g := app.do("GET", "/v1/tasks/"+ids[0], ""); g.str("state") != "cancelled" {
+		t.Fatalf("cancelled task: %s", g.Raw)
+	}
+
+	// By filter: the due range takes ids 10..29 (due future+10ms ..
+	// future+29ms), exclusive upper bound.
+	after := future.Add(10 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	before := future.Add(30 * time.Millisecond).UTC().Format(time.RFC3339Nano)
+	body = fmt.Sprintf(`{"filter":{"type":"bulk.cancel","due_after":%q,"due_before":%q}}`, after, before)
+	for i, want := range []int{20, 0} {
+		got := app.do("POST", "/v1/tasks/cancel", body)
+		if got.Status != 200 || got.JSON["changed"] != float64(want) || got.JSON["more"] != false {
+			t.Fatalf("cancel by filter, round %d: %d %s (want changed %d)", i, got.Status, got.Raw, want)
+		}
+	}
+	for i, id := range ids {
+		want := "cancelled"
+		if i >= 30 {
+			want = "scheduled"
+		}
+		if g := app.do("GET", "/v1/tasks/"+id, ""); g.str("state") != want {
+			t.Fatalf("task %d after the bulk: %s (want %s)", i, g.Raw, want)
+		}
+	}
+	for _, id := range other {
+		if g := app.do("GET", "/v1/tasks/"+id, ""); g.str("state") != "scheduled" {
+			t.Fatalf("task of another type: %s", g.Raw)
+		}
+	}
+	// An empty filter takes every waiting task.
+	if got := app.do("POST", "/v1/tasks/cancel", `{"filter":{}}`); got.Status != 200 || got.JSON["changed"] != float64(20) {
+		t.Fatalf("cancel all: %d %s", got.Status, got.Raw)
+	}
+	if s := app.stats(); s.Totals.Scheduled != 0 {
+		t.Fatalf("scheduled after cancelling all: %d", s.Totals.Scheduled)
+	}
+}
+
+// TestOperatorBulkBounded: a bulk by filter stops after bulkExamined
+// tasks with more=true; repeating it finishes the work.
+func TestOperatorBulkBounded(t *testing.T) {
+	defer func(n int) { bulkExamined = n }(bulkExamined)
+	bulkExamined = 30 // production: 10,000 (too slow to build here)
+
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.Shards = 2
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+
+	app.scheduleMany("b", "bounded", 70, time.Now().Add(time.Hour))
+	var rounds []string
+	for {
+		got := app.do("POST", "/v1/tasks/cancel", `{"filter":{"type":"bounded"}}`)
+		if got.Status != 200 {
+			t.Fatalf("cancel: %d %s", got.Status, got.Raw)
+		}
+		rounds = append(rounds, fmt.Sprintf("%v/%v", got.JSON["changed"], got.JSON["more"]))
+		if got.JSON["more"] == false || len(rounds) > 10 {
+			break
+		}
+	}
+	if want := "30/true 30/true 10/false"; strings.Join(rounds, " ") != want {
+		t.Fatalf("rounds (changed/more): %s, want %s", strings.Join(rounds, " "), want)
+	}
+
+	// The dead set the same way: 45 dead, redriven 30 + 15, then deleted.
+	app.scheduleMany("d", "bounded.dead", 45, time.Now().Add(-time.Second))
+	killAll(t, st)
+	rounds = nil
+	for range 4 {
+		got := app.do("POST", "/v1/dead/redrive", `{"filter":{"type":"bounded.dead"}}`)
+		rounds = append(rounds, fmt.Sprintf("%v/%v", got.JSON["changed"], got.JSON["more"]))
+	}
+	if want := "30/true 15/false 0/false 0/false"; strings.Join(rounds, " ") != want {
+		t.Fatalf("redrive rounds: %s, want %s", strings.Join(rounds, " "), want)
+	}
+	killAll(t, st)
+	rounds = nil
+	for range 3 {
+		got := app.do("DELETE", "/v1/dead?type=bounded.dead", "")
+		rounds = append(rounds, fmt.Sprintf("%v/%v", got.JSON["changed"], got.JSON["more"]))
+	}
+	if want := "30/true 15/false 0/false"; strings.Join(rounds, " ") != want {
+		t.Fatalf("delete rounds: %s, want %s", strings.Join(rounds, " "), want)
+	}
+	if s := app.stats(); s.Totals.Dead != 0 {
+		t.Fatalf("dead after the deletes: %d", s.Totals.Dead)
+	}
+}
+
+// TestOperatorBulkDead: redrive and delete by ids and by type, each safe
+// to repeat; other types untouched.
+func TestOperatorBulkDead(t *testing.T) {
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.Shards = 3
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+
+	past := time.Now().Add(-time.Second)
+	a := app.scheduleMany("a", "dead.a", 8, past)
+	b := app.scheduleMany("b", "dead.b", 6, past)
+	killAll(t, st)
+
+	body := fmt.Sprintf(`{"ids":["%s"]}`, strings.Join(a[:3], `","`))
+	for i, want := range []int{3, 0} {
+		got := app.do("POST", "/v1/dead/redrive", body)
+		if got.Status != 200 || got.JSON["changed"] != float64(want) {
+			t.Fatalf("redrive by ids, round %d: %d %s", i, got.Status, got.Raw)
+		}
+	}
+	if g := app.do("GET", "/v1/tasks/"+a[0], ""); g.str("state") != "scheduled" {
+		t.Fatalf("redriven: %s", g.Raw)
+	}
+	for i, want := range []int{5, 0} {
+		got := app.do("POST", "/v1/dead/redrive", `{"filter":{"type":"dead.a"}}`)
+		if got.Status != 200 || got.JSON["changed"] != float64(want) || got.JSON["more"] != false {
+			t.Fatalf("redrive by type, round %d: %d %s", i, got.Status, got.Raw)
+		}
+	}
+	for i, want := range []int{6, 0} {
+		got := app.do("DELETE", "/v1/dead?type=dead.b", "")
+		if got.Status != 200 || got.JSON["changed"] != float64(want) || got.JSON["more"] != false {
+			t.Fatalf("delete by type, round %d: %d %s", i, got.Status, got.Raw)
+		}
+	}
+	if g := app.do("GET", "/v1/tasks/"+b[0], ""); g.Status != 404 {
+		t.Fatalf("deleted dead task: %d %s", g.Status, g.Raw)
+	}
+	for _, id := range a {
+		if g := app.do("GET", "/v1/tasks/"+id, ""); g.str("state") != "scheduled" {
+			t.Fatalf("dead.a after the deletes of dead.b: %s", g.Raw)
+		}
+	}
+	// Delete every dead task by ids, then with no type.
+	killAll(t, st)
+	if got := app.do("DELETE", "/v1/dead", ""); got.Status != 200 || got.JSON["changed"] != float64(8) {
+		t.Fatalf("delete all dead: %d %s", got.Status, got.Raw)
+	}
+	if s := app.stats(); s.Totals.Dead != 0 || s.Totals.Scheduled != 0 {
+		t.Fatalf("after deleting all dead: %+v", s.Totals)
+	}
+}
+
+// parkAll fires the due tasks, claims each (as a worker) and parks it (as
+// a worker does for a paused type).
+func parkAll(t *testing.T, st *redisstore.Store) []string {
+	t.Helper()
+	gens := fireDue(t, st)
+	var cs []redisstore.Claim
+	for id, gen := range gens {
+		cs = append(cs, redisstore.Claim{ID: id, Gen: gen, TTL: time.Minute, Owner: "w1", Shard: st.Shard(id), ShardSet: true})
+	}
+	res, err := st.ClaimMany(t.Context(), cs)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	var ps []redisstore.Park
+	var ids []string
+	for i, r := range res {
+		if r.Code != redisstore.Claimed {
+			t.Fatalf("claim %s: code %d", cs[i].ID, r.Code)
+		}
+		ps = append(ps, redisstore.Park{ID: cs[i].ID, Gen: cs[i].Gen, Type: r.Task.Type, Owner: "w1", Shard: cs[i].Shard})
+		ids = append(ids, cs[i].ID)
+	}
+	n, err := st.ParkMany(t.Context(), ps)
+	if err != nil || n != len(ps) {
+		t.Fatalf("park: %d of %d, %v", n, len(ps), err)
+	}
+	return ids
+}
+
+// typesList is GET /v1/types' answer by type.
+func (a *testApp) typesList() map[string]typeView {
+	a.t.Helper()
+	r := a.do("GET", "/v1/types", "")
+	if r.Status != 200 {
+		a.t.Fatalf("types: %d %s", r.Status, r.Raw)
+	}
+	var body struct {
+		Types []typeView `json:"types"`
+	}
+	if err := json.Unmarshal(r.Raw, &body); err != nil {
+		a.t.Fatal(err)
+	}
+	out := make(map[string]typeView)
+	for _, v := range body.Types {
+		out[v.Type] = v
+	}
+	return out
+}
+
+// TestTypesPauseResume: pause and resume through the API land in etcd
+// (package pause); GET /v1/types shows scheduled, paused, limited and
+// parked types; resume unparks the parked tasks at their original due
+// time, at once.
+func TestTypesPauseResume(t *testing.T) {
+	r := startRedis(t)
+	e := testenv.StartEtcd(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.EtcdEndpoints = e.Endpoints
+	cfg.Shards = 3
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+	cli := e.Client(t)
+
+	due := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	app.scheduleMany("p", "report.build", 9, due)
+	app.scheduleMany("q", "mail.send", 2, time.Now().Add(time.Hour))
+	if got := app.do("PUT", "/v1/limits/rate.limited", `{"concurrency":{"limit":3}}`); got.Status != 200 {
+		t.Fatalf("put limit: %d %s", got.Status, got.Raw)
+	}
+
+	for i, want := range []bool{true, false} {
+		got := app.do("POST", "/v1/types/report.build/pause", "")
+		if got.Status != 200 || got.JSON["paused"] != true || got.JSON["changed"] != want || got.str("type") != "report.build" {
+			t.Fatalf("pause, round %d: %d %s", i, got.Status, got.Raw)
+		}
+	}
+	paused, err := pause.List(t.Context(), cli, cfg.Namespace)
+	if err != nil || len(paused) != 1 || paused["report.build"].IsZero() {
+		t.Fatalf("etcd pause state: %v %v", paused, err)
+	}
+	parked := parkAll(t, st)
+	if len(parked) != 9 {
+		t.Fatalf("parked %d, want 9", len(parked))
+	}
+	if g := app.do("GET", "/v1/tasks/"+parked[0], ""); g.str("state") != "paused" {
+		t.Fatalf("parked task: %s", g.Raw)
+	}
+
+	types := app.typesList()
+	if v := types["report.build"]; !v.Paused || v.PausedAt == "" || v.Parked != 9 || v.Limit != nil {
+		t.Fatalf("report.build: %+v", v)
+	}
+	if v, ok := types["mail.send"]; !ok || v.Paused || v.Parked != 0 {
+		t.Fatalf("mail.send (scheduled through this daemon): %+v %v", v, ok)
+	}
+	if v, ok := types["rate.limited"]; !ok || v.Limit == nil || v.Limit.Concurrency == nil || v.Limit.Concurrency.Limit != 3 {
+		t.Fatalf("rate.limited: %+v", v)
+	}
+	// A list of parked tasks by state.
+	if ids, _ := app.walk(url.Values{"state": {"paused"}, "limit": {"4"}}, nil); len(countIDs(t, ids)) != 9 {
+		t.Fatalf("paused list: %d", len(ids))
+	}
+
+	got := app.do("POST", "/v1/types/report.build/resume", "")
+	if got.Status != 200 || got.JSON["paused"] != false || got.JSON["changed"] != true || got.JSON["resumed"] != float64(9) {
+		t.Fatalf("resume: %d %s", got.Status, got.Raw)
+	}
+	if got := app.do("POST", "/v1/types/report.build/resume", ""); got.Status != 200 || got.JSON["changed"] != false || got.JSON["resumed"] != float64(0) {
+		t.Fatalf("resume again: %d %s", got.Status, got.Raw)
+	}
+	if paused, err := pause.List(t.Context(), cli, cfg.Namespace); err != nil || len(paused) != 0 {
+		t.Fatalf("etcd after resume: %v %v", paused, err)
+	}
+	for _, id := range parked {
+		g := app.do("GET", "/v1/tasks/"+id, "")
+		at, _ := time.Parse(time.RFC3339Nano, g.str("due_at"))
+		if g.str("state") != "scheduled" || at.Before(due) || at.After(due.Add(time.Second)) {
+			t.Fatalf("resumed task: %s (due %s)", g.Raw, due)
+		}
+	}
+	if v := app.typesList()["report.build"]; v.Paused || v.Parked != 0 {
+		t.Fatalf("report.build after resume: %+v", v)
+	}
+	// The unparked tasks fire again, and no attempt was spent.
+	again := fireDue(t, st)
+	for _, id := range parked {
+		if _, ok := again[id]; !ok {
+			t.Fatalf("resumed task %s did not fire", id)
+		}
+		if g := app.do("GET", "/v1/tasks/"+id, ""); g.JSON["attempt"] != float64(1) {
+			t.Fatalf("attempt after park and resume: %s", g.Raw)
+		}
+	}
+}
+
+// TestTypesWithoutEtcd: the type endpoints need etcd and say so.
+func TestTypesWithoutEtcd(t *testing.T) {
+	r := startRedis(t)
+	app := startApp(t, testConfig(t, r.Addr))
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/types"}, {"POST", "/v1/types/x/pause"}, {"POST", "/v1/types/x/resume"},
+	} {
+		got := app.do(c.method, c.path, "")
+		if got.Status != 503 || got.errCode() != "unavailable" || !strings.Contains(got.errMessage(), "DQ_ETCD_ENDPOINTS") {
+			t.Fatalf("%s %s without etcd: %d %s", c.method, c.path, got.Status, got.Raw)
+		}
+	}
+}
+
+// clusterOf is GET /v1/cluster.
+func (a *testApp) clusterOf() clusterResponse {
+	a.t.Helper()
+	r := a.do("GET", "/v1/cluster", "")
+	if r.Status != 200 {
+		a.t.Fatalf("cluster: %d %s", r.Status, r.Raw)
+	}
+	var c clusterResponse
+	if err := json.Unmarshal(r.Raw, &c); err != nil {
+		a.t.Fatalf("cluster: %v: %s", err, r.Raw)
+	}
+	return c
+}
+
+// TestClusterEndpoint runs a real leader.Manager (an event process's
+// shard elections, adopting each shard it wins) and real registrars, and
+// reads them back through GET /v1/cluster.
+func TestClusterEndpoint(t *testing.T) {
+	r := startRedis(t)
+	e := testenv.StartEtcd(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.EtcdEndpoints = e.Endpoints
+	cfg.Shards = 2
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+	app.scheduleMany("o", "late", 3, time.Now().Add(-time.Minute))
+	app.scheduleMany("f", "future", 4, time.Now().Add(time.Hour))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	mgr, err := leader.New(leader.Config{
+		Client: e.Client(t), Namespace: cfg.Namespace, Shards: cfg.Shards, ID: "event-1", TTL: 5 * time.Second,
+		Lead: func(ctx context.Context, l leader.Lead) error {
+			if _, err := st.Adopt(ctx, l.Shard, l.Token); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+			case <-l.Stop:
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []registry.Config{
+		{Proc: registry.Proc{ID: "event-1", Kind: registry.KindEvent, Addr: "127.0.0.1:7071", Version: "v9 <script>"}},
+		{Proc: registry.Proc{ID: "work-1", Kind: registry.KindWork, Addr: "127.0.0.1:7072"},
+			Ready: func(context.Context) (bool, string) { return false, "kafka: no topic dq.tasks" }},
+	} {
+		p.Client, p.Namespace, p.Poll = e.Client(t), cfg.Namespace, 50*time.Millisecond
+		reg, err := registry.New(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = reg.Run(ctx) })
+	}
+	wg.Go(func() { _ = mgr.Run(ctx) })
+
+	var c clusterResponse
+	waitFor(t, "both shards led by event-1 and both processes registered", func() bool {
+		c = app.clusterOf()
+		led := 0
+		for _, s := range c.Shards {
+			if s.Leader != nil && s.Leader.ID == "event-1" && s.Leader.Addr == "127.0.0.1:7071" && s.LeaderToken > 0 {
+				led++
+			}
+		}
+		procs := 0
+		for _, p := range c.Processes {
+			if p.ID == "event-1" || (p.ID == "work-1" && !p.Ready) {
+				procs++
+			}
+		}
+		return led == 2 && procs == 2
+	})
+	if c.Namespace != cfg.Namespace || c.ShardCount != 2 || !c.RedisUp || c.RedisError != "" || c.EtcdError != "" {
+		t.Fatalf("cluster: %+v", c)
+	}
+	var pending, overdue int64
+	for _, s := range c.Shards {
+		pending += s.Pending
+		overdue += s.Overdue
+		if s.Overdue > 0 && s.OldestOverdueSeconds < 30 {
+			t.Fatalf("shard %d: %d overdue, the oldest %.1fs", s.Shard, s.Overdue, s.OldestOverdueSeconds)
+		}
+	}
+	if pending != 7 || overdue != 3 {
+		t.Fatalf("pending %d (want 7), overdue %d (want 3): %+v", pending, overdue, c.Shards)
+	}
+	for _, p := range c.Processes {
+		switch p.ID {
+		case "event-1":
+			if p.Kind != "event" || p.Version != "v9 <script>" || !p.Ready || p.StartedAt == "" {
+				t.Fatalf("event process: %+v", p)
+			}
+		case "work-1":
+			if p.Kind != "work" || p.Reason != "kafka: no topic dq.tasks" {
+				t.Fatalf("work process: %+v", p)
+			}
+		}
+	}
+	// A version is data from etcd: it comes back JSON-escaped.
+	if raw := app.do("GET", "/v1/cluster", "").Raw; strings.Contains(string(raw), "<script>") {
+		t.Fatalf("unescaped: %s", raw)
+	}
+
+	// Resigning: the shards show no leader.
+	cancel()
+	wg.Wait()
+	waitFor(t, "no leader after the manager stopped", func() bool {
+		c = app.clusterOf()
+		return c.Shards[0].Leader == nil && c.Shards[1].Leader == nil
+	})
+}
+
+// TestClusterDegraded: without etcd, and with Redis down, /v1/cluster
+// still answers 200 and names what it could not read.
+func TestClusterDegraded(t *testing.T) {
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	app := startApp(t, cfg)
+	c := app.clusterOf()
+	if !strings.Contains(c.EtcdError, "DQ_ETCD_ENDPOINTS") || !c.RedisUp || len(c.Shards) != cfg.Shards || len(c.Processes) != 0 {
+		t.Fatalf("without etcd: %+v", c)
+	}
+	r.Kill(t)
+	waitFor(t, "redis down in /v1/cluster", func() bool {
+		c = app.clusterOf()
+		return !c.RedisUp && c.RedisError != ""
+	})
+	if len(c.Shards) != cfg.Shards || c.Shards[0].Leader != nil {
+		t.Fatalf("redis down: %+v", c)
+	}
+}
+
+// TestHostileOperator sends bad input to every operator endpoint: each
+// answers its 4xx naming the field, and afterwards Redis (stats, keys)
+// and etcd (pause state) are exactly as before. Data that looks like
+// markup comes back JSON-escaped.
+func TestHostileOperator(t *testing.T) {
+	r := startRedis(t)
+	e := testenv.StartEtcd(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.EtcdEndpoints = e.Endpoints
+	cfg.MaxBody = 256 << 10
+	cfg.Shards = 2
+	app := startApp(t, cfg)
+	rdb := r.Client(t)
+	st := openStore(t, rdb, cfg)
+
+	// Markup in an id and a type, and a dead task to redrive.
+	const evilType, evilID = `<script>alert(1)</script>`, `<img/src=x/onerror=alert(1)>`
+	if got := app.do("POST", "/v1/tasks", fmt.Sprintf(`{"id":%q,"type":%q,"delay":"1h"}`, evilID, evilType)); got.Status != 201 {
+		t.Fatalf("schedule: %d %s", got.Status, got.Raw)
+	}
+	app.scheduleMany("k", "keep", 5, time.Now().Add(-time.Second))
+	killAll(t, st)
+	for _, path := range []string{"/v1/tasks?type=" + url.QueryEscape(evilType), "/v1/types"} {
+		raw := string(app.do("GET", path, "").Raw)
+		if !strings.Contains(raw, `\u003cscript\u003e`) || strings.Contains(raw, "<") {
+			t.Fatalf("%s: markup not escaped: %s", path, raw)
+		}
+	}
+	const evilPaused = `<b>&amp;"'`
+	if got := app.do("POST", "/v1/types/"+url.PathEscape(evilPaused)+"/pause", ""); got.Status != 200 || strings.Contains(string(got.Raw), "<") || got.str("type") != evilPaused {
+		t.Fatalf("pause a type that looks like markup: %d %s", got.Status, got.Raw)
+	}
+	if raw := string(app.do("GET", "/v1/types", "").Raw); !strings.Contains(raw, `\u003cb\u003e\u0026amp;\"'`) {
+		t.Fatalf("paused type not escaped: %s", raw)
+	}
+	if got := app.do("POST", "/v1/types/"+url.PathEscape(evilPaused)+"/resume", ""); got.Status != 200 {
+		t.Fatalf("resume: %d %s", got.Status, got.Raw)
+	}
+	// A cursor of another query.
+	deadCursor := app.listPage(url.Values{"state": {"dead"}, "limit": {"1"}}).Next
+	if deadCursor == "" {
+		t.Fatal("no cursor for the dead set")
+	}
+
+	statsBefore, err := st.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keysBefore := keyCount(t, rdb, cfg.Namespace)
+
+	ids := func(n int) string {
+		var b strings.Builder
+		b.WriteString(`{"ids":[`)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"k-%d"`, i)
+		}
+		b.WriteString(`]}`)
+		return b.String()
+	}
+	type tc struct {
+		method, path, body string
+		ct                 string // default application/json
+		status             int
+		code, msg          string
+	}
+	cases := []tc{
+		// GET /v1/tasks
+		{method: "GET", path: "/v1/tasks?state=bogus", status: 422, code: "invalid_task", msg: "state:"},
+		{method: "GET", path: "/v1/tasks?state=%FF", status: 422, code: "invalid_task", msg: "state:"},
+		{method: "GET", path: "/v1/tasks?state=dead&state=fired", status: 422, code: "invalid_task", msg: "state:"},
+		{method: "GET", path: "/v1/tasks?type=%FF%FE", status: 422, code: "invalid_task", msg: "type:"},
+		{method: "GET", path: "/v1/tasks?type=a%20b", status: 422, code: "invalid_task", msg: "type:"},
+		{method: "GET", path: "/v1/tasks?type=" + strings.Repeat("t", 201), status: 422, code: "invalid_task", msg: "type:"},
+		{method: "GET", path: "/v1/tasks?due_after=tomorrow", status: 422, code: "invalid_task", msg: "due_after:"},
+		{method: "GET", path: "/v1/tasks?due_before=2030-01-02T15:04:05", status: 422, code: "invalid_task", msg: "due_before:"},
+		{method: "GET", path: "/v1/tasks?due_before=2030-01-02T15:04:05%2B24:00", status: 422, code: "invalid_task", msg: "due_before:"},
+		{method: "GET", path: "/v1/tasks?limit=0", status: 422, code: "invalid_task", msg: "limit:"},
+		{method: "GET", path: "/v1/tasks?limit=1001", status: 422, code: "invalid_task", msg: "limit:"},
+		{method: "GET", path: "/v1/tasks?limit=99999999999999999999999", status: 422, code: "invalid_task", msg: "limit:"},
+		{method: "GET", path: "/v1/tasks?limit=-1", status: 422, code: "invalid_task", msg: "limit:"},
+		{method: "GET", path: "/v1/tasks?limit=1e3", status: 422, code: "invalid_task", msg: "limit:"},
+		{method: "GET", path: "/v1/tasks?cursor=garbage", status: 422, code: "invalid_task", msg: "cursor:"},
+		{method: "GET", path: "/v1/tasks?cursor=%FF", status: 422, code: "invalid_task", msg: "cursor:"},
+		{method: "GET", path: "/v1/tasks?cursor=" + strings.Repeat("A", 5000), status: 422, code: "invalid_task", msg: "cursor:"},
+		{method: "GET", path: "/v1/tasks?state=scheduled&cursor=" + url.QueryEscape(deadCursor), status: 422, code: "invalid_task", msg: "cursor:"},
+		{method: "GET", path: "/v1/tasks?state=dead&type=keep&cursor=" + url.QueryEscape(deadCursor), status: 422, code: "invalid_task", msg: "cursor:"},
+		{method: "GET", path: "/v1/tasks?cursor=" + url.QueryEscape(`"><script>alert(1)</script>`), status: 422, code: "invalid_task", msg: "cursor:"},
+		{method: "GET", path: "/v1/tasks?statee=dead", status: 400, code: "unknown_field", msg: "statee"},
+		{method: "GET", path: "/v1/tasks?state=%zz", status: 422, code: "invalid_task", msg: "query:"},
+		// POST /v1/tasks/cancel
+		{method: "POST", path: "/v1/tasks/cancel", body: `{}`, status: 422, code: "invalid_task", msg: "ids, filter:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":["k-0"],"filter":{}}`, status: 422, code: "invalid_task", msg: "ids, filter:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":null,"filter":null}`, status: 422, code: "invalid_task", msg: "ids, filter:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":"k-0"}`, status: 422, code: "invalid_task", msg: "ids:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":["k-0",7]}`, status: 422, code: "invalid_task", msg: "ids[1]:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":["k-0","a b"]}`, status: 422, code: "invalid_task", msg: "ids[1]:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: "{\"ids\":[\"k-0\",\"\xff\"]}", status: 422, code: "invalid_task", msg: "ids[1]:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":["\ud800"]}`, status: 422, code: "invalid_task", msg: "ids[0]:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":[""]}`, status: 422, code: "invalid_task", msg: "ids[0]:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: ids(10001), status: 422, code: "invalid_task", msg: "ids:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":["k-0"],"ids":["k-1"]}`, status: 400, code: "invalid_json", msg: "duplicate"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"Ids":["k-0"]}`, status: 400, code: "unknown_field", msg: "Ids"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":["k-0"],"all":true}`, status: 400, code: "unknown_field", msg: "all"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{"typ":"keep"}}`, status: 400, code: "unknown_field", msg: "filter.typ"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{"type":"keep","type":"x"}}`, status: 400, code: "invalid_json", msg: "filter.type"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":"keep"}`, status: 422, code: "invalid_task", msg: "filter:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{"type":7}}`, status: 422, code: "invalid_task", msg: "filter.type:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{"type":"a b"}}`, status: 422, code: "invalid_task", msg: "filter.type:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: "{\"filter\":{\"type\":\"k\xfe\"}}", status: 422, code: "invalid_task", msg: "filter.type:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{"due_after":"yesterday"}}`, status: 422, code: "invalid_task", msg: "filter.due_after:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{"due_before":"2030-01-01"}}`, status: 422, code: "invalid_task", msg: "filter.due_before:"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{}`, status: 400, code: "invalid_json"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `[]`, status: 400, code: "invalid_json"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{}}`, ct: "text/plain", status: 415, code: "unsupported_media_type"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"ids":["` + strings.Repeat("a", 300<<10) + `"]}`, status: 413, code: "too_large"},
+		// POST /v1/dead/redrive
+		{method: "POST", path: "/v1/dead/redrive", body: `{"filter":{"due_after":"2030-01-01T00:00:00Z"}}`, status: 400, code: "unknown_field", msg: "filter.due_after"},
+		{method: "POST", path: "/v1/dead/redrive", body: `{"ids":["k-0 "]}`, status: 422, code: "invalid_task", msg: "ids[0]:"},
+		{method: "POST", path: "/v1/dead/redrive", body: `{"filter":{"type":"` + strings.Repeat("t", 201) + `"}}`, status: 422, code: "invalid_task", msg: "filter.type:"},
+		{method: "POST", path: "/v1/dead/redrive", body: ``, ct: "application/json", status: 400, code: "invalid_json"},
+		{method: "POST", path: "/v1/dead/redrive", body: `{"ids":[]}`, ct: "application/x-www-form-urlencoded", status: 415, code: "unsupported_media_type"},
+		// DELETE /v1/dead
+		{method: "DELETE", path: "/v1/dead?type=%FF", status: 422, code: "invalid_task", msg: "type:"},
+		{method: "DELETE", path: "/v1/dead?type=a%09b", status: 422, code: "invalid_task", msg: "type:"},
+		{method: "DELETE", path: "/v1/dead?type=keep&type=x", status: 422, code: "invalid_task", msg: "type:"},
+		{method: "DELETE", path: "/v1/dead?typ=keep", status: 400, code: "unknown_field", msg: "typ"},
+		// pause / resume
+		{method: "POST", path: "/v1/types/a%2Fb/pause", status: 422, code: "invalid_task", msg: "type:"},
+		{method: "POST", path: "/v1/types/a%20b/pause", status: 422, code: "invalid_task", msg: "type:"},
+		{method: "POST", path: "/v1/types/%FF/pause", status: 422, code: "invalid_task", msg: "type:"},
+		{method: "POST", path: "/v1/types/" + strings.Repeat("t", 201) + "/resume", status: 422, code: "invalid_task", msg: "type:"},
+		{method: "POST", path: "/v1/types/%0A/resume", status: 422, code: "invalid_task", msg: "type:"},
+		// unknown endpoints near the new ones
+		{method: "GET", path: "/v1/types/keep", status: 404, code: "not_found"},
+		{method: "PUT", path: "/v1/cluster", status: 404, code: "not_found"},
+	}
+	for _, c := range cases {
+		name := c.method + " " + wire.Truncate(c.path, 80)
+		h := http.Header{}
+		if c.body != "" || c.ct != "" {
+			h.Set("Content-Type", cmp.Or(c.ct, "application/json"))
+		}
+		got := app.doHeader(c.method, c.path, c.body, h)
+		if got.Status != c.status || got.errCode() != c.code || !strings.Contains(got.errMessage(), c.msg) {
+			t.Errorf("%s %s: %d %s, want %d %s naming %q", name, wire.Truncate(c.body, 80), got.Status, wire.Truncate(string(got.Raw), 300), c.status, c.code, c.msg)
+		}
+		if strings.Contains(string(got.Raw), "<") {
+			t.Errorf("%s: unescaped markup in %s", name, got.Raw)
+		}
+	}
+
+	statsAfter, err := st.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(statsBefore, statsAfter) {
+		t.Fatalf("stats changed:\n%+v\n%+v", statsBefore, statsAfter)
+	}
+	if k := keyCount(t, rdb, cfg.Namespace); k != keysBefore {
+		t.Fatalf("keys: %d, before %d", k, keysBefore)
+	}
+	if p, err := pause.List(t.Context(), e.Client(t), cfg.Namespace); err != nil || len(p) != 0 {
+		t.Fatalf("pause state: %v %v", p, err)
+	}
+	if got := app.do("GET", "/v1/tasks?state=dead&type=keep", ""); strings.Count(string(got.Raw), `"state":"dead"`) != 5 {
+		t.Fatalf("dead tasks after the hostile table: %s", got.Raw)
+	}
+}
