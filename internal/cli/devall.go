@@ -247,6 +247,7 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	api := scheme + "://" + ports["daemon"]
 	say("delayq is running (data in %s)", dir)
 	say("  API             %s", api)
+	say("  console         %s/ui/", api)
 	say("  metrics         %s/metrics  %s://%s/metrics  %s://%s/metrics", api, scheme, ports["event"], scheme, ports["work"])
 	say("  redis           %s   etcd %s   kafka %s", redisAddr, etcdEndpoint, brokers)
 	say("  webhook         %s", webhook)

@@ -114,6 +114,12 @@ func StartEtcd(ctx context.Context, o EtcdOptions) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = o.Name
 	cfg.Dir = o.DataDir
+	// bcrypt's cheapest cost (bcrypt.MinCost): a development etcd's
+	// passwords are throwaway, and at the default cost (10) every login
+	// takes ~50 ms of CPU — with three processes logging in at once on a
+	// busy machine (dq dev --tls in CI), long enough to run past the
+	// clients' 5 s dial timeout
+	cfg.BcryptCost = 4
 	urls := func(raw string) ([]url.URL, error) {
 		u, err := url.Parse(raw)
 		if err != nil {
