@@ -4,7 +4,7 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-tls bench-write bench-fire bench-work bench-floor bench-memory chaos fuzz clean
+.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory chaos fuzz clean
 
 all: build
 
@@ -81,6 +81,13 @@ bench-write:
 
 bench-fire:
 	$(GO) test ./internal/event -run '^$$' -bench 'BenchmarkFire' -benchtime 1x -count 1 -timeout 20m
+
+# firing lag where users see it (#22): the real binaries (one daemon, two
+# event processes), 4,000 tasks/s due over 5 s, an independent franz-go
+# consumer; the lag split into take, transit and total, next to a raw
+# kafka-go producer's transit. DQ_BENCH_RUNS=5 for the spread.
+bench-lag:
+	$(GO) test ./integration -run '^$$' -bench 'BenchmarkLag' -benchtime 1x -count 1 -timeout 20m
 
 bench-work:
 	$(GO) test ./worker -run '^$$' -bench 'BenchmarkThroughput' -benchtime 1x -count 1 -timeout 20m

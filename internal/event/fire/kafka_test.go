@@ -135,3 +135,48 @@ func TestKafkaAutoCreateCreatesTopicsWithTheConfiguredPartitions(t *testing.T) {
 		t.Fatalf("topic created on first use: %d partitions, want 3", len(ps))
 	}
 }
+
+// Takes of at most smallTake records go through the small writer (its
+// partition batches are allocated for smallTake messages, not BatchSize),
+// larger ones through the main writer; both are confirmed, one request
+// per partition.
+func TestKafkaSmallTakesUseTheSmallWriter(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t, "takes.topic")
+	p := NewKafka(KafkaConfig{Brokers: k.Brokers, MaxAttempts: 2, WriteTimeout: 2 * time.Second, BatchSize: 500})
+	defer p.Close()
+	if p.small == nil {
+		t.Fatal("no small writer with BatchSize 500")
+	}
+	take := func(n int) []kafka.Message {
+		msgs := make([]kafka.Message, n)
+		for i := range msgs {
+			msgs[i] = kafka.Message{Topic: "takes.topic", Key: []byte(strconv.Itoa(i)), Value: []byte("v")}
+		}
+		return msgs
+	}
+	for _, c := range []struct {
+		n     int
+		small bool
+	}{{1, true}, {smallTake, true}, {smallTake + 1, false}, {500, false}} {
+		_, _ = p.small.Stats(), p.w.Stats() // reset the counters
+		for i, e := range p.Produce(t.Context(), take(c.n)) {
+			if e != nil {
+				t.Fatalf("take of %d: record %d: %v", c.n, i, e)
+			}
+		}
+		s, w := p.small.Stats(), p.w.Stats()
+		if c.small && (s.Messages != int64(c.n) || w.Messages != 0) || !c.small && (w.Messages != int64(c.n) || s.Messages != 0) {
+			t.Errorf("take of %d: small writer wrote %d, main writer %d", c.n, s.Messages, w.Messages)
+		}
+		// one request per partition (StartKafka: 4 partitions)
+		if got := s.Writes + w.Writes; got > 4 {
+			t.Errorf("take of %d: %d produce requests, want at most one per partition (4)", c.n, got)
+		}
+	}
+	if q := NewKafka(KafkaConfig{Brokers: k.Brokers, BatchSize: smallTake}); q.small != nil {
+		t.Error("a small writer although BatchSize is not above smallTake")
+	} else {
+		_ = q.Close()
+	}
+}
