@@ -97,7 +97,8 @@ func (a *App) handlePutShards(c *call) (int, any, *wire.Error) {
 	switch {
 	case errors.Is(err, shardmap.ErrInvalidCount):
 		return 0, nil, wire.InvalidShardCount(err.Error())
-	case errors.Is(err, shardmap.ErrMigrating):
+	case errors.Is(err, shardmap.ErrMigrating), errors.Is(err, shardmap.ErrNoMap):
+		// no map yet is a state of the namespace, not a server failure
 		return 0, nil, wire.Conflict(err.Error())
 	case err != nil:
 		return 0, nil, a.shardsError(err)

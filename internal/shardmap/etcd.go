@@ -86,7 +86,7 @@ func (e Etcd) Grow(ctx context.Context, n int) (Map, error) {
 			return Map{}, err
 		}
 		if !ok {
-			return Map{}, errors.New("the namespace has no shard map yet: start an event process first")
+			return Map{}, ErrNoMap
 		}
 		if err := cur.CheckGrow(n); err != nil {
 			return cur, err

@@ -95,6 +95,9 @@ var (
 	ErrMigrating = errors.New("a shard migration is in progress")
 	// ErrInvalidCount: the requested count cannot follow the current one.
 	ErrInvalidCount = errors.New("invalid shard count")
+	// ErrNoMap: the namespace has no shard map in etcd yet (the first
+	// event process writes it).
+	ErrNoMap = errors.New("the namespace has no shard map yet: start an event process first")
 )
 
 // CheckGrow tells whether the map may grow to n shards now.
