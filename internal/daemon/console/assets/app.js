@@ -466,6 +466,31 @@
 
   // ---------------------------------------------------------- overview
 
+  // latestLoad makes a page's loads: the latest one wins (the answer to
+  // an older load, or to one of a page left since, is dropped: undefined),
+  // and err shows a load error until the next good load clears it (else
+  // it holds an action's error)
+  function latestLoad(err, gen) {
+    let seq = 0;
+    let failed = false;
+    return async (load, onError) => {
+      const my = ++seq;
+      let data;
+      try {
+        data = await load();
+      } catch (e) {
+        if (stale(gen) || my !== seq) return undefined;
+        failed = true;
+        showError(err, e);
+        if (onError) onError(e);
+        throw e;
+      }
+      if (stale(gen) || my !== seq) return undefined;
+      if (failed) { err.textContent = ''; failed = false; }
+      return data;
+    };
+  }
+
   // per process: its last registry reading and the rates between its last
   // two readings (counters are written about every 5 s); kept across page
   // changes so the overview has rates at once when it comes back
@@ -703,24 +728,13 @@
       refresh();
     });
 
-    let seq = 0; // the latest request wins: a poll that started before a search must not overwrite it
-    let loadFailed = false; // err shows a load error (cleared by the next good load), else an action's
+    const load = latestLoad(err, gen); // a poll that started before a search must not overwrite it
     async function refresh() {
-      const my = ++seq;
       const fl = taskSearch.filter;
       const cursor = taskSearch.cursors[taskSearch.cursors.length - 1];
       const q = query({ state: fl.state, type: fl.type, due_after: fl.due_after, due_before: fl.due_before, limit: fl.limit, cursor });
-      let data;
-      try {
-        data = await api('GET', '/v1/tasks' + q);
-      } catch (e) {
-        if (stale(gen) || my !== seq) return;
-        loadFailed = true;
-        showError(err, e);
-        throw e;
-      }
-      if (stale(gen) || my !== seq) return;
-      if (loadFailed) { err.textContent = ''; loadFailed = false; }
+      const data = await load(() => api('GET', '/v1/tasks' + q));
+      if (data === undefined) return;
       const tasks = data.tasks || [];
       next = data.next_cursor || '';
       nextBtn.disabled = !next;
@@ -784,22 +798,12 @@
     }));
     armed(del, () => act(async () => { await api('DELETE', '/v1/dead/' + seg(id)); return 'dead letter deleted'; }));
 
-    let seq = 0;
-    let loadFailed = false;
+    const load = latestLoad(err, gen);
     async function refresh() {
-      const my = ++seq;
-      let res;
-      try {
-        res = await request('GET', path);
-      } catch (e) {
-        if (stale(gen) || my !== seq) return;
-        loadFailed = true;
-        showError(err, e);
+      const res = await load(() => request('GET', path), (e) => {
         if (e.status === 404) { fields.replaceChildren(); payload.textContent = ''; }
-        throw e;
-      }
-      if (stale(gen) || my !== seq) return;
-      if (loadFailed) { err.textContent = ''; loadFailed = false; }
+      });
+      if (res === undefined) return;
       const t = res.data;
       let doc = null;
       try { doc = parseLossless(res.text); } catch (e) { doc = null; }
@@ -912,22 +916,11 @@
       return `deleted ${changed} of ${ids.length} selected`;
     }));
 
-    let seq = 0;
-    let loadFailed = false;
+    const load = latestLoad(err, gen);
     async function refresh() {
-      const my = ++seq;
       const cursor = deadSearch.cursors[deadSearch.cursors.length - 1];
-      let data;
-      try {
-        data = await api('GET', '/v1/tasks' + query({ state: 'dead', type: deadSearch.type, limit: 100, cursor }));
-      } catch (e) {
-        if (stale(gen) || my !== seq) return;
-        loadFailed = true;
-        showError(err, e);
-        throw e;
-      }
-      if (stale(gen) || my !== seq) return;
-      if (loadFailed) { err.textContent = ''; loadFailed = false; }
+      const data = await load(() => api('GET', '/v1/tasks' + query({ state: 'dead', type: deadSearch.type, limit: 100, cursor })));
+      if (data === undefined) return;
       const tasks = data.tasks || [];
       next = data.next_cursor || '';
       nextBtn.disabled = !next;
@@ -1006,19 +999,10 @@
     });
     armed(del, () => edit(async (t) => { await api('DELETE', '/v1/limits/' + seg(t)); return `deleted the rule of ${t}`; }));
 
-    let seq = 0;
-    let loadFailed = false;
+    const load = latestLoad(err, gen);
     async function refresh() {
-      const my = ++seq;
-      let data;
-      try { data = await api('GET', '/v1/limits'); } catch (e) {
-        if (stale(gen) || my !== seq) return;
-        loadFailed = true;
-        showError(err, e);
-        throw e;
-      }
-      if (stale(gen) || my !== seq) return;
-      if (loadFailed) { err.textContent = ''; loadFailed = false; }
+      const data = await load(() => api('GET', '/v1/limits'));
+      if (data === undefined) return;
       const ls = data.limits || [];
       render(list.body, ls, () => (ls.length ? ls.map((l) => {
         const u = l.usage;
@@ -1068,19 +1052,10 @@
     pauseBtn.addEventListener('click', () => { const t = name.value.trim(); if (!t) { err.textContent = 'type: must not be empty'; return; } setPaused(t, true); });
     resumeBtn.addEventListener('click', () => { const t = name.value.trim(); if (!t) { err.textContent = 'type: must not be empty'; return; } setPaused(t, false); });
 
-    let seq = 0;
-    let loadFailed = false;
+    const load = latestLoad(err, gen);
     async function refresh() {
-      const my = ++seq;
-      let data;
-      try { data = await api('GET', '/v1/types'); } catch (e) {
-        if (stale(gen) || my !== seq) return;
-        loadFailed = true;
-        showError(err, e);
-        throw e;
-      }
-      if (stale(gen) || my !== seq) return;
-      if (loadFailed) { err.textContent = ''; loadFailed = false; }
+      const data = await load(() => api('GET', '/v1/types'));
+      if (data === undefined) return;
       const ts = data.types || [];
       render(list.body, ts, () => (ts.length ? ts.map((t) => {
         const btn = t.paused
