@@ -31,6 +31,11 @@ type Submit struct {
 	Task     *task.Task
 	Delay    time.Duration
 	Relative bool
+	// Revive makes a cancelled task of this id waiting again with this
+	// content (Updated) instead of answering Unchanged or Rejected: the
+	// scheduler re-materializes a tick it cancelled when a schedule was
+	// paused or changed and is resumed or changed back.
+	Revive bool
 }
 
 // Outcome says what Schedule did with one task.
@@ -167,6 +172,9 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		} else if o, moving := m.Old(id); moving {
 			k = gk{shard: o, mode: "x"}
 		}
+		if subs[i].Revive {
+			k.mode += "r"
+		}
 		c := open[k]
 		if c == nil || len(c.idx) == maxPerCall {
 			c = &shardCall{shard: k.shard}
@@ -178,9 +186,9 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 	}
 	st := stamp(m)
 	for _, c := range calls {
-		keys := make([]string, 0, 2+len(c.idx))
+		keys := make([]string, 0, 3+len(c.idx))
 		args := make([]any, 0, 4+3*len(c.idx))
-		keys = append(keys, s.k.due(c.shard), s.k.stamp(c.shard))
+		keys = append(keys, s.k.due(c.shard), s.k.stamp(c.shard), s.k.done(c.shard))
 		args = append(args, s.k.wake, c.shard, st, modes[c])
 		for _, i := range c.idx {
 			t := subs[i].Task

@@ -1,8 +1,10 @@
 -- schedule: create or upsert tasks of one shard.
--- KEYS[1]  due zset;  KEYS[2] stamp; KEYS[2+i] bucket hash of task i
+-- KEYS[1]  due zset;  KEYS[2] stamp; KEYS[3] done zset; KEYS[3+i] bucket hash of task i
 -- ARGV[1]  wake channel; ARGV[2] shard; ARGV[3] the caller's map (see check_map);
--- ARGV[4]  mode: '' create or upsert, 'x' existing tasks only (the old
---          shard of a growing map: an absent task is created on its new shard)
+-- ARGV[4]  mode, letters: 'x' existing tasks only (the old shard of a
+--          growing map: an absent task is created on its new shard);
+--          'r' revive: a cancelled task becomes waiting again with the new
+--          content (the scheduler re-materializing a tick it cancelled)
 -- ARGV[3i+2], ARGV[3i+3], ARGV[3i+4] (i = 1..n): id, due, body
 --   due is absolute unix ms, or "+<ms>" relative to Redis TIME.
 -- Returns per task {code, state, due}: code 1 created, 2 unchanged,
@@ -11,7 +13,8 @@
 -- leader took it), 7 on its way to another shard, 8 absent (mode 'x').
 local due_key = KEYS[1]
 check_map(KEYS[2], ARGV[3])
-local existing_only = ARGV[4] == 'x'
+local existing_only = string.find(ARGV[4], 'x', 1, true) ~= nil
+local revive = string.find(ARGV[4], 'r', 1, true) ~= nil
 local old_head = head(due_key)
 local now = nil
 local min_new = nil
@@ -21,7 +24,7 @@ local queued = {}
 local n = (#ARGV - 4) / 3
 for i = 1, n do
   local id, spec, body = ARGV[3 * i + 2], ARGV[3 * i + 3], ARGV[3 * i + 4]
-  local bkey = KEYS[2 + i]
+  local bkey = KEYS[3 + i]
   local relative = string.sub(spec, 1, 1) == '+'
   local due
   if relative then
@@ -46,7 +49,12 @@ for i = 1, n do
     -- (an id written earlier in this call is not in the due set yet)
     if not queued[id] and taken(due_key, id, st) then st = 'F' end
     state = st
-    if obody == body and (relative or odue == due) then
+    if revive and st == 'c' then
+      -- off the done set first: its purge would delete the new record
+      code, state = 3, 's'
+      redis.call('ZREM', KEYS[3], id)
+      redis.call('HSET', bkey, id, record('s', gen + 1, 1, due, body))
+    elseif obody == body and (relative or odue == due) then
       code, due = 2, odue
     elseif is_waiting(st) then
       code = 3

@@ -72,6 +72,39 @@ func mustTake(t *testing.T, s *Store, shard int, token int64) Taken {
 }
 
 func suite(t *testing.T, rdb redis.UniversalClient) {
+	t.Run("ScheduleReviveCancelled", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{})
+		ctx := t.Context()
+		due := time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC()
+		schedule1(t, s, mk("tick@1", due))
+		if err := s.Cancel(ctx, "tick@1"); err != nil {
+			t.Fatal(err)
+		}
+		// without Revive a cancelled task stays cancelled
+		if r := schedule1(t, s, mk("tick@1", due)); r.Outcome != Unchanged || r.State != task.StateCancelled {
+			t.Fatalf("re-submit of a cancelled task: %+v", r)
+		}
+		res, err := s.Schedule(ctx, []Submit{{Task: mk("tick@1", due), Revive: true}, {Task: mk("tick@2", due), Revive: true}})
+		if err != nil || res[0].Outcome != Updated || res[0].State != task.StateScheduled || res[1].Outcome != Created {
+			t.Fatalf("revive: %+v %v", res, err)
+		}
+		got, err := s.Get(ctx, "tick@1")
+		if err != nil || got.State != task.StateScheduled || got.Gen != 1 || got.Attempt != 1 || !got.DueAt.Equal(due) {
+			t.Fatalf("revived task: %+v %v", got, err)
+		}
+		sh := s.Map().Shard("tick@1")
+		if _, err := s.rdb.ZScore(ctx, s.k.done(sh), "tick@1").Result(); !errors.Is(err, redis.Nil) {
+			t.Fatalf("a revived task is still in the done set (its purge would delete it): %v", err)
+		}
+		if n, err := s.rdb.ZCard(ctx, s.k.due(sh)).Result(); err != nil || n < 1 {
+			t.Fatalf("due set: %d %v", n, err)
+		}
+		// Revive does not touch a waiting task with the same content
+		if res, _ := s.Schedule(ctx, []Submit{{Task: mk("tick@1", due), Revive: true}}); res[0].Outcome != Unchanged {
+			t.Fatalf("revive of a waiting task: %+v", res[0])
+		}
+	})
 	t.Run("ScheduleIdempotentAndUpsert", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, rdb, Options{})
