@@ -26,7 +26,10 @@
 // pauses and resumes a task type (PauseType, ResumeType, Types), shows the
 // cluster (Cluster: shard leaders, backlog, processes), and manages rate
 // limits (Limits, GetLimit, SetLimit, DeleteLimit) and the shard count
-// (Shards, GrowShards); OpenAPI fetches the API's description.
+// (Shards, GrowShards); OpenAPI fetches the API's description. Periodic
+// tasks are schedules (PutSchedule, GetSchedule, ListSchedules,
+// PauseSchedule, ResumeSchedule, DeleteSchedule): each tick of a cron
+// expression becomes the task "<schedule id>@<tick unix ms>".
 //
 //	for t, err := range c.Tasks(ctx, client.ListOptions{State: client.StateDead, Type: "email.send"}) {
 //		if err != nil {

@@ -186,7 +186,7 @@ func startLagCluster(b *testing.B, events int, eventEnv map[string]string, topic
 	}
 	c.redis = testenv.StartRedis(b, testenv.RedisOptions{AOF: aof})
 	c.etcd = testenv.StartEtcd(b)
-	c.kafka = testenv.StartKafkaPartitions(b, 8, append([]string{"dq.tasks", "dq.dead"}, topics...)...)
+	c.kafka = testenv.StartKafkaPartitions(b, 8, append([]string{"dq.tasks", "dq.dead", "dq.outcomes"}, topics...)...)
 	env := merge(baseEnv(c.ns), map[string]string{
 		"DQ_REDIS_ADDRS":    c.redis.Addr,
 		"DQ_ETCD_ENDPOINTS": strings.Join(c.etcd.Endpoints, ","),

@@ -126,7 +126,7 @@ func (p localProvisioner) Start(t *testing.T, spec Spec) Cluster {
 	} else {
 		c.redis = testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
 		c.etcd = testenv.StartEtcd(t)
-		c.kafka = testenv.StartKafka(t, "dq.tasks", "dq.dead")
+		c.kafka = testenv.StartKafka(t, "dq.tasks", "dq.dead", "dq.outcomes")
 		hook.Start()
 		infra = map[string]string{
 			"DQ_REDIS_ADDRS":    c.redis.Addr,

@@ -135,11 +135,11 @@ func (c *localCluster) startSecure(t *testing.T, hook *httptest.Server) map[stri
 	c.etcd = testenv.StartEtcdWith(t, testenv.EtcdOptions{TLS: pki, RootPassword: "root-" + ns,
 		Users: []testenv.EtcdUser{{Name: secureUser, Password: epw, Prefixes: []string{acl.EtcdPrefix(ns)}}}})
 	c.kafka = testenv.StartKafkaWith(t, testenv.KafkaOptions{
-		Topics: []string{"dq.tasks", "dq.dead"},
+		Topics: []string{"dq.tasks", "dq.dead", "dq.outcomes"},
 		TLS:    pki,
 		Users:  []testenv.KafkaUser{{Mechanism: config.SASLScramSHA512, Name: secureUser, Password: kpw}},
 		ACLs: kafkaACLs(acl.KafkaACLs(acl.KafkaOptions{
-			Topics: []string{"dq.tasks"}, DeadTopic: "dq.dead", Group: ns + "-work"})),
+			Topics: []string{"dq.tasks"}, DeadTopic: "dq.dead", OutcomesTopic: "dq.outcomes", Group: ns + "-work"})),
 	})
 	cert, err := tls.LoadX509KeyPair(pki.Server.Cert, pki.Server.Key)
 	if err != nil {

@@ -363,7 +363,9 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 		<-w.slots
 		return
 	}
+	started := time.Now()
 	herr := w.execute(ctx, log, job)
+	ran := time.Since(started)
 	fault.Point("after-handle")
 	<-w.slots
 	stopRenew()
@@ -377,7 +379,7 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 		return
 	}
 	// a stored outcome gives the claim up in the same script call
-	finished := w.report(ctx, log, it.m, job, herr, it.cl)
+	finished := w.report(ctx, log, it.m, job, herr, it.cl, runInfo{shard: t.Shard, started: started, dur: ran})
 	if !finished {
 		w.claims.release(context.WithoutCancel(ctx), it.cl)
 	}

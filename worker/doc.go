@@ -135,6 +135,19 @@
 // than Config.Retention is an old record replayed after its task's record
 // expired: it is skipped, not dead-lettered.)
 //
+// # Outcome callback
+//
+// Config.OnOutcome, when set, is called with an [Outcome] for every
+// execution whose outcome the worker stored: [OutcomeSucceeded],
+// [OutcomeFailed] (the task waits for its next attempt; Outcome.RetryIn
+// says how long) and [OutcomeDead]. It runs right after the outcome is in
+// Redis, on the handler's goroutine, so it must not block; the work binary
+// hands each outcome to a bounded queue that an outcome publisher writes
+// to the outcomes topic. An outcome is reported at most once: not for a
+// duplicate delivery of a finished execution (skipped before its handler
+// runs), and not at all when the worker crashes between storing the
+// outcome and the call.
+//
 // # Redis errors
 //
 // An error of Redis — unreachable, a timeout, OOM, READONLY, LOADING, BUSY,

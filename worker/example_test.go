@@ -125,3 +125,26 @@ func runLimitedWorker() error {
 	defer stop()
 	return w.Run(ctx)
 }
+
+// An outcome callback: it runs after each outcome is stored in Redis and
+// must not block, so it hands the outcome to a buffered channel (dropping
+// it when the channel is full) that another goroutine drains.
+func ExampleConfig_onOutcome() {
+	receipts := make(chan string, 1024)
+	cfg := worker.Config{
+		Brokers: []string{"127.0.0.1:9092"},
+		OnOutcome: func(o worker.Outcome) {
+			if o.Kind != worker.OutcomeSucceeded || o.Task.Type != "payment.charge" {
+				return
+			}
+			select {
+			case receipts <- o.Task.ID: // send the receipt elsewhere
+			default: // full: never hold the worker back
+			}
+		},
+	}
+	// what the worker calls once a charge succeeded:
+	cfg.OnOutcome(worker.Outcome{Kind: worker.OutcomeSucceeded, Task: &worker.Task{ID: "charge-42", Type: "payment.charge"}})
+	fmt.Println(<-receipts)
+	// Output: charge-42
+}

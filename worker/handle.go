@@ -53,7 +53,7 @@ func call(ctx context.Context, log *slog.Logger, h HandlerFunc, t *Task) (err er
 // dead letter is then queued for the dead topic (see deadLetters), which
 // never holds the record back. It returns false only when ctx ended before
 // the outcome was stored.
-func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message, t *Task, herr error, cl claim) bool {
+func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message, t *Task, herr error, cl claim, run runInfo) bool {
 	f := redisstore.Finish{ID: t.ID, Gen: t.Gen, Owner: cl.value, Shard: cl.shard, ShardSet: cl.shard >= 0}
 	var label, why string
 	switch {
@@ -86,7 +86,9 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message,
 	case err == nil && f.Kind == redisstore.Dead:
 		log.Warn("task dead", "type", t.Type, "attempt", t.Attempt, "why", why, "err", herr)
 		w.deadq.enqueue(record.DeadLetter(m, herr.Error(), t.Attempt, time.Now(), w.cfg.MaxPayload))
+		w.notify(log, f, t, herr, run)
 	case err == nil:
+		w.notify(log, f, t, herr, run)
 	case ctx.Err() != nil:
 		log.Warn("outcome not stored before shutdown; the record stays uncommitted", "outcome", label)
 		return false
@@ -159,4 +161,34 @@ func (w *Worker) deadLetterHostile(m *kafka.Message, reason string) {
 	w.log.Warn("dead-lettering a record that is not a usable delayq task", "reason", reason,
 		"topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
 	w.deadq.enqueue(record.DeadLetter(m, reason, 0, time.Now(), w.cfg.MaxPayload))
+}
+
+// runInfo is what report needs to know about a run besides its outcome.
+type runInfo struct {
+	shard   int
+	started time.Time
+	dur     time.Duration // how long the handler ran
+}
+
+// notify hands a stored outcome to Config.OnOutcome, recovering a panic.
+func (w *Worker) notify(log *slog.Logger, f redisstore.Finish, t *Task, herr error, run runInfo) {
+	fn := w.cfg.OnOutcome
+	if fn == nil {
+		return
+	}
+	o := Outcome{Task: t, Err: herr, Shard: run.shard, Started: run.started, Finished: time.Now(), Duration: run.dur}
+	switch f.Kind {
+	case redisstore.Succeeded:
+		o.Kind = OutcomeSucceeded
+	case redisstore.Dead:
+		o.Kind = OutcomeDead
+	default:
+		o.Kind, o.RetryIn = OutcomeFailed, f.Delay
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("OnOutcome panicked", "panic", fmt.Sprint(r), "outcome", string(o.Kind))
+		}
+	}()
+	fn(o)
 }

@@ -57,3 +57,41 @@ func RetryDelay(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// OutcomeKind says what became of one execution of a task.
+type OutcomeKind string
+
+// The outcomes a worker reports to [Config.OnOutcome].
+const (
+	// OutcomeSucceeded: the handler returned nil.
+	OutcomeSucceeded OutcomeKind = "succeeded"
+	// OutcomeFailed: the handler failed and the task will run again (it
+	// waits in Redis with its next attempt).
+	OutcomeFailed OutcomeKind = "failed"
+	// OutcomeDead: the handler failed on the last attempt, or permanently
+	// ([Permanent]); the task is dead (its dead letter is queued too).
+	OutcomeDead OutcomeKind = "dead"
+)
+
+// Outcome is what became of one execution of a task, reported to
+// [Config.OnOutcome] once the outcome is stored in Redis.
+type Outcome struct {
+	Kind OutcomeKind
+	// Task is the execution as its handler saw it (Attempt is the attempt
+	// that ran). It must not be modified.
+	Task *Task
+	// Err is the handler's error (nil when it succeeded).
+	Err error
+	// Shard is the task's shard.
+	Shard int
+	// Started and Finished are when the handler started and when the
+	// outcome was stored; Finished - Started includes storing it.
+	Started, Finished time.Time
+	// Duration is how long the handler ran.
+	Duration time.Duration
+	// RetryIn is the delay before the next attempt (OutcomeFailed only).
+	RetryIn time.Duration
+}
+
+// OnOutcomeFunc receives outcomes; see [Config.OnOutcome].
+type OnOutcomeFunc func(Outcome)

@@ -117,6 +117,19 @@ type Config struct {
 	DeadLetterQueue  int
 	DeadLetterMaxAge time.Duration
 	InstanceID       string // names this worker in claims and logs; default host-pid
+
+	// OnOutcome, when set, is called with the outcome of every execution
+	// (succeeded; failed and to be retried; dead) right after it was
+	// stored in Redis, on the goroutine that ran the handler (the handler
+	// slot is already free), before the record may be committed. It must
+	// not block: hand the outcome to a queue (the work binary's outcome
+	// publisher drops what its bounded queue cannot hold). A panic is
+	// recovered and logged. It is not called for an outcome that was not
+	// stored (the task was cancelled, fired again or finished elsewhere
+	// meanwhile), nor for a duplicate delivery of a finished execution, so
+	// each execution is reported at most once: a crash between storing
+	// the outcome and the call loses the call.
+	OnOutcome OnOutcomeFunc
 }
 
 func (c *Config) setDefaults() {

@@ -69,7 +69,7 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 		t: t, cfg: cfg, ns: fmt.Sprintf("chaos%d", cfg.Seed%1_000_000),
 		redis:  testenv.StartRedis(t, testenv.RedisOptions{AOF: true}),
 		etcd:   testenv.StartEtcdCluster(t, cfg.EtcdMembers),
-		kafka:  testenv.StartKafka(t, tasksTopic, deadTopic),
+		kafka:  testenv.StartKafka(t, tasksTopic, deadTopic, "dq.outcomes"),
 		sink:   newSink(),
 		byRole: map[role][]*proc{},
 		links:  map[*proc]*links{},

@@ -119,6 +119,12 @@ type KafkaOptions struct {
 	Topics    []string // every topic tasks fire to (the default topic included)
 	DeadTopic string   // dq.dead
 	Group     string   // the work processes' consumer group
+	// OutcomesTopic is DQ_OUTCOMES_TOPIC (dq.outcomes; "" when outcome
+	// events are off): every process writes it.
+	OutcomesTopic string
+	// Hooks: the work processes call on_success/on_failure hooks, reading
+	// the outcomes topic in the group "<Group>.hooks".
+	Hooks bool
 	// AutoCreate is DQ_KAFKA_AUTO_CREATE: the processes create missing
 	// topics, which needs Create on the cluster.
 	AutoCreate bool
@@ -127,7 +133,9 @@ type KafkaOptions struct {
 // KafkaACLs are the ACLs of the delayq principal: the event processes
 // write (and describe) every task topic and the dead topic; the work
 // processes read the task topics in their group and write the dead
-// topic. Create on the cluster only with AutoCreate.
+// topic; every process writes the outcomes topic, which the work processes
+// read in the group "<group>.hooks" only with Hooks. Create on the cluster
+// only with AutoCreate.
 func KafkaACLs(o KafkaOptions) []KafkaACL {
 	var out []KafkaACL
 	seen := map[KafkaACL]bool{}
@@ -148,9 +156,20 @@ func KafkaACLs(o KafkaOptions) []KafkaACL {
 		add(KafkaACL{"topic", o.DeadTopic, "Describe"})
 		add(KafkaACL{"topic", o.DeadTopic, "Write"})
 	}
+	if o.OutcomesTopic != "" {
+		add(KafkaACL{"topic", o.OutcomesTopic, "Describe"})
+		add(KafkaACL{"topic", o.OutcomesTopic, "Write"})
+		if o.Hooks {
+			add(KafkaACL{"topic", o.OutcomesTopic, "Read"})
+		}
+	}
 	if o.Group != "" {
 		add(KafkaACL{"group", o.Group, "Describe"})
 		add(KafkaACL{"group", o.Group, "Read"})
+		if o.Hooks && o.OutcomesTopic != "" {
+			add(KafkaACL{"group", o.Group + ".hooks", "Describe"})
+			add(KafkaACL{"group", o.Group + ".hooks", "Read"})
+		}
 	}
 	if o.AutoCreate {
 		add(KafkaACL{"cluster", "kafka-cluster", "Create"})

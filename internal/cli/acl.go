@@ -18,6 +18,8 @@ func runACL(_ context.Context, env Env, args []string) error {
 	topics := fs.String("topics", envOr(env, "DQ_TOPICS", "dq.tasks"), "every topic tasks fire to, comma-separated (env DQ_TOPICS)")
 	dead := fs.String("dead-topic", envOr(env, "DQ_DEAD_TOPIC", "dq.dead"), "dead-letter topic (env DQ_DEAD_TOPIC)")
 	group := fs.String("group", envOr(env, "DQ_GROUP", "delayq-work"), "the work processes' consumer group (env DQ_GROUP)")
+	outcomes := fs.String("outcomes-topic", envOr(env, "DQ_OUTCOMES_TOPIC", "dq.outcomes"), "outcome events topic, empty when off (env DQ_OUTCOMES_TOPIC)")
+	hooks := fs.Bool("hooks", false, "the work processes call on_success/on_failure hooks: adds reading the outcomes topic in the group <group>.hooks")
 	create := fs.Bool("auto-create", false, "the processes create missing topics (DQ_KAFKA_AUTO_CREATE): adds Create on the cluster")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
@@ -35,9 +37,9 @@ func runACL(_ context.Context, env Env, args []string) error {
 	}
 	fmt.Fprintf(w, "\n# Kafka (admin.properties: an admin's SASL/TLS client settings)\n")
 	for _, l := range acl.KafkaCommands(*user, acl.KafkaACLs(acl.KafkaOptions{
-		Topics: config.Split(*topics), DeadTopic: *dead, Group: *group, AutoCreate: *create})) {
+		Topics: config.Split(*topics), DeadTopic: *dead, Group: *group, OutcomesTopic: *outcomes, Hooks: *hooks, AutoCreate: *create})) {
 		fmt.Fprintln(w, l)
 	}
-	_, err := fmt.Fprintf(w, "\n# %s\n", strings.Join([]string{"Redis: the namespace's keys and channels, only the commands delayq sends", "etcd: readwrite on " + acl.EtcdPrefix(*ns), "Kafka: write and read the task topics, write the dead topic, read in the group"}, "; "))
+	_, err := fmt.Fprintf(w, "\n# %s\n", strings.Join([]string{"Redis: the namespace's keys and channels, only the commands delayq sends", "etcd: readwrite on " + acl.EtcdPrefix(*ns), "Kafka: write and read the task topics, write the dead and outcomes topics, read in the group"}, "; "))
 	return err
 }

@@ -71,6 +71,7 @@ func commands() []command {
 		{"tasks", "search tasks, cancel many: dq tasks list [--state S] [--type T] [--due-before T] [--all] | dq tasks cancel (ID... | --type T | --all)", runTasks},
 		{"dead", "dead tasks: dq dead list [--limit N] | dq dead redrive (ID... | --type T | --all) | dq dead delete (ID... | --type T | --all)", runDead},
 		{"types", "task types: dq types [list] | dq types pause TYPE | dq types resume TYPE", runTypes},
+		{"schedules", "periodic tasks: dq schedules [list] | get ID | set ID --cron EXPR --type TYPE [--timezone TZ] [--payload JSON] [--catchup none|last|all] | set ID --file SPEC.json | delete ID | pause ID | resume ID", runSchedules},
 		{"cluster", "each shard's leader, backlog and overdue tasks; each process's readiness (dq cluster [-o json])", runCluster},
 		{"limits", "rate limits per task type: dq limits [list] | get TYPE | set TYPE --quota N --window 1m | --rate R [--burst B] | --concurrency C [--slot-ttl 5m] | RULES-JSON | delete TYPE", runLimits},
 		{"shards", "the shard map: dq shards [-o json] | dq shards grow N [--wait] (grow the shard count online)", runShards},

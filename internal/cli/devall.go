@@ -145,7 +145,7 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	etcdEndpoint := strings.TrimPrefix(etcd.Config().ListenClientUrls[0].String(), "http://")
 
 	topics := devTopics(o.topics)
-	ko := KafkaOptions{Listen: "127.0.0.1:0", Partitions: devPartitions, Topics: append(slices.Clone(topics), "dq.dead")}
+	ko := KafkaOptions{Listen: "127.0.0.1:0", Partitions: devPartitions, Topics: append(slices.Clone(topics), "dq.dead", "dq.outcomes")}
 	if sec != nil {
 		ko.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sec.server}}
 		ko.Users = []KafkaUser{{Mechanism: config.SASLScramSHA256, Name: devUser, Password: sec.kafka}}

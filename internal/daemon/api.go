@@ -57,6 +57,12 @@ func (a *App) routes() http.Handler {
 	mux.Handle("POST /v1/types/{type}/pause", handle(a.handlePauseType))
 	mux.Handle("POST /v1/types/{type}/resume", handle(a.handleResumeType))
 	mux.Handle("GET /v1/cluster", handle(a.handleCluster))
+	mux.Handle("GET /v1/schedules", handle(a.handleListSchedules))
+	mux.Handle("PUT /v1/schedules/{id}", handle(a.handlePutSchedule))
+	mux.Handle("GET /v1/schedules/{id}", handle(a.handleGetSchedule))
+	mux.Handle("DELETE /v1/schedules/{id}", handle(a.handleDeleteSchedule))
+	mux.Handle("POST /v1/schedules/{id}/pause", handle(a.handlePauseSchedule))
+	mux.Handle("POST /v1/schedules/{id}/resume", handle(a.handleResumeSchedule))
 	mux.HandleFunc("GET /v1/openapi.yaml", serveOpenAPI)
 	mux.Handle("/v1/limits", a.limits)
 	mux.Handle("/v1/limits/", a.limits)
@@ -544,6 +550,7 @@ func (a *App) handleCancel(c *call) (int, any, *wire.Error) {
 		return 0, nil, a.storeError(id, err)
 	}
 	a.log.Debug("task cancelled", "task_id", id)
+	a.publishCancelled(c.Context(), st, id) // outcomes.go
 	return http.StatusOK, map[string]string{"id": id, "state": string(task.StateCancelled)}, nil
 }
 

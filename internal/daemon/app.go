@@ -19,6 +19,7 @@ import (
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/daemon/journal"
 	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/outcome"
 	"github.com/delayq/delayq/internal/ratelimit"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/registry"
@@ -54,6 +55,9 @@ type App struct {
 	keeper   *storeKeeper
 	comp     *compensator
 	coalesce *coalescer
+	// outcomes publishes "cancelled" outcome records; nil (disabled)
+	// without DQ_KAFKA_BROKERS (see outcomes.go)
+	outcomes *outcome.Publisher
 }
 
 // New builds a daemon from a validated configuration: it opens the journal,
@@ -118,6 +122,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		_ = a.jr.Close()
 		return nil, fmt.Errorf("process registry: %w", err)
 	}
+	if err := a.openOutcomes(ctx); err != nil { // last: nothing after it fails
+		_ = a.rdb.Close()
+		_ = a.jr.Close()
+		return nil, fmt.Errorf("outcome publisher: %w", err)
+	}
 	if n := a.jr.Len(); n > 0 {
 		log.Info("journal has entries left from an earlier run; replaying them once Redis answers", "journal_depth", n)
 	}
@@ -147,7 +156,9 @@ func (a *App) JournalDepth() int { return a.jr.Len() }
 //  3. stop the compensator, which finishes the batch it is replaying, and
 //     the coalescer's workers (a request still arriving schedules alone),
 //  4. close the journal (entries left are replayed by the next start),
-//  5. close the Redis client.
+//  5. close the Redis client,
+//  6. close the outcome publisher (what is queued is written for at most
+//     5s).
 //
 // The compensator and the coalescer run on a context that only ends after
 // step 2, so that they serve the last requests.
@@ -178,6 +189,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.etcd != nil {
 		_ = a.etcd.Close()
 	}
+	a.closeOutcomes(ctx) // 6
 	a.log.Info("daemon stopped", "journal_depth_left", a.jr.Len(), "error", err)
 	return err
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/outcome"
+	"github.com/delayq/delayq/internal/record"
 )
 
 // Defaults of the daemon's own settings.
@@ -48,6 +50,14 @@ type Config struct {
 	// Etcd is where rate-limit rules and the shard map live (/v1/limits,
 	// /v1/shards). No endpoints disables both APIs (they answer 503).
 	config.Etcd
+	// KafkaBrokers (DQ_KAFKA_BROKERS; default none), with the Kafka
+	// connection settings (DQ_KAFKA_TLS*, DQ_KAFKA_SASL_*), is where the
+	// daemon publishes a "cancelled" outcome record for every task it
+	// cancels, to OutcomesTopic (DQ_OUTCOMES_TOPIC, default dq.outcomes;
+	// "none" or "" disables). No brokers: the daemon publishes no outcomes.
+	KafkaBrokers  []string
+	OutcomesTopic string
+	config.Kafka
 }
 
 // Bind registers every setting on b (flags mirror the DQ_* variables).
@@ -60,6 +70,9 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Size(&c.MaxRecordBytes, "max-record-bytes", "DQ_MAX_RECORD_BYTES", DefaultMaxRecordBytes, "maximum size of a task's Kafka record in bytes, headers included (the topics' max.message.bytes)")
 	b.Duration(&c.RedisTimeout, "redis-timeout", "DQ_REDIS_TIMEOUT", DefaultRedisTimeout, "timeout of one Redis operation")
 	c.BindEtcd(b, "etcd endpoints holding the rate-limit rules (/v1/limits) and the shard map (/v1/shards)")
+	b.List(&c.KafkaBrokers, "kafka-brokers", "DQ_KAFKA_BROKERS", "", `Kafka bootstrap brokers for "cancelled" outcome records (empty: the daemon publishes no outcomes)`)
+	b.String(&c.OutcomesTopic, "outcomes-topic", "DQ_OUTCOMES_TOPIC", record.DefaultOutcomesTopic, `topic of outcome records: "cancelled" for every task cancelled, best effort, with kafka-brokers; none (or "") disables`)
+	c.BindKafka(b)
 }
 
 // DefaultConfig is the configuration with every default applied, as Run
@@ -80,7 +93,13 @@ func (c *Config) Validate() error {
 	if err := c.ValidateEtcd(); err != nil {
 		return err
 	}
+	if err := c.Kafka.Validate(); err != nil {
+		return err
+	}
 	var errs []error
+	if err := outcome.ValidateTopic(c.OutcomesTopic); err != nil {
+		errs = append(errs, err)
+	}
 	if c.HTTPAddr == "" {
 		errs = append(errs, errors.New("http-addr (DQ_HTTP_ADDR): must not be empty"))
 	}

@@ -196,10 +196,6 @@ type bulkResult struct {
 // manyFunc is one of the store's by-id bulk operations.
 type manyFunc func(st *redisstore.Store) func(ctx context.Context, ids []string) (int, error)
 
-func cancelMany(st *redisstore.Store) func(context.Context, []string) (int, error) {
-	return st.CancelMany
-}
-
 func redriveMany(st *redisstore.Store) func(context.Context, []string) (int, error) {
 	return st.RedriveMany
 }
@@ -209,7 +205,7 @@ func deleteDeadMany(st *redisstore.Store) func(context.Context, []string) (int, 
 }
 
 func (a *App) handleCancelMany(c *call) (int, any, *wire.Error) {
-	return a.bulkBody(c, "cancel", true, cancelMany, task.State(""), task.StatePaused)
+	return a.bulkBody(c, "cancel", true, a.cancelMany, task.State(""), task.StatePaused)
 }
 
 func (a *App) handleRedriveMany(c *call) (int, any, *wire.Error) {

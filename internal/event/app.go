@@ -21,7 +21,9 @@ import (
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/event/fire"
 	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/event/scheduler"
 	"github.com/delayq/delayq/internal/kafkatopic"
+	"github.com/delayq/delayq/internal/outcome"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/shardmap"
@@ -51,6 +53,12 @@ type App struct {
 	// procs keeps this process in the registry (GET /v1/cluster), under
 	// its process id, the one its shard elections name
 	procs *registry.Registrar
+	// sched is the schedule scheduler's campaign (nil with
+	// DQ_SCHEDULER=false)
+	sched *scheduler.Scheduler
+	// outcomes publishes the "dead" outcome records of tasks made dead at
+	// fire time (nil: DQ_OUTCOMES_TOPIC="")
+	outcomes *outcome.Publisher
 }
 
 // Option adjusts an App (tests).
@@ -151,6 +159,33 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 	if err == nil {
 		a.procs, err = a.newRegistrar()
 	}
+	if err == nil && cfg.Scheduler {
+		a.sched, err = scheduler.New(scheduler.Config{
+			Client:    a.etcd,
+			Namespace: cfg.Namespace,
+			Store:     store,
+			ID:        cfg.ProcessID,
+			TTL:       cfg.SessionTTL,
+			Interval:  cfg.SchedulerInterval,
+			Lookahead: cfg.SchedulerLookahead,
+			Log:       log,
+			Metrics:   scheduler.NewMetrics(a.reg),
+		})
+	}
+	if err == nil {
+		// last: nothing after it can fail (Run closes it)
+		a.outcomes, err = outcome.New(ctx, outcome.Config{
+			Brokers:     cfg.KafkaBrokers,
+			Topic:       cfg.OutcomesTopic,
+			Conn:        kc,
+			ClientID:    "delayq-event",
+			Create:      cfg.KafkaAutoCreate,
+			Partitions:  cfg.Partitions,
+			Replication: cfg.Replication,
+			Log:         log,
+			Registerer:  a.reg,
+		})
+	}
 	if err != nil {
 		a.closeClients()
 		return nil, err
@@ -236,6 +271,7 @@ func (a *App) lead(ctx context.Context, l leader.Lead) error {
 		Stop:         l.Stop,
 		ValidUntil:   l.ValidUntil,
 		PoisonGrace:  a.cfg.PoisonGrace,
+		Outcomes:     a.outcomes,
 		Metrics:      a.fm,
 		Log:          a.log,
 		Hooks:        a.hooks,
@@ -246,10 +282,13 @@ func (a *App) lead(ctx context.Context, l leader.Lead) error {
 // Run runs the process until ctx ends, then shuts down in this order:
 //  1. stop taking work: every poller finishes the batch in hand (produce,
 //     then ack) and returns;
-//  2. resign every shard, so that other processes take over at once, and
+//  2. resign every shard and the scheduler leadership (a pass in hand is
+//     cancelled: every step of a pass is idempotent), so that other
+//     processes take over at once, and
 //     revoke the etcd session (leader.Manager does 1 and 2, bounded by
 //     the shutdown timeout);
-//  3. stop the wake-up subscriber and the HTTP server;
+//  3. close the outcome publisher (what is queued is written for at most
+//     5s), stop the wake-up subscriber and the HTTP server;
 //  4. close the Kafka writer, then the etcd and Redis clients.
 func (a *App) Run(ctx context.Context) error {
 	defer a.closeClients()
@@ -265,6 +304,10 @@ func (a *App) Run(ctx context.Context) error {
 	wg.Go(func() { _ = a.topics.Run(bg) })
 	wg.Go(func() { bgErr <- a.srv.Run(bg) })
 	g.Go(func() error { return a.mgr.Run(gctx) })
+	if a.sched != nil {
+		// resigns and revokes its own session when gctx ends
+		g.Go(func() error { return a.sched.Run(gctx) })
+	}
 	wg.Go(func() { a.grow.follow(bg) })
 	wg.Go(func() { _ = a.procs.Run(bg) }) // unregisters once the shards are handed over
 	g.Go(func() error {
@@ -279,11 +322,21 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	})
 	err := g.Wait()
+	// the pollers stopped: no outcome comes any more; what is queued is
+	// written for at most outcomeDrain
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outcomeDrain)
+	if cerr := a.outcomes.Close(octx); cerr != nil {
+		a.log.Warn("close outcome publisher", "err", cerr)
+	}
+	cancel()
 	stopBG()
 	wg.Wait()
 	a.log.Info("event process stopped")
 	return err
 }
+
+// outcomeDrain bounds how long shutdown waits for queued outcome records.
+const outcomeDrain = 5 * time.Second
 
 func (a *App) closeClients() {
 	if a.kafka != nil {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/outcome"
+	"github.com/delayq/delayq/internal/record"
 )
 
 // Config is the event binary's configuration.
@@ -36,6 +38,18 @@ type Config struct {
 	// PoisonGrace is how long a task Kafka refuses for good keeps being
 	// fired again before it is made dead.
 	PoisonGrace time.Duration
+	// Scheduler runs the schedule scheduler's campaign in this process
+	// (one leader among the event processes materializes every
+	// schedule's ticks SchedulerLookahead ahead, a pass every
+	// SchedulerInterval).
+	Scheduler          bool
+	SchedulerLookahead time.Duration
+	SchedulerInterval  time.Duration
+	// OutcomesTopic (DQ_OUTCOMES_TOPIC, default dq.outcomes; "none" or ""
+	// disables)
+	// receives a "dead" outcome record for every task made dead at fire
+	// time, best effort (created by KafkaAutoCreate).
+	OutcomesTopic string
 }
 
 // bind registers every setting on b.
@@ -55,6 +69,10 @@ func (c *Config) bind(b *config.Binder) {
 	b.Int(&c.Partitions, "partitions", "DQ_PARTITIONS", 8, "partitions of topics created by kafka-auto-create")
 	b.Int(&c.Replication, "replication", "DQ_REPLICATION", 1, "replication factor of topics created by kafka-auto-create")
 	b.Duration(&c.PoisonGrace, "fire-poison-grace", "DQ_FIRE_POISON_GRACE", 30*time.Second, "how long a task Kafka refuses for good (missing topic, record too large, ...) is fired again before it is made dead")
+	b.Bool(&c.Scheduler, "scheduler", "DQ_SCHEDULER", true, "campaign for the schedule scheduler (periodic tasks): its leader materializes the ticks of every schedule")
+	b.Duration(&c.SchedulerLookahead, "scheduler-lookahead", "DQ_SCHEDULER_LOOKAHEAD", 5*time.Second, "how far ahead of their time schedule ticks become tasks; an outage of the scheduler longer than this misses ticks (see the schedules' catchup)")
+	b.Duration(&c.SchedulerInterval, "scheduler-interval", "DQ_SCHEDULER_INTERVAL", 500*time.Millisecond, "time between two passes of the scheduler leader (a schedule change starts one at once)")
+	b.String(&c.OutcomesTopic, "outcomes-topic", "DQ_OUTCOMES_TOPIC", record.DefaultOutcomesTopic, `topic of outcome records: a "dead" record for every task made dead at fire time, best effort; none (or "") disables`)
 	b.Duration(&c.KafkaBatchWait, "kafka-batch-timeout", "DQ_KAFKA_BATCH_TIMEOUT", time.Millisecond, "kafka-go BatchTimeout: how long a partition batch waits to fill")
 	b.Duration(&c.KafkaTimeout, "kafka-write-timeout", "DQ_KAFKA_WRITE_TIMEOUT", 5*time.Second, "timeout of one Kafka produce request")
 }
@@ -134,6 +152,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replication %d: between 1 and 32", c.Replication)
 	case c.PoisonGrace < time.Millisecond || c.PoisonGrace > 24*time.Hour:
 		return fmt.Errorf("fire-poison-grace %s: between 1ms and 24h", c.PoisonGrace)
+	case outcome.ValidateTopic(c.OutcomesTopic) != nil:
+		return outcome.ValidateTopic(c.OutcomesTopic)
+	case c.SchedulerInterval < 10*time.Millisecond || c.SchedulerInterval > time.Minute:
+		return fmt.Errorf("scheduler-interval %s: between 10ms and 1m", c.SchedulerInterval)
+	case c.SchedulerLookahead <= c.SchedulerInterval || c.SchedulerLookahead > time.Hour:
+		return fmt.Errorf("scheduler-lookahead %s: longer than scheduler-interval %s, at most 1h", c.SchedulerLookahead, c.SchedulerInterval)
 	}
 	return nil
 }

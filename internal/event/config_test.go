@@ -64,11 +64,30 @@ func TestConfigValidateRefusesBadValues(t *testing.T) {
 		"partitions zero":    func(c *Config) { c.Partitions = 0 },
 		"replication zero":   func(c *Config) { c.Replication = 0 },
 		"poison grace zero":  func(c *Config) { c.PoisonGrace = 0 },
+		"sched interval 0":   func(c *Config) { c.SchedulerInterval = 0 },
+		"sched lookahead":    func(c *Config) { c.SchedulerLookahead = c.SchedulerInterval },
 	} {
 		c := DefaultConfig()
 		mod(&c)
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+func TestConfigScheduler(t *testing.T) {
+	d := DefaultConfig()
+	if !d.Scheduler || d.SchedulerLookahead != 5*time.Second || d.SchedulerInterval != 500*time.Millisecond {
+		t.Errorf("scheduler defaults: on %v lookahead %v interval %v", d.Scheduler, d.SchedulerLookahead, d.SchedulerInterval)
+	}
+	env := map[string]string{"DQ_SCHEDULER": "false", "DQ_SCHEDULER_LOOKAHEAD": "2s", "DQ_SCHEDULER_INTERVAL": "100ms"}
+	c, _, err := ParseConfig(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || c.Scheduler || c.SchedulerLookahead != 2*time.Second || c.SchedulerInterval != 100*time.Millisecond {
+		t.Errorf("%v: on %v lookahead %v interval %v, %v", env, c.Scheduler, c.SchedulerLookahead, c.SchedulerInterval, err)
+	}
+	c = DefaultConfig()
+	c.SchedulerLookahead = 400 * time.Millisecond
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "scheduler-lookahead") {
+		t.Errorf("lookahead below the interval: %v, want an error naming scheduler-lookahead", err)
 	}
 }

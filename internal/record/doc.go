@@ -2,7 +2,8 @@
 // names, the encoding of a fired task's record and of its dead-letter
 // copies (Encode, EncodeDead, DeadLetter), the size a task's record will
 // have (Size, which the daemon checks at submit), and the parsing and
-// checking of a consumed record's headers (Parse).
+// checking of a consumed record's headers (Parse), and the outcome records
+// of the outcomes topic (EncodeOutcome, ParseOutcome; outcome.go).
 //
 // The event process (package fire) writes records with Encode and
 // EncodeDead; the worker reads them with Parse and dead-letters what it

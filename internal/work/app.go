@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -16,6 +17,7 @@ import (
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/kafkatopic"
+	"github.com/delayq/delayq/internal/outcome"
 	"github.com/delayq/delayq/internal/pause"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/worker"
@@ -37,6 +39,11 @@ type App struct {
 	// (creating them with DQ_KAFKA_AUTO_CREATE): while one is missing the
 	// process is not ready.
 	topics *kafkatopic.TopicCheck
+	// outcomes publishes the worker's outcome records (nil: disabled)
+	outcomes *outcome.Publisher
+	// hooks calls the outcome hooks (nil: none configured); not part of
+	// /readyz, see hooks.go
+	hooks *Hooks
 }
 
 // Run is the work binary: parse args and environment, build, run until ctx
@@ -85,12 +92,28 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 		wl = lim
 	}
+	var pub *outcome.Publisher
 	fail := func(err error) (*App, error) {
+		_ = pub.Close(ctx) // nil-safe
 		if lim != nil {
 			lim.Close()
 		}
 		rdb.Close()
 		return nil, err
+	}
+	pub, err = outcome.New(ctx, outcome.Config{
+		Brokers:     cfg.Brokers,
+		Topic:       cfg.OutcomesTopic,
+		Conn:        kc,
+		ClientID:    "delayq-work",
+		Create:      cfg.AutoCreate,
+		Partitions:  cfg.Partitions,
+		Replication: cfg.Replication,
+		Log:         log,
+		Registerer:  reg,
+	})
+	if err != nil {
+		return fail(err)
 	}
 	id := registry.DefaultID() // the worker's instance and the registry's process id
 	var pw *pause.Watcher
@@ -127,6 +150,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		KafkaSASL:         kc.SASL,
 		Logger:            log,
 		Registerer:        reg,
+		OnOutcome:         onOutcome(pub, cfg.OutcomesAttempts), // outcomes.go
 	})
 	if err != nil {
 		return fail(err)
@@ -150,6 +174,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return fail(fmt.Errorf("type %q: %w", typ, err))
 		}
 		w.Handle(typ, h.Handle)
+	}
+	hooks, err := newAppHooks(cfg, kc, client, reg, log)
+	if err != nil {
+		return fail(err)
 	}
 	topics := kafkatopic.NewTopicCheck(kafkatopic.TopicCheckConfig{
 		Brokers:     cfg.Brokers,
@@ -178,7 +206,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return fail(err)
 		}
 	}
-	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim, pause: pw, procs: procs, topics: topics}, nil
+	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim, pause: pw, procs: procs, topics: topics,
+		outcomes: pub, hooks: hooks}, nil
 }
 
 // topicsReady is the Kafka topics' part of /readyz: a missing topic (or
@@ -203,6 +232,9 @@ func jitter(j float64) float64 {
 	return j
 }
 
+// outcomeDrain bounds how long shutdown waits for queued outcome records.
+const outcomeDrain = 5 * time.Second
+
 // Addr is the admin HTTP server's bound address.
 func (a *App) Addr() string { return a.srv.Addr() }
 
@@ -212,7 +244,11 @@ func (a *App) Addr() string { return a.srv.Addr() }
 // Shutdown order: the worker stops fetching, waits for running handlers up
 // to DQ_SHUTDOWN_TIMEOUT (then cancels them; their records stay
 // uncommitted), commits finished offsets and closes its Kafka reader and
-// writer; the admin server drains; then the webhooks' idle connections and,
+// writer; meanwhile the hooks consumer stops fetching, lets hook requests
+// in flight finish (up to DQ_SHUTDOWN_TIMEOUT), commits the outcomes it
+// finished and leaves its group; the admin server drains; the outcome
+// publisher writes what is queued (for at most 5s or DQ_SHUTDOWN_TIMEOUT; the rest is dropped and
+// counted); then the webhooks' idle connections and,
 // last, the etcd client (rate-limit rules, pause state, the process
 // registration, deleted when ctx ends) and the Redis client are closed.
 func (a *App) Run(ctx context.Context) error {
@@ -229,6 +265,9 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error { return a.procs.Run(gctx) }) // unregisters at the end
 	}
 	g.Go(func() error { return a.topics.Run(gctx) })
+	if a.hooks != nil {
+		g.Go(func() error { return a.hooks.Run(gctx) }) // commits what it called, leaves its group
+	}
 	g.Go(func() error {
 		if err := a.srv.Run(gctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
@@ -236,6 +275,12 @@ func (a *App) Run(ctx context.Context) error {
 		return nil
 	})
 	err := g.Wait()
+	// the worker stopped: no outcome comes any more
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(a.cfg.ShutdownGrace, outcomeDrain))
+	if cerr := a.outcomes.Close(octx); cerr != nil {
+		a.log.Warn("close outcome publisher", "err", cerr)
+	}
+	cancel()
 	a.client.CloseIdleConnections()
 	if a.limits != nil {
 		if cerr := a.limits.Close(); cerr != nil {

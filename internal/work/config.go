@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/outcome"
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/worker"
 )
@@ -41,9 +43,20 @@ type Config struct {
 	Partitions     int           // DQ_PARTITIONS: of topics AutoCreate creates
 	Replication    int           // DQ_REPLICATION: of topics AutoCreate creates
 	MaxTypes       int           // DQ_METRICS_MAX_TYPES: task types with a metric label of their own
+	// OutcomesTopic (DQ_OUTCOMES_TOPIC, default dq.outcomes; "none" or ""
+	// disables)
+	// receives an outcome record for every succeeded and dead task, and
+	// with OutcomesAttempts (DQ_OUTCOMES_ATTEMPTS) for every failed
+	// attempt that will be retried: best effort (see internal/outcome).
+	OutcomesTopic    string
+	OutcomesAttempts bool
 
 	// Webhooks are the per-type webhooks read from WorkConfig by Load.
 	Webhooks map[string]HookConfig
+	// Hooks are the per-type outcome hooks read from WorkConfig by Load
+	// (key OutcomeHooksDefault: every type without its own); see
+	// hookconfig.go.
+	Hooks map[string]OutcomeHooks
 	// WebhookTLS (DQ_WEBHOOK_TLS_CA, _CERT, _KEY): a private CA trusted
 	// besides the system's roots, and a client certificate; see WebhookTLS.
 	WebhookTLS config.TLSFiles
@@ -66,7 +79,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.String(&c.DeadTopic, "dead-topic", "DQ_DEAD_TOPIC", "dq.dead", "Kafka topic for dead letters (must exist)")
 	b.Int(&c.Concurrency, "concurrency", "DQ_WORK_CONCURRENCY", 16, "handlers running at once")
 	b.String(&c.WebhookURL, "webhook-url", "DQ_WEBHOOK_URL", "", "webhook for every task type without its own")
-	b.String(&c.WorkConfig, "work-config", "DQ_WORK_CONFIG", "", `JSON file with per-type webhooks: {"webhooks": {"<type>": {"url": "...", "timeout": "5s"}}}`)
+	b.String(&c.WorkConfig, "work-config", "DQ_WORK_CONFIG", "", `JSON file with per-type webhooks and outcome hooks: {"webhooks": {"<type>": {"url": "...", "timeout": "5s"}}, "hooks": {"<type>" or "*": {"on_success": "...", "on_failure": "...", "timeout": "10s", "max_age": "1h"}}}`)
 	b.Secret(&c.WebhookSecret, "webhook-secret", "DQ_WEBHOOK_SECRET", "", "signs webhook requests (Standard Webhooks webhook-signature); raw or whsec_<base64>")
 	b.TLS(&c.WebhookTLS, "webhook", "DQ_WEBHOOK", "webhook servers", false, false)
 	// For webhooks the CA is added to the system's roots (Binder.TLS says "that CA alone").
@@ -85,6 +98,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Bool(&c.AutoCreate, "kafka-auto-create", "DQ_KAFKA_AUTO_CREATE", false, "create missing topics (DQ_TOPICS and the dead topic) at start with DQ_PARTITIONS and DQ_REPLICATION")
 	b.Int(&c.Partitions, "partitions", "DQ_PARTITIONS", 8, "partitions of topics created by kafka-auto-create")
 	b.Int(&c.Replication, "replication", "DQ_REPLICATION", 1, "replication factor of topics created by kafka-auto-create")
+	b.String(&c.OutcomesTopic, "outcomes-topic", "DQ_OUTCOMES_TOPIC", record.DefaultOutcomesTopic, `topic of outcome records (succeeded, dead; failed attempts with outcomes-attempts), published best effort; none (or "") disables (created by kafka-auto-create)`)
+	b.Bool(&c.OutcomesAttempts, "outcomes-attempts", "DQ_OUTCOMES_ATTEMPTS", false, "publish a \"failed\" outcome record for every failed attempt that will be retried, too")
 }
 
 // ErrNoHandlers is returned when neither a default nor a per-type webhook
@@ -108,12 +123,12 @@ func (c *Config) Load() error {
 		if err != nil {
 			return fmt.Errorf("work config: %w", err)
 		}
-		hooks, err := parseWorkConfig(f)
+		webhooks, hooks, err := parseWorkConfig(f)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("work config %s: %w", c.WorkConfig, err)
 		}
-		c.Webhooks = hooks
+		c.Webhooks, c.Hooks = webhooks, hooks
 	}
 	return c.Validate()
 }
@@ -158,6 +173,9 @@ func (c *Config) Validate() error {
 	case c.WebhookURL == "" && len(c.Webhooks) == 0:
 		return ErrNoHandlers
 	}
+	if err := outcome.ValidateTopic(c.OutcomesTopic); err != nil {
+		return err
+	}
 	if _, err := WebhookTLS(c.WebhookTLS); err != nil {
 		return err
 	}
@@ -171,44 +189,50 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("work config: type %q: %w", typ, err)
 		}
 	}
-	return nil
+	return validateHooks(c.Hooks, c.OutcomesTopic)
 }
 
-// parseWorkConfig reads the per-type webhook file. Unknown fields are an
-// error (a typo must not silently drop a webhook).
-func parseWorkConfig(r io.Reader) (map[string]HookConfig, error) {
+// parseWorkConfig reads the per-type webhook file: webhooks and outcome
+// hooks (see parseHooks). Unknown fields are an error (a typo must not
+// silently drop a webhook).
+func parseWorkConfig(r io.Reader) (map[string]HookConfig, map[string]OutcomeHooks, error) {
 	data, err := io.ReadAll(io.LimitReader(r, 1<<20))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var file struct {
 		Webhooks map[string]struct {
 			URL     string `json:"url"`
 			Timeout string `json:"timeout"`
 		} `json:"webhooks"`
+		Hooks json.RawMessage `json:"hooks"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&file); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	hooks, err := parseHooks(file.Hooks)
+	if err != nil {
+		return nil, nil, err
 	}
 	out := make(map[string]HookConfig, len(file.Webhooks))
 	for typ, h := range file.Webhooks {
 		if typ == "" {
-			return nil, errors.New("webhook with an empty task type")
+			return nil, nil, errors.New("webhook with an empty task type")
 		}
 		if h.URL == "" {
-			return nil, fmt.Errorf("type %q: url is required", typ)
+			return nil, nil, fmt.Errorf("type %q: url is required", typ)
 		}
 		hc := HookConfig{URL: h.URL}
 		if h.Timeout != "" {
 			d, err := time.ParseDuration(h.Timeout)
 			if err != nil || d <= 0 {
-				return nil, fmt.Errorf("type %q: timeout %q: a positive duration such as \"5s\"", typ, h.Timeout)
+				return nil, nil, fmt.Errorf("type %q: timeout %q: a positive duration such as \"5s\"", typ, h.Timeout)
 			}
 			hc.Timeout = d
 		}
 		out[typ] = hc
 	}
-	return out, nil
+	return out, hooks, nil
 }

@@ -111,7 +111,7 @@ func TestWorkConfigFile(t *testing.T) {
 		{`{"webhooks": {"a": {}}}`, "url is required"},
 		{`{"webhooks": {"a": {"url": "mailto:x@y"}}}`, `type "a"`},
 		{`{"webhooks": `, "unexpected EOF"},
-		{`{"hooks": {}}`, "unknown field"},
+		{`{"hookz": {}}`, "unknown field"},
 		{`{"webhooks": {}}`, "no handlers"},
 	} {
 		_, err := parse(t, nil, map[string]string{"DQ_WORK_CONFIG": write(bad.file)})

@@ -2,7 +2,7 @@
 // web application, embedded in the daemon binary and served at /ui/, that
 // shows and steers a running system through the daemon's own /v1 API —
 // shards and their leaders, processes, the journal, task search and
-// detail, dead letters, rate limits and paused types.
+// detail, dead letters, rate limits, paused types and schedules.
 //
 // The assets (assets/index.html, app.js, app.css, favicon.svg) are plain
 // HTML, CSS and modern JavaScript: no framework, no build step, nothing

@@ -77,9 +77,18 @@ type Config struct {
 	// in grace it is parked (back in the due set a little later) instead of
 	// holding its shard back.
 	PoisonGrace time.Duration
-	Metrics     *Metrics
-	Log         *slog.Logger
-	Hooks       *Hooks
+	// Outcomes, when set, receives a "dead" outcome record for every task
+	// made dead at fire time, once SettlePoison stored it (best effort: it
+	// must not block; *outcome.Publisher, nil-safe, is one).
+	Outcomes OutcomePublisher
+	Metrics  *Metrics
+	Log      *slog.Logger
+	Hooks    *Hooks
+}
+
+// OutcomePublisher takes outcome records without blocking.
+type OutcomePublisher interface {
+	Publish(o record.OutcomeRecord) bool
 }
 
 // Poller fires the due tasks of one led shard.
@@ -559,6 +568,7 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 					m.DeadAtFire.WithLabelValues(classes[j]).Inc()
 				}
 				deadMsgs = append(deadMsgs, record.EncodeDead(t, p.cfg.DeadTopic, firedAt, poison[j].Reason))
+				p.publishDead(t, poison[j].Reason)
 			}
 			p.poison.forget(redisstore.Fired{ID: t.ID, Gen: t.Gen})
 		}
@@ -599,6 +609,24 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 		p.notifyDead(sctx, deadMsgs)
 	}
 	return r
+}
+
+// publishDead hands the "dead" outcome record of t, made dead at fire
+// time for reason, to Config.Outcomes.
+func (p *Poller) publishDead(t *task.Task, reason string) {
+	if p.cfg.Outcomes == nil {
+		return
+	}
+	var hs map[string]string
+	if len(t.Headers) > 0 {
+		hs = t.Headers
+	}
+	p.cfg.Outcomes.Publish(record.OutcomeRecord{
+		ID: t.ID, Type: t.Type, Outcome: record.OutcomeDead,
+		Attempt: max(t.Attempt, 1), MaxAttempts: t.Attempts(),
+		Error: reason, DueAt: t.DueAt, FinishedAt: time.Now().UTC(),
+		Shard: p.cfg.Shard, Headers: hs,
+	})
 }
 
 // topicExister is what a Producer may offer to check a topic without its

@@ -1075,9 +1075,96 @@
     return { refresh };
   }
 
+  // --------------------------------------------------------- schedules
+
+  const SCHEDULE_TEMPLATE = { cron: '0 30 9 * * MON-FRI', timezone: 'Europe/Berlin', task: { type: 'report.build', payload: { scope: 'day' } }, catchup: 'last' };
+
+  function schedulesPage(view, _arg, gen) {
+    const err = el('p', { id: 'schedules-error', class: 'error', testid: 'schedules-error' });
+    const result = el('p', { id: 'schedules-result', class: 'result', testid: 'schedules-result' });
+    const list = table('schedules-table', ['Schedule', 'Cron', 'Time zone', 'Task type', 'State', 'Next tick', 'Last tick', ''], 'schedules-table');
+    const id = el('input', { id: 'schedule-id', placeholder: 'schedule id', spellcheck: 'false' });
+    const spec = el('textarea', { id: 'schedule-spec', spellcheck: 'false', rows: '9' });
+    spec.value = JSON.stringify(SCHEDULE_TEMPLATE, null, 2);
+    const save = el('button', { type: 'submit', id: 'schedule-save', class: 'primary', text: 'Save schedule' });
+    const editErr = el('pre', { id: 'schedule-error', class: 'error', testid: 'schedule-error' });
+    const form = el('form', { id: 'schedule-form', class: 'panel' },
+      el('h3', { text: 'Create or replace a schedule' }),
+      el('div', { class: 'filters' }, el('label', null, 'Id', id)),
+      spec,
+      el('div', { class: 'row' }, save),
+      editErr,
+      el('p', { class: 'note', text: 'The spec is sent as written (PUT /v1/schedules/{id}) and replaces the whole schedule; the daemon validates it and its error is shown verbatim.' }));
+    add(view, [
+      el('h2', { text: 'Schedules' }), err, result,
+      el('p', { class: 'note', text: 'Each tick of a schedule becomes one task with the id <schedule>@<tick in unix ms>, materialized ahead of time by the scheduler in the event processes. A paused schedule shows the ticks it would fire; ticks that pass while it is paused are not caught up.' }),
+      list.table, form,
+    ]);
+
+    const act = async (fn) => {
+      err.textContent = ''; result.textContent = ''; editErr.textContent = '';
+      try { result.textContent = await fn(); } catch (e) { showError(err, e); }
+      invalidate(list.body);
+      await refresh().catch(() => {});
+    };
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const s = id.value.trim();
+      if (!s) { editErr.textContent = 'id: must not be empty'; return; }
+      err.textContent = ''; result.textContent = ''; editErr.textContent = '';
+      (async () => {
+        try {
+          const r = await api('PUT', '/v1/schedules/' + seg(s), spec.value);
+          result.textContent = `${r.created ? 'created' : 'replaced'} ${r.id}: next tick ${r.next && r.next.length ? fmtTime(r.next[0]) : 'none'}`;
+        } catch (e) { showError(editErr, e); }
+        invalidate(list.body);
+        await refresh().catch(() => {});
+      })();
+    });
+
+    const load = latestLoad(err, gen);
+    async function refresh() {
+      const data = await load(() => api('GET', '/v1/schedules'));
+      if (data === undefined) return;
+      const ss = data.schedules || [];
+      render(list.body, ss, () => (ss.length ? ss.map((s) => {
+        const state = s.paused ? 'paused' : (s.next && s.next.length) || s.next_error ? 'running' : 'ended';
+        const toggle = el('button', { type: 'button', testid: s.paused ? 'schedule-resume' : 'schedule-pause', text: s.paused ? 'Resume' : 'Pause' });
+        toggle.dataset.id = s.id;
+        toggle.addEventListener('click', () => act(async () => {
+          const r = await api('POST', '/v1/schedules/' + seg(s.id) + (s.paused ? '/resume' : '/pause'));
+          return `${r.id} is ${r.paused ? 'paused' : 'running'}${r.changed ? '' : ' (unchanged)'}`;
+        }));
+        const editBtn = el('button', { type: 'button', testid: 'schedule-edit', text: 'Edit' });
+        editBtn.dataset.id = s.id;
+        editBtn.addEventListener('click', () => {
+          const sp = { cron: s.cron, timezone: s.timezone, task: s.task, paused: s.paused, catchup: s.catchup };
+          if (s.start_at) sp.start_at = s.start_at;
+          if (s.end_at) sp.end_at = s.end_at;
+          id.value = s.id; spec.value = JSON.stringify(sp, null, 2); editErr.textContent = ''; spec.focus();
+        });
+        const del = armed(el('button', { type: 'button', class: 'danger', testid: 'schedule-delete', text: 'Delete' }),
+          () => act(async () => { await api('DELETE', '/v1/schedules/' + seg(s.id)); return `deleted ${s.id}`; }));
+        del.dataset.id = s.id;
+        const next = s.next && s.next.length ? timeCell(s.next[0]) : cell(s.next_error ? 'unknown: ' + s.next_error : '–');
+        if (s.next && s.next.length) next.title = s.next.join('\n');
+        return el('tr', { testid: 'schedule-row', dataset: { id: String(s.id), paused: String(!!s.paused) } },
+          el('td', { class: 'id' }, s.id),
+          el('td', { class: 'mono' }, s.cron),
+          cell(s.timezone),
+          el('td', { class: 'id', testid: 'schedule-type' }, (s.task && s.task.type) || ''),
+          el('td', { testid: 'schedule-state' }, badge(state)),
+          next,
+          s.last_tick ? el('td', { title: s.last_task_id || '' }, fmtTime(s.last_tick), el('div', { class: 'muted', text: s.last_task_id || '' })) : cell('–'),
+          el('td', null, toggle, ' ', editBtn, ' ', del));
+      }) : emptyRow(8, 'no schedule yet: create one below, with dq schedules set or PUT /v1/schedules/{id}')));
+    }
+    return { refresh };
+  }
+
   // -------------------------------------------------------------- start
 
-  const pages = { overview: overviewPage, tasks: tasksPage, task: taskPage, dead: deadPage, limits: limitsPage, types: typesPage };
+  const pages = { overview: overviewPage, tasks: tasksPage, task: taskPage, dead: deadPage, limits: limitsPage, types: typesPage, schedules: schedulesPage };
 
   function start() {
     $('login-form').addEventListener('submit', async (ev) => {

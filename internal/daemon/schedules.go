@@ -1,0 +1,300 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/record"
+	"github.com/delayq/delayq/internal/schedule"
+)
+
+// The schedule endpoints (periodic tasks, package schedule):
+//
+//	PUT    /v1/schedules/{id}         create (201) or replace (200) a schedule
+//	GET    /v1/schedules              every schedule, sorted by id
+//	GET    /v1/schedules/{id}         one schedule
+//	DELETE /v1/schedules/{id}         remove it (its waiting ticks are cancelled by the scheduler)
+//	POST   /v1/schedules/{id}/pause   stop materializing ticks (idempotent)
+//	POST   /v1/schedules/{id}/resume  start again (idempotent)
+//
+// Schedules live in etcd: without DQ_ETCD_ENDPOINTS, or while etcd does
+// not answer, these endpoints answer 503. The scheduler inside the event
+// processes follows the changes live. Every answer about a schedule is its
+// view: the stored schedule with the effective time zone and catch-up
+// policy, the next NextTicks ticks (also while paused: the ticks it would
+// fire) and the last tick that fired.
+
+// codeInvalidSchedule is the 422 answer for a spec field or schedule id
+// with a wrong value; the message starts with the field's name
+// ("cron: ...", "task.type: ...").
+const codeInvalidSchedule = "invalid_schedule"
+
+// nextTicks is how many upcoming ticks a view lists.
+const nextTicks = 5
+
+func invalidSchedule(msg string) *wire.Error {
+	return &wire.Error{Status: http.StatusUnprocessableEntity, Code: codeInvalidSchedule, Message: msg}
+}
+
+// scheduleView is a schedule as the API answers it. Its own paused,
+// timezone and catchup fields hide the spec's (which are omitted when
+// they hold the default), so the view always shows the effective values.
+type scheduleView struct {
+	schedule.Schedule
+	Timezone   string   `json:"timezone"`
+	Catchup    string   `json:"catchup"`
+	Paused     bool     `json:"paused"`
+	Next       []string `json:"next"`
+	NextError  string   `json:"next_error,omitempty"`
+	LastTick   *string  `json:"last_tick"`
+	LastTaskID *string  `json:"last_task_id"`
+	// Created is set on the answer of PUT, Changed on pause and resume.
+	Created *bool `json:"created,omitempty"`
+	Changed *bool `json:"changed,omitempty"`
+}
+
+// view builds the view of sch with its scheduler state st (ok: there is
+// one) at now.
+func (a *App) view(sch schedule.Schedule, st schedule.State, ok bool, now time.Time) *scheduleView {
+	v := &scheduleView{Schedule: sch, Timezone: sch.Timezone, Catchup: string(sch.EffectiveCatchup()),
+		Paused: sch.Paused, Next: []string{}}
+	if v.Timezone == "" {
+		v.Timezone = "UTC"
+	}
+	c, err := schedule.Compile(sch.Spec)
+	if err != nil {
+		// Stored by a daemon that accepted it (a newer zone database, an
+		// older rule): the schedule is still shown, with why its ticks
+		// cannot be computed here.
+		v.NextError = err.Error()
+		a.log.Warn("stored schedule does not compile", "schedule", sch.ID, "error", err)
+		return v
+	}
+	loc := c.Location()
+	for _, t := range c.NextN(now, nextTicks) {
+		v.Next = append(v.Next, t.In(loc).Format(wire.TimeLayout))
+	}
+	if ok {
+		if t, fired := st.LastFired(now); fired {
+			s, id := t.In(loc).Format(wire.TimeLayout), schedule.TaskID(sch.ID, t)
+			v.LastTick, v.LastTaskID = &s, &id
+		}
+	}
+	return v
+}
+
+// scheduleStore returns the schedule store, or the 503 answer without etcd.
+func (a *App) scheduleStore() (*schedule.Store, *wire.Error) {
+	cli, e := a.etcdFor("schedules")
+	if e != nil {
+		return nil, e
+	}
+	return schedule.NewStore(cli, a.cfg.Namespace), nil
+}
+
+// pathScheduleID reads and checks the {id} path value (422 like a bad
+// task id in a task's path).
+func pathScheduleID(c *call) (string, *wire.Error) {
+	id := c.PathValue("id")
+	if err := schedule.ValidateID(id); err != nil {
+		return "", scheduleError(id, err)
+	}
+	return id, nil
+}
+
+// scheduleError maps an error of package schedule to the answer: bad
+// input is 4xx naming the field; anything else is etcd's and 503, never
+// bad input.
+func scheduleError(id string, err error) *wire.Error {
+	var fe *schedule.FieldError
+	switch {
+	case errors.As(err, &fe):
+		return invalidSchedule(wire.Truncate(fe.Error(), 300))
+	case errors.Is(err, schedule.ErrSyntax):
+		return wire.InvalidJSON(wire.Truncate(err.Error(), 300))
+	case errors.Is(err, schedule.ErrUnknownField):
+		return &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeUnknownField, Message: wire.Truncate(err.Error(), 300)}
+	case errors.Is(err, schedule.ErrNotFound):
+		return wire.NotFound("schedule " + id + " not found")
+	}
+	return etcdError(err)
+}
+
+func (a *App) handlePutSchedule(c *call) (int, any, *wire.Error) {
+	id, e := pathScheduleID(c)
+	if e != nil {
+		return 0, nil, e
+	}
+	var buf bytes.Buffer
+	body, e := c.body(a.cfg.MaxBody, &buf)
+	if e != nil {
+		return 0, nil, e
+	}
+	spec, err := schedule.DecodeSpec(body)
+	if err != nil {
+		return 0, nil, scheduleError(id, err)
+	}
+	if e := a.checkTemplateSize(id, spec); e != nil {
+		return 0, nil, e
+	}
+	st, e := a.scheduleStore()
+	if e != nil {
+		return 0, nil, e
+	}
+	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
+	defer cancel()
+	sch, created, err := st.Put(ctx, id, spec)
+	if err != nil {
+		return 0, nil, scheduleError(id, err)
+	}
+	state, ok, err := st.State(ctx, id)
+	if err != nil {
+		// The schedule is stored; only its last tick is unknown now.
+		a.log.Warn("read schedule state", "schedule", id, "error", err)
+		ok = false
+	}
+	a.log.Info("schedule stored", "schedule", id, "created", created, "cron", sch.Cron, "timezone", sch.Timezone, "type", sch.Task.Type, "paused", sch.Paused)
+	v := a.view(sch, state, ok, a.now())
+	v.Created = &created
+	if created {
+		return http.StatusCreated, v, nil
+	}
+	return http.StatusOK, v, nil
+}
+
+// checkTemplateSize refuses a schedule whose ticks' Kafka records would be
+// larger than DQ_MAX_RECORD_BYTES (as POST /v1/tasks refuses such a task):
+// every tick would be refused by the broker at its fire.
+func (a *App) checkTemplateSize(id string, spec schedule.Spec) *wire.Error {
+	c, err := schedule.Compile(spec)
+	if err != nil {
+		return scheduleError(id, err)
+	}
+	t := c.Task(id, time.UnixMilli(1<<45)) // a tick id of the longest length before 3084
+	n := record.Size(t)
+	if int64(n) <= a.cfg.MaxRecordBytes {
+		return nil
+	}
+	return &wire.Error{Status: http.StatusRequestEntityTooLarge, Code: wire.CodeRecordTooLarge,
+		Message: fmt.Sprintf("task: each tick's Kafka record would be %d bytes (payload %d), over the limit of %d bytes (DQ_MAX_RECORD_BYTES)",
+			n, len(t.Payload), a.cfg.MaxRecordBytes)}
+}
+
+func (a *App) handleListSchedules(c *call) (int, any, *wire.Error) {
+	if _, e := query(c); e != nil {
+		return 0, nil, e
+	}
+	st, e := a.scheduleStore()
+	if e != nil {
+		return 0, nil, e
+	}
+	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
+	defer cancel()
+	// One linearizable read of the schedules and their states.
+	schs, states, bad, err := st.Load(ctx)
+	if err != nil {
+		return 0, nil, etcdError(err)
+	}
+	if bad > 0 {
+		a.log.Warn("schedules in etcd that do not decode are left out", "count", bad, "prefix", schedule.Prefix(a.cfg.Namespace))
+	}
+	now := a.now()
+	out := make([]*scheduleView, 0, len(schs))
+	for id, sch := range schs {
+		state, ok := states[id]
+		out = append(out, a.view(sch, state, ok, now))
+	}
+	slices.SortFunc(out, func(x, y *scheduleView) int { return strings.Compare(x.ID, y.ID) })
+	return http.StatusOK, struct {
+		Schedules []*scheduleView `json:"schedules"`
+	}{out}, nil
+}
+
+func (a *App) handleGetSchedule(c *call) (int, any, *wire.Error) {
+	id, e := pathScheduleID(c)
+	if e != nil {
+		return 0, nil, e
+	}
+	st, e := a.scheduleStore()
+	if e != nil {
+		return 0, nil, e
+	}
+	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
+	defer cancel()
+	sch, err := st.Get(ctx, id)
+	if err != nil {
+		return 0, nil, scheduleError(id, err)
+	}
+	state, ok, err := st.State(ctx, id)
+	if err != nil {
+		return 0, nil, etcdError(err)
+	}
+	return http.StatusOK, a.view(sch, state, ok, a.now()), nil
+}
+
+func (a *App) handleDeleteSchedule(c *call) (int, any, *wire.Error) {
+	id, e := pathScheduleID(c)
+	if e != nil {
+		return 0, nil, e
+	}
+	st, e := a.scheduleStore()
+	if e != nil {
+		return 0, nil, e
+	}
+	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
+	defer cancel()
+	deleted, err := st.Delete(ctx, id)
+	if err != nil {
+		return 0, nil, scheduleError(id, err)
+	}
+	if !deleted {
+		return 0, nil, wire.NotFound("schedule " + id + " not found")
+	}
+	a.log.Info("schedule deleted", "schedule", id)
+	return http.StatusOK, map[string]any{"id": id, "deleted": true}, nil
+}
+
+func (a *App) handlePauseSchedule(c *call) (int, any, *wire.Error) {
+	return a.setSchedulePaused(c, true)
+}
+
+func (a *App) handleResumeSchedule(c *call) (int, any, *wire.Error) {
+	return a.setSchedulePaused(c, false)
+}
+
+// setSchedulePaused pauses or resumes the path's schedule: 200 with the
+// view either way, changed false when it was so already.
+func (a *App) setSchedulePaused(c *call, paused bool) (int, any, *wire.Error) {
+	id, e := pathScheduleID(c)
+	if e != nil {
+		return 0, nil, e
+	}
+	st, e := a.scheduleStore()
+	if e != nil {
+		return 0, nil, e
+	}
+	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
+	defer cancel()
+	sch, changed, err := st.SetPaused(ctx, id, paused)
+	if err != nil {
+		return 0, nil, scheduleError(id, err)
+	}
+	state, ok, err := st.State(ctx, id)
+	if err != nil {
+		a.log.Warn("read schedule state", "schedule", id, "error", err)
+		ok = false
+	}
+	if changed {
+		a.log.Info("schedule paused", "schedule", id, "paused", paused)
+	}
+	v := a.view(sch, state, ok, a.now())
+	v.Changed = &changed
+	return http.StatusOK, v, nil
+}

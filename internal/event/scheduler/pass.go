@@ -1,0 +1,381 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/schedule"
+	"github.com/delayq/delayq/internal/task"
+)
+
+const (
+	// maxUpcoming bounds the upcoming ticks of one schedule materialized
+	// in one pass (the next pass goes on from the last one).
+	maxUpcoming = 1000
+	// maxLookups bounds the missed ticks of one schedule whose task is
+	// looked up in one pass (a dead leader may have materialized them);
+	// later ones are taken as not materialized.
+	maxLookups = 1000
+	// maxCounted bounds how many skipped ticks of one schedule one pass
+	// counts (a long outage of a dense schedule).
+	maxCounted = 100_000
+)
+
+func newUnregisteredMetrics() *Metrics { return NewMetrics(prometheus.NewRegistry()) }
+
+// plan is what one pass does for one schedule.
+type plan struct {
+	id       string
+	c        *schedule.Compiled
+	old      schedule.State
+	had      bool
+	st       schedule.State // the state to write once the pass succeeded
+	upcoming []time.Time    // materialized ahead of time
+	caught   []time.Time    // missed, materialized by the catch-up policy
+	found    []int64        // missed, found materialized already (unix ms)
+	skipped  int            // missed, dropped
+	cancel   []int64        // pending ticks to cancel
+	// revive: the schedule changed in this pass; its ticks are written
+	// with redisstore.Submit.Revive, so that a tick an earlier change (a
+	// pause) cancelled fires again now that the spec produces it again
+	revive bool
+}
+
+// pass is one round of the leader at now: load every schedule and state,
+// cancel what changes dropped, materialize the ticks due up to now +
+// lookahead (and the missed ones the catch-up policies keep), then write
+// the changed states in one transaction fenced by fence. A Redis or etcd
+// error leaves the states as they were (the next pass does it again:
+// every step is idempotent); errFenced when the fence failed.
+func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp) error {
+	schedules, states, bad, err := s.sched.Load(ctx)
+	if err != nil {
+		return s.fail(opLoad, err)
+	}
+	s.m.Schedules.Set(float64(len(schedules)))
+	var plans []*plan
+	for _, id := range slices.Sorted(maps.Keys(schedules)) {
+		p, err := s.planSchedule(ctx, now, schedules[id], states[id], hasKey(states, id))
+		if err != nil {
+			return err
+		}
+		if p != nil {
+			plans = append(plans, p)
+		}
+	}
+	// States of deleted schedules: cancel their pending ticks, then
+	// delete them. Not while a schedule did not decode (it would look
+	// deleted).
+	var del []string
+	var cancels []string
+	if bad == 0 {
+		for _, id := range slices.Sorted(maps.Keys(states)) {
+			if _, ok := schedules[id]; ok {
+				continue
+			}
+			for _, t := range states[id].Pending {
+				cancels = append(cancels, schedule.TaskID(id, time.UnixMilli(t)))
+			}
+			del = append(del, id)
+		}
+	} else if len(states) > len(schedules) {
+		s.log.Warn("schedules that do not decode: states of deleted schedules are kept", "undecodable", bad)
+	}
+	for _, p := range plans {
+		for _, t := range p.cancel {
+			cancels = append(cancels, schedule.TaskID(p.id, time.UnixMilli(t)))
+		}
+	}
+	for _, id := range cancels {
+		if err := s.cfg.Store.Cancel(ctx, id); err != nil {
+			var se *redisstore.StateError
+			if !errors.Is(err, redisstore.ErrNotFound) && !errors.As(err, &se) {
+				return s.fail(opCancel, err)
+			}
+		}
+	}
+
+	// Materialize every schedule's ticks in one call.
+	var subs []redisstore.Submit
+	for _, p := range plans {
+		for _, t := range p.caught {
+			subs = append(subs, redisstore.Submit{Task: p.c.Task(p.id, t), Revive: p.revive})
+		}
+		for _, t := range p.upcoming {
+			subs = append(subs, redisstore.Submit{Task: p.c.Task(p.id, t), Revive: p.revive})
+		}
+	}
+	created := map[string]bool{}
+	// cancelled: ticks whose id is taken by a cancelled task (cancelled
+	// by a user, or by a change of the schedule that a pass after it did
+	// not see as a change): they do not fire
+	cancelled := map[string]bool{}
+	if len(subs) > 0 {
+		res, err := s.cfg.Store.Schedule(ctx, subs)
+		if err != nil {
+			return s.fail(opSchedule, err)
+		}
+		for _, r := range res {
+			switch {
+			case r.Outcome == redisstore.Created:
+				created[r.ID] = true
+			case r.State == task.StateCancelled:
+				cancelled[r.ID] = true
+				s.log.Debug("schedule tick was cancelled: it does not fire", "task_id", r.ID)
+			case r.Outcome == redisstore.Rejected:
+				// fired (or cancelled) already with other content: the tick
+				// is handled
+				s.log.Debug("schedule tick exists in another state", "task_id", r.ID, "state", r.State)
+			}
+		}
+	}
+
+	for _, p := range plans {
+		if len(cancelled) > 0 {
+			p.dropCancelled(cancelled)
+		}
+	}
+	put := map[string]schedule.State{}
+	for _, p := range plans {
+		if !p.had || !equalState(p.old, p.st) {
+			put[p.id] = p.st
+		}
+	}
+	if len(put) > 0 || len(del) > 0 {
+		if err := s.sched.WriteStates(ctx, fence, put, del); err != nil {
+			if errors.Is(err, schedule.ErrFenced) {
+				return errFenced
+			}
+			return s.fail(opWrite, err)
+		}
+	}
+
+	// Counted once the states are written (a failed pass is done again).
+	var mat, caught, skipped int
+	for _, p := range plans {
+		mat += len(p.found)
+		skipped += p.skipped
+		for _, t := range p.upcoming {
+			if cancelled[schedule.TaskID(p.id, t)] {
+				skipped++
+			} else {
+				mat++
+			}
+		}
+		for _, t := range p.caught {
+			switch id := schedule.TaskID(p.id, t); {
+			case created[id]:
+				caught++
+			case cancelled[id]:
+				skipped++
+			default:
+				mat++ // materialized by an earlier leader
+			}
+		}
+		if p.skipped > 0 || len(p.caught) > 0 {
+			s.log.Info("missed schedule ticks", "schedule", p.id, "catchup", p.c.Spec().EffectiveCatchup(),
+				"caught_up", len(p.caught), "found_materialized", len(p.found), "skipped", p.skipped)
+		}
+	}
+	s.m.Ticks.WithLabelValues(outcomeMaterialized).Add(float64(mat))
+	s.m.Ticks.WithLabelValues(outcomeCaughtUp).Add(float64(caught))
+	s.m.Ticks.WithLabelValues(outcomeSkipped).Add(float64(skipped))
+	return nil
+}
+
+func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
+
+// fail counts an error of op and wraps it.
+func (s *Scheduler) fail(op string, err error) error {
+	s.m.Errors.WithLabelValues(op).Inc()
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// planSchedule decides what to do for one schedule at now; nil when its
+// spec does not compile (logged once per revision; its state is kept).
+// Only the missed-tick lookups touch Redis.
+func (s *Scheduler) planSchedule(ctx context.Context, now time.Time, sch schedule.Schedule, old schedule.State, had bool) (*plan, error) {
+	c, err := schedule.Compile(sch.Spec)
+	if err != nil {
+		s.m.Errors.WithLabelValues(opCompile).Inc()
+		if s.badRev[sch.ID] != sch.Revision {
+			s.badRev[sch.ID] = sch.Revision
+			s.log.Error("schedule does not compile: skipped", "schedule", sch.ID, "revision", sch.Revision, "err", err)
+		}
+		return nil, nil
+	}
+	delete(s.badRev, sch.ID)
+	p := &plan{id: sch.ID, c: c, old: old, had: had}
+	st := schedule.State{SpecRev: old.SpecRev, Through: old.Through, Recent: slices.Clone(old.Recent)}
+	pending := slices.Clone(old.Pending)
+	// seen: the change of the schedule is new to this pass and at most a
+	// lookahead old. Its ticks since the change were not missed by an
+	// outage, only by the pass' delay: they are materialized (late by
+	// less than a lookahead), whatever the catch-up policy.
+	seen := false
+	if !had || old.SpecRev != sch.Revision {
+		// The schedule changed (or is new): ticks it no longer produces
+		// are cancelled, those it still produces are materialized again
+		// (with the new template); ticks before the change are not caught
+		// up.
+		changed := sch.UpdatedAt.UnixMilli()
+		for _, t := range old.Pending {
+			if t > changed && (sch.Paused || !produces(c, t)) {
+				p.cancel = append(p.cancel, t)
+			}
+		}
+		pending = nil
+		p.revive = true
+		st.SpecRev, st.Through = sch.Revision, changed
+		seen = now.Sub(sch.UpdatedAt) <= s.cfg.Lookahead
+		// a cancelled tick is no "last fired" tick
+		st.Recent = slices.DeleteFunc(st.Recent, func(t int64) bool { return slices.Contains(p.cancel, t) })
+	}
+	if sch.Paused {
+		st.Pending = nil
+		p.st = st
+		return p, nil
+	}
+	nowMS := now.UnixMilli()
+	through := time.UnixMilli(st.Through)
+	if through.Before(now) && !seen {
+		if err := s.planMissed(ctx, p, sch, through, now); err != nil {
+			return nil, err
+		}
+	}
+	from := through
+	if from.Before(now) && !seen {
+		from = now
+	}
+	horizon := now.Add(s.cfg.Lookahead)
+	up, more := c.Between(from, horizon, maxUpcoming)
+	p.upcoming = up
+	newThrough := horizon.UnixMilli()
+	if more {
+		newThrough = up[len(up)-1].UnixMilli()
+	}
+	handled := len(up) > 0 || len(p.caught) > 0 || len(p.found) > 0 || p.skipped > 0
+	if handled || st.SpecRev != old.SpecRev || !had {
+		st.Through = max(st.Through, newThrough)
+	}
+	// else: no tick in (Through, horizon]: Through stays, so that an
+	// idle schedule costs no write
+
+	for _, t := range pending {
+		if t > nowMS {
+			st.Pending = append(st.Pending, t)
+		}
+	}
+	for _, t := range up {
+		if t.UnixMilli() > nowMS {
+			st.Pending = append(st.Pending, t.UnixMilli())
+		}
+	}
+	slices.Sort(st.Pending)
+	st.Pending = slices.Compact(st.Pending)
+	recent := slices.Clone(p.found)
+	for _, t := range p.caught {
+		recent = append(recent, t.UnixMilli())
+	}
+	for _, t := range up {
+		recent = append(recent, t.UnixMilli())
+	}
+	st.AddRecent(recent...)
+	p.st = st
+	return p, nil
+}
+
+// dropCancelled removes the ticks whose task is cancelled from the
+// state's pending and recent ticks (they will not fire).
+func (p *plan) dropCancelled(cancelled map[string]bool) {
+	gone := func(t int64) bool { return cancelled[schedule.TaskID(p.id, time.UnixMilli(t))] }
+	p.st.Pending = slices.DeleteFunc(p.st.Pending, gone)
+	p.st.Recent = slices.DeleteFunc(p.st.Recent, gone)
+}
+
+// planMissed applies the catch-up policy to the ticks in (through, now]:
+// they were not materialized in time by any leader we know of. A tick
+// whose task exists was materialized by a leader that died before it
+// wrote its state; it counts as materialized.
+func (s *Scheduler) planMissed(ctx context.Context, p *plan, sch schedule.Schedule, through, now time.Time) error {
+	c := p.c
+	switch sch.EffectiveCatchup() {
+	case schedule.CatchupAll:
+		ticks, more := c.Between(through, now, schedule.MaxCatchup)
+		p.caught = ticks
+		if more {
+			n := countTicks(c, ticks[len(ticks)-1], now)
+			p.skipped += n
+			s.log.Warn("too many missed ticks to catch up in one pass: the rest are skipped",
+				"schedule", p.id, "caught_up", len(ticks), "skipped", n)
+		}
+		return nil
+	case schedule.CatchupLast:
+		last, ok := c.Last(through, now)
+		if !ok {
+			return nil
+		}
+		p.caught = []time.Time{last}
+		return s.skipMissed(ctx, p, through, last.Add(-time.Millisecond))
+	default: // none
+		return s.skipMissed(ctx, p, through, now)
+	}
+}
+
+// skipMissed skips the ticks in (after, through] whose task does not
+// exist; the existing ones count as materialized (and recent).
+func (s *Scheduler) skipMissed(ctx context.Context, p *plan, after, through time.Time) error {
+	if !through.After(after) {
+		return nil
+	}
+	ticks, more := p.c.Between(after, through, maxLookups)
+	for _, t := range ticks {
+		_, err := s.cfg.Store.Get(ctx, schedule.TaskID(p.id, t))
+		switch {
+		case err == nil || errors.Is(err, task.ErrCorrupt):
+			p.found = append(p.found, t.UnixMilli())
+		case errors.Is(err, redisstore.ErrNotFound):
+			p.skipped++
+		default:
+			return s.fail(opLookup, err)
+		}
+	}
+	if more {
+		p.skipped += countTicks(p.c, ticks[len(ticks)-1], through)
+	}
+	return nil
+}
+
+// countTicks counts the ticks in (after, through], at most maxCounted.
+func countTicks(c *schedule.Compiled, after, through time.Time) int {
+	n := 0
+	for n < maxCounted {
+		ticks, more := c.Between(after, through, 1000)
+		n += len(ticks)
+		if !more || len(ticks) == 0 {
+			break
+		}
+		after = ticks[len(ticks)-1]
+	}
+	return min(n, maxCounted)
+}
+
+// produces reports whether the schedule has a tick at t (unix ms).
+func produces(c *schedule.Compiled, t int64) bool {
+	at := time.UnixMilli(t)
+	n, ok := c.Next(at.Add(-time.Millisecond))
+	return ok && n.Equal(at)
+}
+
+func equalState(a, b schedule.State) bool {
+	return a.SpecRev == b.SpecRev && a.Through == b.Through &&
+		slices.Equal(a.Pending, b.Pending) && slices.Equal(a.Recent, b.Recent)
+}

@@ -1,0 +1,229 @@
+package record
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/task"
+)
+
+// Outcome records: what happened to a task, published best effort to the
+// outcomes topic (DefaultOutcomesTopic) after it was recorded in Redis.
+//
+// The record's key is the task id, its value the JSON object OutcomeRecord
+// describes, its timestamp the finish time, and its headers dq-id (the
+// task id), dq-outcome (the outcome) and dq-type (the task type), so that
+// a consumer can filter without decoding the value. Consumers must ignore JSON fields they do not
+// know: new ones may be added.
+
+// HeaderOutcome names the outcome of an outcome record (succeeded, failed,
+// dead, cancelled).
+const HeaderOutcome = "dq-outcome"
+
+// DefaultOutcomesTopic is the outcomes topic unless DQ_OUTCOMES_TOPIC says
+// otherwise.
+const DefaultOutcomesTopic = "dq.outcomes"
+
+// The outcomes. Succeeded, Dead and Cancelled are terminal (one per task
+// and generation); Failed is an attempt that failed and will be retried.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+	OutcomeDead      = "dead"
+	OutcomeCancelled = "cancelled"
+)
+
+// ValidOutcome reports whether s is one of the outcomes.
+func ValidOutcome(s string) bool {
+	switch s {
+	case OutcomeSucceeded, OutcomeFailed, OutcomeDead, OutcomeCancelled:
+		return true
+	}
+	return false
+}
+
+// OutcomeErrorMax bounds an outcome record's error (longer ones are cut),
+// and OutcomeValueMax the value ParseOutcome accepts.
+const (
+	OutcomeErrorMax = DeadReasonMax
+	OutcomeValueMax = 1 << 20
+)
+
+// OutcomeTimeLayout is how outcome records write times: RFC 3339 in UTC
+// with milliseconds, as the daemon's API does.
+const OutcomeTimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// OutcomeRecord is the value of an outcome record. JSON:
+//
+//	{"id":"order-1","type":"email.send","outcome":"dead","attempt":3,
+//	 "max_attempts":3,"error":"smtp: 550","due_at":"2026-01-02T03:04:05.678Z",
+//	 "finished_at":"2026-01-02T03:04:07.001Z","duration_ms":120,"shard":4,
+//	 "headers":{"tenant":"acme"}}
+//
+// error, due_at and headers are left out when empty; shard is -1 when not
+// known (e.g. a record fired by an older event process).
+type OutcomeRecord struct {
+	ID      string // the task id (also the Kafka key)
+	Type    string
+	Outcome string // one of the Outcome* constants
+	// Attempt is the 1-based attempt the outcome is about (the attempt
+	// that succeeded, failed or was the last; for a cancelled task the
+	// attempt it would have run next).
+	Attempt     int
+	MaxAttempts int
+	Error       string    // why it failed or died; empty otherwise
+	DueAt       time.Time // when the attempt was due; zero when not known
+	FinishedAt  time.Time // when the outcome was recorded
+	// Duration is how long the handler ran (zero when nothing ran, as for
+	// a cancelled task or one dead at fire time). Written in whole ms.
+	Duration time.Duration
+	Shard    int               // the task's shard, -1 when not known
+	Headers  map[string]string // the task's own headers; nil when none
+}
+
+type outcomeJSON struct {
+	ID          string            `json:"id"`
+	Type        string            `json:"type"`
+	Outcome     string            `json:"outcome"`
+	Attempt     int               `json:"attempt"`
+	MaxAttempts int               `json:"max_attempts"`
+	Error       string            `json:"error,omitempty"`
+	DueAt       string            `json:"due_at,omitempty"`
+	FinishedAt  string            `json:"finished_at"`
+	DurationMS  int64             `json:"duration_ms"`
+	Shard       int               `json:"shard"`
+	Headers     map[string]string `json:"headers,omitempty"`
+}
+
+func outcomeTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(OutcomeTimeLayout)
+}
+
+// EncodeOutcome is the Kafka record of o for topic: key = id, value =
+// JSON, headers dq-id, dq-outcome and dq-type, timestamp = finish time. The error
+// is cut to OutcomeErrorMax bytes (at a UTF-8 boundary).
+func EncodeOutcome(o *OutcomeRecord, topic string) kafka.Message {
+	v := outcomeJSON{
+		ID: o.ID, Type: o.Type, Outcome: o.Outcome, Attempt: o.Attempt, MaxAttempts: o.MaxAttempts,
+		Error: cutUTF8(o.Error, OutcomeErrorMax), DueAt: outcomeTime(o.DueAt), FinishedAt: outcomeTime(o.FinishedAt),
+		DurationMS: o.Duration.Milliseconds(), Shard: o.Shard, Headers: o.Headers,
+	}
+	if len(v.Headers) == 0 {
+		v.Headers = nil
+	}
+	value, err := json.Marshal(&v)
+	if err != nil {
+		// Strings and a string map always marshal (invalid UTF-8 is
+		// replaced); this cannot happen.
+		panic(fmt.Sprintf("record: marshal outcome: %v", err))
+	}
+	return kafka.Message{
+		Topic: topic,
+		Key:   []byte(o.ID),
+		Value: value,
+		Headers: []kafka.Header{
+			header(HeaderID, o.ID),
+			header(HeaderOutcome, o.Outcome),
+			header(HeaderType, o.Type),
+		},
+		Time: o.FinishedAt,
+	}
+}
+
+// cutUTF8 cuts s to at most n bytes without leaving half a UTF-8
+// sequence at the end (invalid bytes are dropped).
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// ParseOutcome reads an outcome record. The value is authoritative; the
+// key, when set, must be the id, and the dq-id, dq-outcome and dq-type
+// headers, when present, must agree with it. Unknown JSON fields are ignored
+// (newer publishers may add some). Any problem is a *HostileError.
+func ParseOutcome(m *kafka.Message) (*OutcomeRecord, error) {
+	if len(m.Value) > OutcomeValueMax {
+		return nil, hostile("outcome record of %d bytes is over the limit of %d", len(m.Value), OutcomeValueMax)
+	}
+	var v outcomeJSON
+	dec := json.NewDecoder(bytes.NewReader(m.Value))
+	if err := dec.Decode(&v); err != nil {
+		return nil, hostile("outcome value is not the expected JSON object: %s", Short(err.Error()))
+	}
+	if dec.More() {
+		return nil, hostile("outcome value has data after the JSON object")
+	}
+	if err := task.ValidateID(v.ID); err != nil {
+		return nil, hostile("bad outcome id: %v", err)
+	}
+	if v.Type == "" || len(v.Type) > task.MaxTypeLen {
+		return nil, hostile("missing or bad outcome type")
+	}
+	if !ValidOutcome(v.Outcome) {
+		return nil, hostile("unknown outcome %q", Short(v.Outcome))
+	}
+	if v.Attempt < 0 || v.Attempt > task.MaxMaxAttempts {
+		return nil, hostile("outcome attempt %d out of range", v.Attempt)
+	}
+	if v.MaxAttempts < 0 || v.MaxAttempts > task.MaxMaxAttempts {
+		return nil, hostile("outcome max_attempts %d out of range", v.MaxAttempts)
+	}
+	if v.DurationMS < 0 {
+		return nil, hostile("outcome duration_ms %d is negative", v.DurationMS)
+	}
+	if v.Shard < -1 || v.Shard >= 1<<16 {
+		return nil, hostile("outcome shard %d out of range", v.Shard)
+	}
+	if len(v.Headers) > task.MaxHeaders {
+		return nil, hostile("outcome has %d headers", len(v.Headers))
+	}
+	o := &OutcomeRecord{
+		ID: v.ID, Type: v.Type, Outcome: v.Outcome, Attempt: v.Attempt, MaxAttempts: v.MaxAttempts,
+		Error: v.Error, Duration: time.Duration(min(v.DurationMS, int64(time.Duration(1<<63-1)/time.Millisecond))) * time.Millisecond,
+		Shard: v.Shard, Headers: v.Headers,
+	}
+	var err error
+	if v.DueAt != "" {
+		if o.DueAt, err = time.Parse(time.RFC3339Nano, v.DueAt); err != nil {
+			return nil, hostile("bad outcome due_at %q", Short(v.DueAt))
+		}
+		o.DueAt = o.DueAt.UTC()
+	}
+	if o.FinishedAt, err = time.Parse(time.RFC3339Nano, v.FinishedAt); err != nil {
+		return nil, hostile("bad outcome finished_at %q", Short(v.FinishedAt))
+	}
+	o.FinishedAt = o.FinishedAt.UTC()
+	if len(o.Headers) == 0 {
+		o.Headers = nil
+	}
+	if len(m.Key) > 0 && string(m.Key) != o.ID {
+		return nil, hostile("outcome key %q is not its id", Short(string(m.Key)))
+	}
+	for _, h := range m.Headers {
+		switch h.Key {
+		case HeaderOutcome:
+			if string(h.Value) != o.Outcome {
+				return nil, hostile("%s header %q disagrees with the value", HeaderOutcome, Short(string(h.Value)))
+			}
+		case HeaderID:
+			if string(h.Value) != o.ID {
+				return nil, hostile("%s header %q disagrees with the value", HeaderID, Short(string(h.Value)))
+			}
+		case HeaderType:
+			if string(h.Value) != o.Type {
+				return nil, hostile("%s header %q disagrees with the value", HeaderType, Short(string(h.Value)))
+			}
+		}
+	}
+	return o, nil
+}

@@ -1,0 +1,181 @@
+package record
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/segmentio/kafka-go"
+)
+
+func sampleOutcome() *OutcomeRecord {
+	return &OutcomeRecord{
+		ID: "order-1", Type: "email.send", Outcome: OutcomeDead, Attempt: 3, MaxAttempts: 3,
+		Error:      "smtp: 550",
+		DueAt:      time.UnixMilli(1767323045678).UTC(),
+		FinishedAt: time.UnixMilli(1767323047001).UTC(),
+		Duration:   120 * time.Millisecond, Shard: 4,
+		Headers: map[string]string{"tenant": "acme"},
+	}
+}
+
+func TestEncodeOutcomeWire(t *testing.T) {
+	m := EncodeOutcome(sampleOutcome(), "dq.outcomes")
+	if m.Topic != "dq.outcomes" || string(m.Key) != "order-1" || !m.Time.Equal(time.UnixMilli(1767323047001)) {
+		t.Fatalf("got topic %q key %q time %v", m.Topic, m.Key, m.Time)
+	}
+	want := `{"id":"order-1","type":"email.send","outcome":"dead","attempt":3,"max_attempts":3,` +
+		`"error":"smtp: 550","due_at":"2026-01-02T03:04:05.678Z","finished_at":"2026-01-02T03:04:07.001Z",` +
+		`"duration_ms":120,"shard":4,"headers":{"tenant":"acme"}}`
+	if string(m.Value) != want {
+		t.Errorf("value\n got %s\nwant %s", m.Value, want)
+	}
+	if !reflect.DeepEqual(m.Headers, hdrs("dq-id", "order-1", "dq-outcome", "dead", "dq-type", "email.send")) {
+		t.Errorf("headers %v", m.Headers)
+	}
+	// empty optional fields are left out; shard -1 stays
+	o := &OutcomeRecord{ID: "a", Type: "t", Outcome: OutcomeCancelled, Attempt: 1, MaxAttempts: 10,
+		FinishedAt: time.UnixMilli(0).UTC(), Shard: -1, Headers: map[string]string{}}
+	m = EncodeOutcome(o, "x")
+	want = `{"id":"a","type":"t","outcome":"cancelled","attempt":1,"max_attempts":10,` +
+		`"finished_at":"1970-01-01T00:00:00.000Z","duration_ms":0,"shard":-1}`
+	if string(m.Value) != want {
+		t.Errorf("value\n got %s\nwant %s", m.Value, want)
+	}
+}
+
+func TestOutcomeRoundTrip(t *testing.T) {
+	for _, o := range []*OutcomeRecord{
+		sampleOutcome(),
+		{ID: "x", Type: "y", Outcome: OutcomeSucceeded, Attempt: 1, MaxAttempts: 1,
+			FinishedAt: time.UnixMilli(1700000000001).UTC(), Shard: -1},
+		{ID: "sched@1700000000000", Type: "cron.job", Outcome: OutcomeFailed, Attempt: 2, MaxAttempts: 5,
+			Error: "boom", DueAt: time.UnixMilli(1700000000000).UTC(), FinishedAt: time.UnixMilli(1700000000500).UTC(),
+			Duration: 3 * time.Second, Shard: 0},
+	} {
+		m := EncodeOutcome(o, "t")
+		got, err := ParseOutcome(&m)
+		if err != nil {
+			t.Fatalf("%s: %v", m.Value, err)
+		}
+		if !reflect.DeepEqual(got, o) {
+			t.Errorf("round trip\n got %+v\nwant %+v", got, o)
+		}
+	}
+}
+
+func TestEncodeOutcomeCutsError(t *testing.T) {
+	o := sampleOutcome()
+	o.Error = strings.Repeat("é", OutcomeErrorMax) // 2 bytes each: the cut falls inside one
+	m := EncodeOutcome(o, "t")
+	got, err := ParseOutcome(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Error) > OutcomeErrorMax || len(got.Error) < OutcomeErrorMax-1 || !utf8.ValidString(got.Error) {
+		t.Errorf("error of %d bytes, valid UTF-8 %v", len(got.Error), utf8.ValidString(got.Error))
+	}
+}
+
+func TestParseOutcomeRefuses(t *testing.T) {
+	valid := func() map[string]any {
+		return map[string]any{"id": "a", "type": "t", "outcome": "succeeded", "attempt": 1, "max_attempts": 3,
+			"finished_at": "2026-01-02T03:04:05.678Z", "duration_ms": 5, "shard": 2}
+	}
+	enc := func(v map[string]any) []byte {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	with := func(k string, val any) []byte {
+		v := valid()
+		if val == nil {
+			delete(v, k)
+		} else {
+			v[k] = val
+		}
+		return enc(v)
+	}
+	cases := []struct {
+		name  string
+		m     kafka.Message
+		inErr string
+	}{
+		{"not JSON", kafka.Message{Value: []byte("nope")}, "not the expected JSON"},
+		{"array", kafka.Message{Value: []byte("[]")}, "not the expected JSON"},
+		{"trailing", kafka.Message{Value: append(enc(valid()), []byte(" {}")...)}, "data after"},
+		{"no id", kafka.Message{Value: with("id", nil)}, "bad outcome id"},
+		{"id with space", kafka.Message{Value: with("id", "a b")}, "bad outcome id"},
+		{"no type", kafka.Message{Value: with("type", nil)}, "type"},
+		{"bad outcome", kafka.Message{Value: with("outcome", "exploded")}, "unknown outcome"},
+		{"no outcome", kafka.Message{Value: with("outcome", nil)}, "unknown outcome"},
+		{"attempt", kafka.Message{Value: with("attempt", -1)}, "attempt"},
+		{"attempt type", kafka.Message{Value: with("attempt", "1")}, "not the expected JSON"},
+		{"max_attempts", kafka.Message{Value: with("max_attempts", 100000)}, "max_attempts"},
+		{"duration", kafka.Message{Value: with("duration_ms", -5)}, "duration_ms"},
+		{"shard", kafka.Message{Value: with("shard", -2)}, "shard"},
+		{"finished_at missing", kafka.Message{Value: with("finished_at", nil)}, "finished_at"},
+		{"due_at bad", kafka.Message{Value: with("due_at", "yesterday")}, "due_at"},
+		{"key", kafka.Message{Key: []byte("b"), Value: enc(valid())}, "key"},
+		{"outcome header", kafka.Message{Value: enc(valid()), Headers: hdrs("dq-outcome", "dead")}, "dq-outcome"},
+		{"type header", kafka.Message{Value: enc(valid()), Headers: hdrs("dq-type", "u")}, "dq-type"},
+		{"id header", kafka.Message{Value: enc(valid()), Headers: hdrs("dq-id", "b")}, "dq-id"},
+		{"too large", kafka.Message{Value: make([]byte, OutcomeValueMax+1)}, "over the limit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseOutcome(&c.m)
+			if !IsHostile(err) || !strings.Contains(err.Error(), c.inErr) {
+				t.Errorf("error %v, want a HostileError containing %q", err, c.inErr)
+			}
+		})
+	}
+	// unknown fields are ignored; the key and headers are optional
+	v := valid()
+	v["future_field"] = map[string]any{"x": 1}
+	m := kafka.Message{Value: enc(v)}
+	if o, err := ParseOutcome(&m); err != nil || o.ID != "a" || o.Duration != 5*time.Millisecond || !o.DueAt.IsZero() {
+		t.Errorf("got %+v, %v", o, err)
+	}
+}
+
+// FuzzParseOutcome: whatever is on the outcomes topic, ParseOutcome never
+// panics, fails only with a HostileError, and what it accepts encodes
+// back to a record it accepts with the same content.
+func FuzzParseOutcome(f *testing.F) {
+	good := EncodeOutcome(sampleOutcome(), "t")
+	f.Add(good.Value, []byte("order-1"), "dead")
+	f.Add([]byte(`{"id":"a","type":"t","outcome":"failed","attempt":1,"max_attempts":1,"finished_at":"2026-01-02T03:04:05Z","duration_ms":9223372036854775807,"shard":-1}`), []byte(nil), "")
+	f.Add([]byte(`{"id":"a","type":"t","outcome":"cancelled","finished_at":"2026-01-02T03:04:05+02:00","due_at":"0001-01-01T00:00:00Z","headers":{}}`), []byte("a"), "cancelled")
+	f.Add([]byte(`null`), []byte(nil), "")
+	f.Add([]byte(`{"id":"\u0000"}`), []byte("x"), "x")
+	f.Fuzz(func(t *testing.T, value, key []byte, outcomeHeader string) {
+		m := kafka.Message{Key: key, Value: value}
+		if outcomeHeader != "" {
+			m.Headers = hdrs(HeaderOutcome, outcomeHeader)
+		}
+		o, err := ParseOutcome(&m)
+		if err != nil {
+			if !IsHostile(err) {
+				t.Fatalf("not a HostileError: %v", err)
+			}
+			return
+		}
+		again := EncodeOutcome(o, "t")
+		o2, err := ParseOutcome(&again)
+		if err != nil {
+			t.Fatalf("re-encoded %s refused: %v", again.Value, err)
+		}
+		// times keep their millisecond; the error may be cut
+		if o2.ID != o.ID || o2.Type != o.Type || o2.Outcome != o.Outcome || o2.Attempt != o.Attempt ||
+			o2.Shard != o.Shard || len(o2.Headers) != len(o.Headers) ||
+			!o2.FinishedAt.Equal(o.FinishedAt.Truncate(time.Millisecond)) {
+			t.Fatalf("re-encoded differs:\n%+v\n%+v", o, o2)
+		}
+	})
+}
