@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delayq/delayq/internal/lograte"
 	"github.com/delayq/delayq/internal/retry"
 )
 
@@ -47,9 +48,7 @@ type deadLetters struct {
 	maxAge time.Duration
 	q      chan deadLetter
 
-	mu         sync.Mutex // guards the WARN rate limit
-	lastWarn   time.Time
-	suppressed int
+	warner lograte.Warner // WARN about failed writes at most once per deadWarnEvery
 }
 
 // deadLetter is one queued dead letter.
@@ -59,7 +58,8 @@ type deadLetter struct {
 }
 
 func newDeadLetters(w messageWriter, topic string, queue int, maxAge time.Duration, log *slog.Logger, met *metrics) *deadLetters {
-	return &deadLetters{w: w, topic: topic, log: log, met: met, maxAge: maxAge, q: make(chan deadLetter, queue)}
+	return &deadLetters{w: w, topic: topic, log: log, met: met, maxAge: maxAge, q: make(chan deadLetter, queue),
+		warner: lograte.Warner{Log: log, Every: deadWarnEvery}}
 }
 
 // enqueue queues msg without blocking. When the queue is full, msg is
@@ -78,27 +78,7 @@ func (d *deadLetters) drop(reason string, n int) {
 		return
 	}
 	d.met.deadDropped.WithLabelValues(reason).Add(float64(n))
-	d.warn("dead letters dropped; the dead state is in Redis", "topic", d.topic, "reason", reason, "dropped", n)
-}
-
-// warn logs at WARN at most once per deadWarnEvery, saying how many were
-// suppressed since the last one.
-func (d *deadLetters) warn(msg string, args ...any) {
-	d.mu.Lock()
-	now := time.Now()
-	if !d.lastWarn.IsZero() && now.Sub(d.lastWarn) < deadWarnEvery {
-		d.suppressed++
-		d.mu.Unlock()
-		d.log.Debug(msg, args...)
-		return
-	}
-	n := d.suppressed
-	d.lastWarn, d.suppressed = now, 0
-	d.mu.Unlock()
-	if n > 0 {
-		args = append(args, "suppressed_since_last", n)
-	}
-	d.log.Warn(msg, args...)
+	d.warner.Warn("dead letters dropped; the dead state is in Redis", "topic", d.topic, "reason", reason, "dropped", n)
 }
 
 // run writes queued dead letters until stop is closed, then for at most
@@ -255,11 +235,11 @@ func (d *deadLetters) settle(pending []deadLetter, err error) []deadLetter {
 		if reasons["unknown_topic"] > 0 {
 			what = "dead topic does not exist; dead letters wait (the dead state is in Redis)"
 		}
-		d.warn(what, "topic", d.topic, "err", example, "failed", len(pending)-written, "queued", len(d.q)+len(again))
+		d.warner.Warn(what, "topic", d.topic, "err", example, "failed", len(pending)-written, "queued", len(d.q)+len(again))
 	}
 	if expired > 0 {
 		d.met.deadDropped.WithLabelValues("expired").Add(float64(expired))
-		d.warn("dead letters dropped; the dead state is in Redis", "topic", d.topic, "reason", "expired", "dropped", expired, "max_age", d.maxAge)
+		d.warner.Warn("dead letters dropped; the dead state is in Redis", "topic", d.topic, "reason", "expired", "dropped", expired, "max_age", d.maxAge)
 	}
 	return again
 }

@@ -518,3 +518,37 @@ func oneLine(s string, maxLen int) string {
 	}
 	return s
 }
+
+// subcommand splits "dq <group> [sub] [flags] [args]" (sub defaults to
+// list) and makes the sub-command's flag set with the API flags and the
+// group's usage text.
+func subcommand(env Env, group, usage string, args []string) (sub string, fs *flag.FlagSet, api *apiFlags, rest []string) {
+	sub = "list"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	fs = newFlagSet(group+" "+sub, env)
+	api = bindAPI(fs, env)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage+"\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return sub, fs, api, args
+}
+
+// listPrelude is the common start of a list sub-command: no arguments,
+// table output by default, the API settings checked, and with -o json the
+// daemon's answer to path printed as is (raw true: nothing left to do).
+func listPrelude(ctx context.Context, env Env, fs *flag.FlagSet, api *apiFlags, args []string, path string) (raw bool, err error) {
+	if err := parseNoArgs(fs, args); err != nil {
+		return false, err
+	}
+	tableOutput(api)
+	if err := api.check(); err != nil {
+		return false, err
+	}
+	if api.output == "json" {
+		return true, rawGet(ctx, api, path, env.Stdout)
+	}
+	return false, nil
+}

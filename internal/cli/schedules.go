@@ -47,27 +47,11 @@ var specFlags = []string{"cron", "timezone", "catchup", "paused", "start-at", "e
 	"binary", "topic", "key", "header", "max-attempts", "timeout", "priority"}
 
 func runSchedules(ctx context.Context, env Env, args []string) error {
-	sub := "list"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[0], args[1:]
-	}
-	fs := newFlagSet("schedules "+sub, env)
-	api := bindAPI(fs, env)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), schedulesUsage+"\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	sub, fs, api, args := subcommand(env, "schedules", schedulesUsage, args)
 	switch sub {
 	case "list":
-		if err := parseNoArgs(fs, args); err != nil {
+		if raw, err := listPrelude(ctx, env, fs, api, args, "/v1/schedules"); raw || err != nil {
 			return err
-		}
-		tableOutput(api)
-		if err := api.check(); err != nil {
-			return err
-		}
-		if api.output == "json" {
-			return rawGet(ctx, api, "/v1/schedules", env.Stdout)
 		}
 		list, err := api.client().ListSchedules(ctx)
 		if err != nil {

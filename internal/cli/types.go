@@ -24,27 +24,11 @@ error.
 `
 
 func runTypes(ctx context.Context, env Env, args []string) error {
-	sub := "list"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[0], args[1:]
-	}
-	fs := newFlagSet("types "+sub, env)
-	api := bindAPI(fs, env)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), typesUsage+"\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	sub, fs, api, args := subcommand(env, "types", typesUsage, args)
 	switch sub {
 	case "list":
-		if err := parseNoArgs(fs, args); err != nil {
+		if raw, err := listPrelude(ctx, env, fs, api, args, "/v1/types"); raw || err != nil {
 			return err
-		}
-		tableOutput(api)
-		if err := api.check(); err != nil {
-			return err
-		}
-		if api.output == "json" {
-			return rawGet(ctx, api, "/v1/types", env.Stdout)
 		}
 		types, err := api.client().Types(ctx)
 		if err != nil {

@@ -154,14 +154,8 @@ func (a *App) handlePutSchedule(c *call) (int, any, *wire.Error) {
 	if err != nil {
 		return 0, nil, scheduleError(id, err)
 	}
-	state, ok, err := st.State(ctx, id)
-	if err != nil {
-		// The schedule is stored; only its last tick is unknown now.
-		a.log.Warn("read schedule state", "schedule", id, "error", err)
-		ok = false
-	}
 	a.log.Info("schedule stored", "schedule", id, "created", created, "cron", sch.Cron, "timezone", sch.Timezone, "type", sch.Task.Type, "paused", sch.Paused)
-	v := a.view(sch, state, ok, a.now())
+	v := a.changedView(ctx, st, sch)
 	v.Created = &created
 	if created {
 		return http.StatusCreated, v, nil
@@ -261,6 +255,18 @@ func (a *App) handleDeleteSchedule(c *call) (int, any, *wire.Error) {
 	return http.StatusOK, map[string]any{"id": id, "deleted": true}, nil
 }
 
+// changedView is the view of a schedule this request just wrote. The
+// change is stored, so a failed read of the scheduler's state only leaves
+// last_tick unknown (logged), rather than failing the request.
+func (a *App) changedView(ctx context.Context, st *schedule.Store, sch schedule.Schedule) *scheduleView {
+	state, ok, err := st.State(ctx, sch.ID)
+	if err != nil {
+		a.log.Warn("read schedule state", "schedule", sch.ID, "error", err)
+		ok = false
+	}
+	return a.view(sch, state, ok, a.now())
+}
+
 func (a *App) handlePauseSchedule(c *call) (int, any, *wire.Error) {
 	return a.setSchedulePaused(c, true)
 }
@@ -286,15 +292,10 @@ func (a *App) setSchedulePaused(c *call, paused bool) (int, any, *wire.Error) {
 	if err != nil {
 		return 0, nil, scheduleError(id, err)
 	}
-	state, ok, err := st.State(ctx, id)
-	if err != nil {
-		a.log.Warn("read schedule state", "schedule", id, "error", err)
-		ok = false
-	}
 	if changed {
 		a.log.Info("schedule paused", "schedule", id, "paused", paused)
 	}
-	v := a.view(sch, state, ok, a.now())
+	v := a.changedView(ctx, st, sch)
 	v.Changed = &changed
 	return http.StatusOK, v, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/kafkatopic"
+	"github.com/delayq/delayq/internal/lograte"
 	"github.com/delayq/delayq/internal/record"
 )
 
@@ -98,9 +99,7 @@ type Publisher struct {
 	done     chan struct{} // the writer goroutine returned
 	creator  sync.WaitGroup
 
-	warnMu     sync.Mutex
-	lastWarn   time.Time
-	suppressed int
+	warner lograte.Warner // WARN about drops at most once per warnEvery
 }
 
 // New starts a publisher (its writer goroutine, and the topic creation
@@ -160,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Publisher, error) {
 
 func newPublisher(ctx context.Context, cfg Config, log *slog.Logger, w messageWriter, closeConn func()) *Publisher {
 	p := &Publisher{
-		cfg: cfg, log: log, w: w, closeConn: closeConn,
+		cfg: cfg, log: log, w: w, closeConn: closeConn, warner: lograte.Warner{Log: log, Every: warnEvery},
 		q:    make(chan record.OutcomeRecord, cfg.Queue),
 		done: make(chan struct{}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -236,26 +235,7 @@ func (p *Publisher) drop(reason string, n int, err error) {
 	if err != nil {
 		args = append(args, "err", err)
 	}
-	p.warn("outcome records dropped (best effort: the outcomes are in Redis)", args...)
-}
-
-// warn logs at WARN at most once per warnEvery.
-func (p *Publisher) warn(msg string, args ...any) {
-	p.warnMu.Lock()
-	now := time.Now()
-	if !p.lastWarn.IsZero() && now.Sub(p.lastWarn) < warnEvery {
-		p.suppressed++
-		p.warnMu.Unlock()
-		p.log.Debug(msg, args...)
-		return
-	}
-	n := p.suppressed
-	p.lastWarn, p.suppressed = now, 0
-	p.warnMu.Unlock()
-	if n > 0 {
-		args = append(args, "suppressed_since_last", n)
-	}
-	p.log.Warn(msg, args...)
+	p.warner.Warn("outcome records dropped (best effort: the outcomes are in Redis)", args...)
 }
 
 // run writes what is queued, in batches, until the queue is closed and
