@@ -23,6 +23,9 @@ type Client struct {
 	token string
 	hc    *http.Client
 	ca    *x509.CertPool // from WithCA; applied by New
+
+	noCoalesce bool      // WithoutScheduleCoalescing
+	co         coalescer // concurrent Schedule calls (coalesce.go)
 }
 
 // Option configures a Client.
@@ -236,7 +239,7 @@ var (
 
 // APIError is an error answer of the daemon.
 type APIError struct {
-	Status  int    // HTTP status (0 for an item of a batch)
+	Status  int    // HTTP status; for an item of a batch, the status the task would have got alone
 	Code    string `json:"code"` // e.g. "invalid_task", "not_found", "conflict", "unavailable"
 	Message string `json:"message"`
 }
@@ -265,47 +268,28 @@ func (c *Client) Schedule(ctx context.Context, t Task) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	var r Result
-	err = c.do(ctx, http.MethodPost, "/v1/tasks", rawBody(b), &r)
-	return r, err
+	return c.scheduleTask(ctx, b)
 }
 
 // ScheduleBatch schedules tasks in one request (at most the daemon's
 // DQ_MAX_BATCH, 1000 by default). The results are in the order of tasks;
 // the error is set only when the whole request failed.
 func (c *Client) ScheduleBatch(ctx context.Context, tasks []Task) ([]BatchResult, error) {
-	var resp struct {
-		Results []struct {
-			Result
-			Error *APIError `json:"error"`
-		} `json:"results"`
-	}
-	b := []byte(`{"tasks":[`)
+	bodies := make([][]byte, len(tasks))
 	for i := range tasks {
-		tb, err := tasks[i].encode()
+		b, err := tasks[i].encode()
 		if err != nil {
 			return nil, err
 		}
-		if i > 0 {
-			b = append(b, ',')
+		bodies[i] = b
+	}
+	return c.batchRaw(ctx, func(yield func([]byte) bool) {
+		for _, b := range bodies {
+			if !yield(b) {
+				return
+			}
 		}
-		b = append(b, tb...)
-	}
-	b = append(b, "]}"...)
-	if err := c.do(ctx, http.MethodPost, "/v1/tasks/batch", rawBody(b), &resp); err != nil {
-		return nil, err
-	}
-	if len(resp.Results) != len(tasks) {
-		return nil, fmt.Errorf("delayq: batch of %d tasks answered with %d results", len(tasks), len(resp.Results))
-	}
-	out := make([]BatchResult, len(resp.Results))
-	for i, r := range resp.Results {
-		out[i].Result = r.Result
-		if r.Error != nil {
-			out[i].Err = r.Error
-		}
-	}
-	return out, nil
+	}, len(bodies))
 }
 
 // Get reads a task.

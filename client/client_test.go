@@ -24,6 +24,12 @@ func TestMain(m *testing.M) {
 // httptest. It returns the server URL and a store on the same namespace.
 func startDaemon(t *testing.T, token string) (string, *redisstore.Store) {
 	t.Helper()
+	return startDaemonWith(t, token, nil)
+}
+
+// startDaemonWith is startDaemon with the config adjusted by adjust.
+func startDaemonWith(t *testing.T, token string, adjust func(*daemon.Config)) (string, *redisstore.Store) {
+	t.Helper()
 	r := testenv.StartRedis(t)
 	cfg := daemon.DefaultConfig()
 	cfg.Namespace = "client-" + t.Name()
@@ -32,6 +38,9 @@ func startDaemon(t *testing.T, token string) (string, *redisstore.Store) {
 	cfg.JournalDir = t.TempDir()
 	cfg.APIToken = token
 	cfg.ShutdownGrace = 5 * time.Second
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	app, err := daemon.New(t.Context(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)

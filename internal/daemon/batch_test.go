@@ -63,7 +63,10 @@ func TestBatchMixed(t *testing.T) {
 		Results []struct {
 			ID, State, Outcome string
 			Shard              *int
-			Error              *wire.Error
+			Error              *struct {
+				Code, Message string
+				Status        int
+			}
 		}
 	}
 	if err := json.Unmarshal(rp.Raw, &resp); err != nil {
@@ -77,6 +80,11 @@ func TestBatchMixed(t *testing.T) {
 		if it.code != "" {
 			if res.Error == nil || res.Error.Code != it.code || res.Error.Message == "" {
 				t.Errorf("item %d %s: want error %s, got %+v", i, it.body, it.code, res)
+				continue
+			}
+			// the status the task gets alone (POST /v1/tasks)
+			if alone := app.do("POST", "/v1/tasks", it.body); res.Error.Status != alone.Status {
+				t.Errorf("item %d %s: status %d in the batch, %d alone", i, it.body, res.Error.Status, alone.Status)
 			}
 			continue
 		}

@@ -47,6 +47,23 @@ func (b *bench) throughput() {
 				return err
 			}
 		})
+	// the same calls, each its own request: what the client's coalescing
+	// of concurrent calls (client/coalesce.go) gains, in the same run
+	b.dqThroughput(report.LabelDQClientSingleAlone, fmt.Sprintf("Go client Schedule, %d goroutines, one request per call", singleWorkers), singleWorkers, p.SingleTasks, 1,
+		func(d *systems.DelayQ, n int) func(int) error {
+			alone := client.New(d.Base, client.WithHTTPClient(d.HTTP), client.WithoutScheduleCoalescing())
+			tasks := make([]client.Task, n)
+			for i := range tasks {
+				tasks[i] = dqTask(time.Time{}, time.Hour)
+			}
+			return func(i int) error {
+				r, err := alone.Schedule(b.ctx(), tasks[i])
+				if err == nil && r.Journaled() {
+					err = fmt.Errorf("task %s journaled", r.ID)
+				}
+				return err
+			}
+		})
 	b.dqThroughput(report.LabelDQClientBatch, fmt.Sprintf("Go client ScheduleBatch, %d tasks/call, %d goroutines", batchSize, batchWorkers), batchWorkers, p.BatchTasks, batchSize,
 		func(d *systems.DelayQ, n int) func(int) error {
 			batches := make([][]client.Task, n)

@@ -23,9 +23,11 @@ const (
 	LabelDQHTTPSingle   = "dq API single"
 	LabelDQHTTPBatch    = "dq API batch"
 	LabelDQClientSingle = "dq client single"
-	LabelDQClientBatch  = "dq client batch"
-	LabelAQEnqueue16    = "asynq x16"
-	LabelAQEnqueue64    = "asynq x64"
+	// LabelDQClientSingleAlone: the Go client without coalescing
+	LabelDQClientSingleAlone = "dq client single alone"
+	LabelDQClientBatch       = "dq client batch"
+	LabelAQEnqueue16         = "asynq x16"
+	LabelAQEnqueue64         = "asynq x64"
 )
 
 // ratio formats dq/aq.

@@ -87,7 +87,7 @@ func (s *Scheduled) Status() int {
 }
 
 // AppendScheduled writes {"id","state","outcome","due_at","shard"} or,
-// for a failed item, {"id"?,"error":{"code","message"}}.
+// for a failed item, {"id"?,"error":{"code","message","status"}}.
 func AppendScheduled(b []byte, s *Scheduled) []byte {
 	b = append(b, '{')
 	if s.ID != "" {
@@ -100,6 +100,9 @@ func AppendScheduled(b []byte, s *Scheduled) []byte {
 		b = appendString(b, s.Err.Code)
 		b = append(b, `,"message":`...)
 		b = appendString(b, s.Err.Message)
+		// the status the task would have got alone (a batch answers 200)
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(s.Err.Status), 10)
 		return append(b, "}}"...)
 	}
 	b = append(b, `"state":"`...)
