@@ -81,6 +81,13 @@ func TestCAFlag(t *testing.T) {
 	if _, _, err := runDQ(t, nil, "stats", "--addr", srv.URL); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("without --ca: %v, want a certificate error", err)
 	}
+	// the healthcheck of an https port trusts --ca too
+	if out, _, err := runDQ(t, nil, "health", "--url", srv.URL+"/v1/stats", "--ca", files.CA); err != nil || !strings.Contains(out, "healthy") {
+		t.Errorf("health --ca: %q, %v", out, err)
+	}
+	if _, _, err := runDQ(t, nil, "health", "--url", srv.URL+"/v1/stats"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("health without --ca: %v, want a certificate error", err)
+	}
 	notPEM := filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(notPEM, []byte("junk"), 0o644); err != nil {
 		t.Fatal(err)
@@ -88,6 +95,9 @@ func TestCAFlag(t *testing.T) {
 	for _, ca := range []string{filepath.Join(t.TempDir(), "missing.crt"), notPEM} {
 		if _, _, err := runDQ(t, nil, "stats", "--addr", srv.URL, "--ca", ca); err == nil || !strings.Contains(err.Error(), "--ca (DQ_CA)") || !strings.Contains(err.Error(), ca) {
 			t.Errorf("--ca %s: %v, want an error naming --ca and the file", ca, err)
+		}
+		if _, _, err := runDQ(t, nil, "health", "--url", srv.URL, "--ca", ca); err == nil || !strings.Contains(err.Error(), "--ca (DQ_CA)") || !strings.Contains(err.Error(), ca) {
+			t.Errorf("health --ca %s: %v, want an error naming --ca and the file", ca, err)
 		}
 	}
 }

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -120,7 +121,10 @@ func TestDevInfraCommands(t *testing.T) {
 		probe func(addr string) error
 	}{
 		{[]string{"dev", "etcd", "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, "etcd ready: listening on 127.0.0.1:",
-			func(addr string) error { _, err := probeHTTP(t.Context(), addr+"/health"); return err }},
+			func(addr string) error {
+				_, err := probeHTTP(t.Context(), http.DefaultClient, addr+"/health")
+				return err
+			}},
 		{[]string{"dev", "kafka", "--listen", "127.0.0.1:0", "--topics", "a,b", "--data-dir", t.TempDir()}, "kafka ready: listening on 127.0.0.1:",
 			func(addr string) error { return probeKafka(t.Context(), addr) }},
 	} {

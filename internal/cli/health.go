@@ -2,11 +2,14 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/delayq/delayq/internal/config"
 )
 
 // runHealth is a container healthcheck: the image has no shell and no
@@ -16,8 +19,20 @@ func runHealth(ctx context.Context, env Env, args []string) error {
 	url := fs.String("url", "", "GET this URL; healthy when it answers 2xx (e.g. http://127.0.0.1:7070/healthz)")
 	kafka := fs.String("kafka", "", "instead of --url: healthy when the Kafka broker at host:port answers an ApiVersions request")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
+	ca := fs.String("ca", envOr(env, "DQ_CA", ""), "CA certificate file (PEM) trusted instead of the system's roots for an https --url (env DQ_CA)")
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	hc := http.DefaultClient
+	if *ca != "" {
+		pool, err := config.LoadCA(*ca)
+		if err != nil {
+			return fmt.Errorf("health: --ca (DQ_CA): %w", err)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		hc = &http.Client{Transport: tr}
+		defer tr.CloseIdleConnections()
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -25,7 +40,7 @@ func runHealth(ctx context.Context, env Env, args []string) error {
 	case *url != "" && *kafka != "":
 		return errors.New("health: give --url or --kafka, not both")
 	case *url != "":
-		status, err := probeHTTP(ctx, *url)
+		status, err := probeHTTP(ctx, hc, *url)
 		if err != nil {
 			return fmt.Errorf("health %s: %w", *url, err)
 		}
@@ -43,12 +58,12 @@ func runHealth(ctx context.Context, env Env, args []string) error {
 }
 
 // probeHTTP GETs url and returns the status line when it is 2xx.
-func probeHTTP(ctx context.Context, url string) (string, error) {
+func probeHTTP(ctx context.Context, hc *http.Client, url string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return "", err
 	}
