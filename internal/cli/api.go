@@ -166,24 +166,14 @@ func runSchedule(ctx context.Context, env Env, args []string) error {
 	if len(headers) > 0 {
 		t.Headers = headers
 	}
-	body := []byte(payload)
-	if payloadFile != "" {
-		if payload != "" {
-			return errors.New("schedule: give --payload or --payload-file, not both")
-		}
-		if body, err = readFileOrStdin(payloadFile, env.Stdin); err != nil {
-			return err
-		}
+	body, given, err := readPayload("schedule", payload, payloadFile, binary, env.Stdin)
+	if err != nil {
+		return err
 	}
-	if len(body) > 0 || payloadFile != "" {
-		if binary {
-			t.PayloadBytes = body
-		} else {
-			if !json.Valid(body) {
-				return errors.New("schedule: the payload is not valid JSON (use --binary for raw bytes)")
-			}
-			t.Payload = body
-		}
+	if given && binary {
+		t.PayloadBytes = body
+	} else if given {
+		t.Payload = body
 	}
 	res, err := api.client().Schedule(ctx, t)
 	if err != nil {
@@ -198,6 +188,28 @@ func runSchedule(ctx context.Context, env Env, args []string) error {
 	}
 	fmt.Fprintf(env.Stdout, "%s %s (%s), due %s, shard %d\n", res.ID, res.State, res.Outcome, dueText(res.DueAt), res.Shard)
 	return nil
+}
+
+// readPayload reads a task payload from --payload or --payload-file (-
+// for stdin), refusing both at once; without --binary it must be JSON.
+// given is false when neither flag was set.
+func readPayload(cmd, payload, payloadFile string, binary bool, stdin io.Reader) (body []byte, given bool, err error) {
+	body = []byte(payload)
+	if payloadFile != "" {
+		if payload != "" {
+			return nil, false, fmt.Errorf("%s: give --payload or --payload-file, not both", cmd)
+		}
+		if body, err = readFileOrStdin(payloadFile, stdin); err != nil {
+			return nil, false, err
+		}
+	}
+	if len(body) == 0 && payloadFile == "" {
+		return nil, false, nil
+	}
+	if !binary && !json.Valid(body) {
+		return nil, false, fmt.Errorf("%s: the payload is not valid JSON (use --binary for raw bytes)", cmd)
+	}
+	return body, true, nil
 }
 
 func readFileOrStdin(name string, stdin io.Reader) ([]byte, error) {

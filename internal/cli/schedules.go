@@ -194,24 +194,14 @@ func runSchedulesSet(ctx context.Context, env Env, fs *flag.FlagSet, api *apiFla
 		if len(headers) > 0 {
 			spec.Task.Headers = headers
 		}
-		p := []byte(payload)
-		if payloadFile != "" {
-			if payload != "" {
-				return errors.New("schedules set: give --payload or --payload-file, not both")
-			}
-			if p, err = readFileOrStdin(payloadFile, env.Stdin); err != nil {
-				return err
-			}
+		p, given, err := readPayload("schedules set", payload, payloadFile, binary, env.Stdin)
+		if err != nil {
+			return err
 		}
-		if len(p) > 0 || payloadFile != "" {
-			if binary {
-				spec.Task.PayloadBytes = p
-			} else {
-				if !json.Valid(p) {
-					return errors.New("schedules set: the payload is not valid JSON (use --binary for raw bytes)")
-				}
-				spec.Task.Payload = p
-			}
+		if given && binary {
+			spec.Task.PayloadBytes = p
+		} else if given {
+			spec.Task.Payload = p
 		}
 		if body, err = json.Marshal(spec); err != nil {
 			return err
