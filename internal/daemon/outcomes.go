@@ -2,11 +2,7 @@ package daemon
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/internal/outcome"
 	"github.com/delayq/delayq/internal/record"
@@ -24,10 +20,6 @@ import (
 
 // outcomeDrain bounds how long shutdown waits for queued outcome records.
 const outcomeDrain = 5 * time.Second
-
-// cancelWorkers bounds the cancels a publishing bulk cancel has in flight
-// (redisstore's bulk operations use as many).
-const cancelWorkers = 16
 
 // openOutcomes builds the outcome publisher: nil (disabled) without
 // brokers or topic.
@@ -86,41 +78,13 @@ func (a *App) publishCancelled(ctx context.Context, st *redisstore.Store, id str
 }
 
 // cancelMany is POST /v1/tasks/cancel's by-id operation: the store's
-// CancelMany, or, when publishing outcomes, one cancel per id (as many in
-// flight as CancelMany has) that publishes each task it cancelled.
+// CancelMany, or, when publishing outcomes, CancelEach publishing each
+// task it cancelled.
 func (a *App) cancelMany(st *redisstore.Store) func(context.Context, []string) (int, error) {
 	if a.outcomes == nil {
 		return st.CancelMany
 	}
 	return func(ctx context.Context, ids []string) (int, error) {
-		var mu sync.Mutex
-		changed := 0
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(cancelWorkers)
-		for _, id := range ids {
-			if gctx.Err() != nil {
-				break
-			}
-			g.Go(func() error {
-				err := st.Cancel(gctx, id)
-				var se *redisstore.StateError
-				switch {
-				case err == nil:
-					mu.Lock()
-					changed++
-					mu.Unlock()
-					a.publishCancelled(gctx, st, id)
-					return nil
-				case errors.Is(err, redisstore.ErrNotFound), errors.As(err, &se):
-					return nil
-				}
-				return err
-			})
-		}
-		err := g.Wait()
-		if err == nil {
-			err = ctx.Err()
-		}
-		return changed, err
+		return st.CancelEach(ctx, ids, func(ctx context.Context, id string) { a.publishCancelled(ctx, st, id) })
 	}
 }

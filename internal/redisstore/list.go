@@ -525,7 +525,20 @@ func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (boo
 // a time); it counts the ones it cancelled. Ids not found or not waiting
 // are skipped; a Redis error stops it (the count so far is returned).
 func (s *Store) CancelMany(ctx context.Context, ids []string) (int, error) {
-	return s.bulk(ctx, ids, func(ctx context.Context, id string) error { return s.Cancel(ctx, id) })
+	return s.CancelEach(ctx, ids, nil)
+}
+
+// CancelEach is CancelMany that calls cancelled (when not nil) with each id
+// it cancelled, right after the cancel, on the worker that made it (the
+// daemon publishes each one's outcome record).
+func (s *Store) CancelEach(ctx context.Context, ids []string, cancelled func(ctx context.Context, id string)) (int, error) {
+	return s.bulk(ctx, ids, func(ctx context.Context, id string) error {
+		err := s.Cancel(ctx, id)
+		if err == nil && cancelled != nil {
+			cancelled(ctx, id)
+		}
+		return err
+	})
 }
 
 // RedriveMany redrives dead tasks by id (Redrive); see CancelMany.
