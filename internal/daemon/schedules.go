@@ -211,7 +211,9 @@ func (a *App) handleListSchedules(c *call) (int, any, *wire.Error) {
 	}{out}, nil
 }
 
-func (a *App) handleGetSchedule(c *call) (int, any, *wire.Error) {
+// withSchedule runs fn on the path's schedule: its id checked, the store,
+// and a context bounded by etcdTimeout.
+func (a *App) withSchedule(c *call, fn func(ctx context.Context, st *schedule.Store, id string) (int, any, *wire.Error)) (int, any, *wire.Error) {
 	id, e := pathScheduleID(c)
 	if e != nil {
 		return 0, nil, e
@@ -222,37 +224,35 @@ func (a *App) handleGetSchedule(c *call) (int, any, *wire.Error) {
 	}
 	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
 	defer cancel()
-	sch, err := st.Get(ctx, id)
-	if err != nil {
-		return 0, nil, scheduleError(id, err)
-	}
-	state, ok, err := st.State(ctx, id)
-	if err != nil {
-		return 0, nil, etcdError(err)
-	}
-	return http.StatusOK, a.view(sch, state, ok, a.now()), nil
+	return fn(ctx, st, id)
+}
+
+func (a *App) handleGetSchedule(c *call) (int, any, *wire.Error) {
+	return a.withSchedule(c, func(ctx context.Context, st *schedule.Store, id string) (int, any, *wire.Error) {
+		sch, err := st.Get(ctx, id)
+		if err != nil {
+			return 0, nil, scheduleError(id, err)
+		}
+		state, ok, err := st.State(ctx, id)
+		if err != nil {
+			return 0, nil, etcdError(err)
+		}
+		return http.StatusOK, a.view(sch, state, ok, a.now()), nil
+	})
 }
 
 func (a *App) handleDeleteSchedule(c *call) (int, any, *wire.Error) {
-	id, e := pathScheduleID(c)
-	if e != nil {
-		return 0, nil, e
-	}
-	st, e := a.scheduleStore()
-	if e != nil {
-		return 0, nil, e
-	}
-	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
-	defer cancel()
-	deleted, err := st.Delete(ctx, id)
-	if err != nil {
-		return 0, nil, scheduleError(id, err)
-	}
-	if !deleted {
-		return 0, nil, wire.NotFound("schedule " + id + " not found")
-	}
-	a.log.Info("schedule deleted", "schedule", id)
-	return http.StatusOK, map[string]any{"id": id, "deleted": true}, nil
+	return a.withSchedule(c, func(ctx context.Context, st *schedule.Store, id string) (int, any, *wire.Error) {
+		deleted, err := st.Delete(ctx, id)
+		if err != nil {
+			return 0, nil, scheduleError(id, err)
+		}
+		if !deleted {
+			return 0, nil, wire.NotFound("schedule " + id + " not found")
+		}
+		a.log.Info("schedule deleted", "schedule", id)
+		return http.StatusOK, map[string]any{"id": id, "deleted": true}, nil
+	})
 }
 
 // changedView is the view of a schedule this request just wrote. The
@@ -278,24 +278,16 @@ func (a *App) handleResumeSchedule(c *call) (int, any, *wire.Error) {
 // setSchedulePaused pauses or resumes the path's schedule: 200 with the
 // view either way, changed false when it was so already.
 func (a *App) setSchedulePaused(c *call, paused bool) (int, any, *wire.Error) {
-	id, e := pathScheduleID(c)
-	if e != nil {
-		return 0, nil, e
-	}
-	st, e := a.scheduleStore()
-	if e != nil {
-		return 0, nil, e
-	}
-	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
-	defer cancel()
-	sch, changed, err := st.SetPaused(ctx, id, paused)
-	if err != nil {
-		return 0, nil, scheduleError(id, err)
-	}
-	if changed {
-		a.log.Info("schedule paused", "schedule", id, "paused", paused)
-	}
-	v := a.changedView(ctx, st, sch)
-	v.Changed = &changed
-	return http.StatusOK, v, nil
+	return a.withSchedule(c, func(ctx context.Context, st *schedule.Store, id string) (int, any, *wire.Error) {
+		sch, changed, err := st.SetPaused(ctx, id, paused)
+		if err != nil {
+			return 0, nil, scheduleError(id, err)
+		}
+		if changed {
+			a.log.Info("schedule paused", "schedule", id, "paused", paused)
+		}
+		v := a.changedView(ctx, st, sch)
+		v.Changed = &changed
+		return http.StatusOK, v, nil
+	})
 }
