@@ -66,7 +66,7 @@ func (m *Manager) runSession(ctx context.Context, s *session) {
 		m.mu.Lock()
 		m.lease, m.sessCtx = 0, nil
 		m.mu.Unlock()
-		<-s.kaDone
+		<-s.KeepAliveDone()
 	}()
 	m.log.Info("etcd session up", "lease", fmt.Sprintf("%x", int64(s.Lease())), "ttl", m.ttl)
 	graceful := l.serve(ctx)

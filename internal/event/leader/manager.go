@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/delayq/delayq/internal/etcdlease"
 	"github.com/delayq/delayq/internal/retry"
 )
 
@@ -74,7 +75,6 @@ type Manager struct {
 	margin time.Duration
 	log    *slog.Logger
 	m      *Metrics
-	base   time.Time // monotonic base for lease freshness
 
 	ready   atomic.Bool
 	mu      sync.Mutex
@@ -130,8 +130,8 @@ func New(cfg Config) (*Manager, error) {
 	margin := max(500*time.Millisecond, ttl/6)
 	m := &Manager{
 		cfg: cfg, ttlSec: sec, ttl: ttl, margin: margin, log: log, m: cfg.Metrics,
-		base: time.Now(), leading: map[int]int64{},
-		shards: cfg.Shards, grow: make(chan struct{}, 1),
+		leading: map[int]int64{},
+		shards:  cfg.Shards, grow: make(chan struct{}, 1),
 	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.ShardCount.Set(float64(cfg.Shards))
@@ -230,7 +230,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			// The previous lease may still hold keys on the server (the
 			// client gave up on it first, or etcd restored it after a
 			// restart): revoke it so its shards are free at once.
-			m.revoke(ctx, old)
+			etcdlease.Revoke(ctx, m.cfg.Client, old)
 		}
 		old = s.Lease()
 		m.runSession(ctx, s)
@@ -248,13 +248,6 @@ func (m *Manager) waitStragglers() {
 	case <-time.After(time.Second):
 		m.log.Warn("shard goroutines still wait for etcd; they end when the etcd client is closed")
 	}
-}
-
-// revoke revokes a lease, bounded to a second, even after ctx ended.
-func (m *Manager) revoke(ctx context.Context, id clientv3.LeaseID) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_, _ = m.cfg.Client.Revoke(rctx, id)
 }
 
 // setLeading records that this process leads a shard (on) or no longer

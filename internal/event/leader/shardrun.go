@@ -140,7 +140,7 @@ func (l *loop) runShard(ctx context.Context, r *shardRun) {
 	// Hand over only a lease etcd confirmed within TTL − margin (rule 3):
 	// a campaign that took long on a starved machine can win with a lease
 	// whose last keep-alive answer is already too old to vouch for it.
-	if !l.s.confirmed(ctx, m.ttl) {
+	if !l.s.Confirmed(ctx, m.ttl) {
 		if ctx.Err() == nil {
 			m.log.Warn("won the shard, but etcd has not confirmed the lease for too long: giving it back", "shard", r.shard)
 		}
@@ -162,7 +162,7 @@ func (l *loop) runShard(ctx context.Context, r *shardRun) {
 	}
 	m.log.Info("leading shard", "shard", r.shard, "token", token)
 	l.send(runEvent{run: r, won: true})
-	err = m.cfg.Lead(ctx, Lead{Shard: r.shard, Token: token, Stop: r.stop, ValidUntil: l.s.validUntil})
+	err = m.cfg.Lead(ctx, Lead{Shard: r.shard, Token: token, Stop: r.stop, ValidUntil: l.s.ValidUntil})
 	close(r.workDone)
 	m.setLeading(r.shard, token, false)
 	r.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/delayq/delayq/internal/etcdlease"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/retry"
 	"github.com/delayq/delayq/internal/schedule"
@@ -58,10 +59,8 @@ type Scheduler struct {
 	log    *slog.Logger
 	m      *Metrics
 	sched  *schedule.Store
-	ttlSec int
 	ttl    time.Duration
 	margin time.Duration
-	base   time.Time
 
 	leading atomic.Bool
 	// badRev remembers the schedule revisions that did not compile, so
@@ -102,16 +101,15 @@ func New(cfg Config) (*Scheduler, error) {
 	if m == nil {
 		m = newUnregisteredMetrics()
 	}
-	sec := int((cfg.TTL + time.Second - 1) / time.Second)
-	ttl := time.Duration(sec) * time.Second
+	ttl := (cfg.TTL + time.Second - 1) / time.Second * time.Second // whole seconds, as the lease
 	return &Scheduler{
 		cfg: cfg, log: log.With("component", "scheduler"), m: m,
 		sched: schedule.NewStore(cfg.Client, cfg.Namespace),
 		// the margin covers the keep-alive answer's way back (as in
 		// package leader), but at most a quarter of the TTL: answers come
 		// every TTL/3 or so, and a short TTL must not skip most passes
-		ttlSec: sec, ttl: ttl, margin: min(max(500*time.Millisecond, ttl/6), ttl/4),
-		base: time.Now(), badRev: map[string]int64{},
+		ttl: ttl, margin: min(max(500*time.Millisecond, ttl/6), ttl/4),
+		badRev: map[string]int64{},
 	}, nil
 }
 
@@ -123,7 +121,7 @@ func (s *Scheduler) Leading() bool { return s.leading.Load() }
 func (s *Scheduler) Run(ctx context.Context) error {
 	wait := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
-		sess, err := s.newSession(ctx)
+		sess, err := etcdlease.New(ctx, s.cfg.Client, s.ttl, s.margin)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.m.Errors.WithLabelValues(opSession).Inc()
@@ -136,76 +134,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		wait.Reset()
 		s.runSession(ctx, sess)
-		sess.close(ctx)
+		sess.Stop(ctx)
 	}
 	return nil
 }
 
-// session is a concurrency.Session plus the time of its last keep-alive
-// answer (as in package leader): work is only done while etcd confirmed
-// the lease within TTL − margin.
-type session struct {
-	*concurrency.Session
-	s      *Scheduler
-	answer atomic.Int64 // since s.base
-	kaDone chan struct{}
-}
-
-func (ss *session) answered(at time.Time) {
-	d := int64(at.Sub(ss.s.base))
-	for {
-		old := ss.answer.Load()
-		if d <= old || ss.answer.CompareAndSwap(old, d) {
-			return
-		}
-	}
-}
-
-// validUntil is the earliest time the lease may have expired on the
-// server, judged from the last keep-alive answer.
-func (ss *session) validUntil() time.Time {
-	return ss.s.base.Add(time.Duration(ss.answer.Load()) + ss.s.ttl - ss.s.margin)
-}
-
-// close revokes the lease (bounded to a second, even after ctx ended) and
-// waits for the keep-alive follower.
-func (ss *session) close(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	_, _ = ss.s.cfg.Client.Revoke(rctx, ss.Lease())
-	cancel()
-	_ = ss.Close() // ends the session's context (Revoke again, harmless)
-	<-ss.kaDone
-}
-
-func (s *Scheduler) newSession(ctx context.Context) (*session, error) {
-	gctx, cancel := context.WithTimeout(ctx, s.ttl)
-	defer cancel()
-	g, err := s.cfg.Client.Grant(gctx, int64(s.ttlSec))
-	if err != nil {
-		return nil, fmt.Errorf("grant lease: %w", err)
-	}
-	cs, err := concurrency.NewSession(s.cfg.Client, concurrency.WithLease(g.ID), concurrency.WithTTL(s.ttlSec))
-	if err != nil {
-		rctx, c := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_, _ = s.cfg.Client.Revoke(rctx, g.ID)
-		c()
-		return nil, fmt.Errorf("session: %w", err)
-	}
-	ss := &session{Session: cs, s: s, kaDone: make(chan struct{})}
-	ss.answered(time.Now())
-	ka, err := s.cfg.Client.KeepAlive(cs.Ctx(), g.ID)
-	if err != nil {
-		_ = cs.Close()
-		return nil, fmt.Errorf("keep-alive: %w", err)
-	}
-	go func() {
-		defer close(ss.kaDone)
-		for range ka {
-			ss.answered(time.Now())
-		}
-	}()
-	return ss, nil
-}
+// session is the scheduler's own etcd session with the time of etcd's
+// last keep-alive answer (internal/etcdlease): work is only done while
+// etcd confirmed the lease within TTL − margin.
+type session = etcdlease.Session
 
 // runSession campaigns with one session until the session ends or ctx
 // does; a leadership that ends by its fence campaigns again.
@@ -266,7 +203,7 @@ func (s *Scheduler) campaignAndLead(ctx context.Context, ss *session) error {
 	s.leading.Store(true)
 	s.m.Leader.Set(1)
 	s.log.Info("leading the scheduler", "key", e.Key(), "rev", rev)
-	err = s.lead(ctx, fence, ss.validUntil)
+	err = s.lead(ctx, fence, ss.ValidUntil)
 	s.leading.Store(false)
 	s.m.Leader.Set(0)
 	s.m.Schedules.Set(0)
