@@ -14,8 +14,9 @@ import (
 //
 // A claim is taken by the store's claim transition (redisstore.ClaimMany:
 // one Lua script per shard group checks the task's generation and state and
-// sets the run marker dq:{<ns>:<shard>}:run:<id>:<gen> only if absent). The
-// marker's value is the claiming worker's instance id and a sequence
+// sets the claim, field <id>:<gen> of the shard's claims hash
+// dq:{<ns>:<shard>}:runs, unless another run holds it). The
+// claim's owner is the claiming worker's instance id and a sequence
 // number, so a worker only ever releases its own claim. TTL: the task's
 // timeout plus a margin, so the claim of a worker that crashed expires by
 // itself.

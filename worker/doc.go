@@ -32,10 +32,10 @@
 //     rebalance) do not both run it: before running, a worker claims the
 //     execution. One Lua script per shard (redisstore.ClaimMany) checks
 //     that the task's record has the record's generation and is firing or
-//     fired, and sets the run marker dq:{<ns>:<shard>}:run:<id>:<gen> (the
-//     shard's hash tag, so it works on Redis Cluster) for the task's
-//     timeout plus Config.ClaimMargin unless another run holds it; it
-//     returns the task. The other worker waits until the claim is released
+//     fired, and sets its claim, field "<id>:<gen>" of the shard's claims
+//     hash dq:{<ns>:<shard>}:runs (the shard's hash tag, so it works on
+//     Redis Cluster), with a deadline of the task's timeout plus
+//     Config.ClaimMargin, unless another run holds it; it returns the task. The other worker waits until the claim is released
 //     or expires and then claims again (and finds the outcome). The claim
 //     is released by the script that stores the outcome (FinishMany with
 //     the claim's owner), so never before the outcome is stored. A record

@@ -409,7 +409,7 @@ func TestClaimExpiredWhileQueuedIsCheckedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "w1 claimed the queued record", func() bool {
-		v, _ := e.RDB.Get(t.Context(), e.Store.RunKey(other, got.Gen)).Result()
+		v, _, _ := e.Store.ClaimHolder(t.Context(), other, got.Gen)
 		return strings.HasPrefix(v, "w1:")
 	})
 	// the queued record's claim expires; another worker claims and

@@ -132,7 +132,7 @@ func acl(t *testing.T, rdb *redis.Client, rules ...string) {
 // record stays uncommitted, the task stays fired, and the outcome is stored
 // once Redis accepts the write. (OOM cannot be provoked here: Redis checks
 // it only at a script's first write, and the finish script's first write,
-// deleting the run marker, frees memory.)
+// deleting the claim, frees memory.)
 func TestRedisErrorAtFinishIsRetried(t *testing.T) {
 	e := newEnv(t)
 	admin, wrdb := aclClients(t, e)

@@ -136,7 +136,7 @@ func BenchmarkTakeAck(b *testing.B) {
 // scheduleBench schedules n tasks due at due (36-character UUID-like ids,
 // 100-byte payload, type "bench") in calls of 1000 and returns their ids
 // by shard.
-func scheduleBench(b *testing.B, s *Store, n int, due time.Time) [][]string {
+func scheduleBench(b testing.TB, s *Store, n int, due time.Time) [][]string {
 	b.Helper()
 	payload := bytes.Repeat([]byte("p"), 100)
 	ids := make([][]string, s.Shards())

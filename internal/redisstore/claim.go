@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,15 +81,17 @@ type ClaimResult struct {
 
 // ClaimMany claims the execution of fired tasks: for each, atomically, the
 // record must exist with that generation in state firing or fired, and the
-// run marker (RunKey) is set with Owner and TTL unless another owner holds
-// it. Tasks are grouped by shard (at most maxPerCall per script call) and
+// claim (field <id>:<gen> of the shard's claims hash, see claim_holder in
+// common.lua) is set with Owner and a deadline TTL from now, unless another
+// owner holds it. Tasks are grouped by shard (at most maxPerCall per script call) and
 // all calls go out in one pipeline. Results are in the order of cs. The
 // error is the first group error (those results carry it too).
 func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error) {
 	res := make([]ClaimResult, len(cs))
 	calls := s.groupCalls(len(cs), func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) },
 		func(sh int, idx []int) ([]string, []any) {
-			keys := make([]string, 0, 2*len(idx))
+			keys := make([]string, 0, 1+len(idx))
+			keys = append(keys, s.k.runs(sh))
 			args := make([]any, 0, 5*len(idx))
 			for _, i := range idx {
 				c := cs[i]
@@ -95,7 +99,7 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 				if !c.Due.IsZero() {
 					due = task.Millis(c.Due)
 				}
-				keys = append(keys, s.k.bucket(sh, c.ID), s.k.run(sh, c.ID, c.Gen))
+				keys = append(keys, s.k.bucket(sh, c.ID))
 				args = append(args, c.ID, c.Gen, max(c.TTL.Milliseconds(), 1), c.Owner, due)
 			}
 			return keys, args
@@ -147,7 +151,7 @@ func (s *Store) fillClaims(res []ClaimResult, idx []int, shard int, cs []Claim, 
 	return nil
 }
 
-// ReleaseMany gives up execution claims: each run marker is deleted only
+// ReleaseMany gives up execution claims: each claim is deleted only
 // if it still holds its Claim's Owner (ID, Gen and Owner are used). Claims
 // are grouped by shard, all calls in one pipeline. It returns how many
 // markers were deleted and the first error (a claim not released expires
@@ -155,13 +159,11 @@ func (s *Store) fillClaims(res []ClaimResult, idx []int, shard int, cs []Claim, 
 func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
 	calls := s.groupCalls(len(cs), func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) },
 		func(sh int, idx []int) ([]string, []any) {
-			keys := make([]string, 0, len(idx))
-			args := make([]any, 0, len(idx))
+			args := make([]any, 0, 2*len(idx))
 			for _, i := range idx {
-				keys = append(keys, s.k.run(sh, cs[i].ID, cs[i].Gen))
-				args = append(args, cs[i].Owner)
+				args = append(args, claimField(cs[i].ID, cs[i].Gen), cs[i].Owner)
 			}
-			return keys, args
+			return []string{s.k.runs(sh)}, args
 		})
 	s.execCalls(ctx, unclaimScript, calls)
 	n := 0
@@ -176,11 +178,11 @@ func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
 }
 
 // ReleaseClaim gives one execution claim up now (unclaim.lua, like
-// ReleaseMany): the run marker is deleted only if it still holds c.Owner
+// ReleaseMany): the claim is deleted only if it still holds c.Owner
 // (ID, Gen and Owner are used). It reports whether it was deleted.
 func (s *Store) ReleaseClaim(ctx context.Context, c Claim) (bool, error) {
 	sh := s.firedShard(c.ID, c.Shard, c.ShardSet)
-	v, err := s.run(ctx, unclaimScript, []string{s.k.run(sh, c.ID, c.Gen)}, c.Owner)
+	v, err := s.run(ctx, unclaimScript, []string{s.k.runs(sh)}, claimField(c.ID, c.Gen), c.Owner)
 	if err != nil {
 		return false, fmt.Errorf("release claim %s gen %d: %w", c.ID, c.Gen, err)
 	}
@@ -194,7 +196,7 @@ func (s *Store) ReleaseClaim(ctx context.Context, c Claim) (bool, error) {
 // another run is not touched. It reports whether the TTL was set.
 func (s *Store) ExtendClaim(ctx context.Context, c Claim) (bool, error) {
 	sh := s.firedShard(c.ID, c.Shard, c.ShardSet)
-	v, err := s.run(ctx, extendScript, []string{s.k.run(sh, c.ID, c.Gen)}, c.Owner, max(c.TTL.Milliseconds(), 1))
+	v, err := s.run(ctx, extendScript, []string{s.k.runs(sh)}, claimField(c.ID, c.Gen), c.Owner, max(c.TTL.Milliseconds(), 1))
 	if err != nil {
 		return false, fmt.Errorf("extend claim %s gen %d: %w", c.ID, c.Gen, err)
 	}
@@ -219,13 +221,13 @@ type FinishResult struct {
 func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
 	res := make([]FinishResult, len(fs))
 	calls := s.groupCalls(len(fs), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) }, func(sh int, idx []int) ([]string, []any) {
-		keys := make([]string, 0, 5+2*len(idx))
-		keys = append(keys, s.k.inflight(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
+		keys := make([]string, 0, 5+len(idx))
+		keys = append(keys, s.k.runs(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
 		args := make([]any, 0, 3+6*len(idx))
 		args = append(args, s.retention.Milliseconds(), s.k.wake, sh)
 		for _, i := range idx {
 			f := fs[i]
-			keys = append(keys, s.k.bucket(sh, f.ID), s.k.run(sh, f.ID, f.Gen))
+			keys = append(keys, s.k.bucket(sh, f.ID))
 			args = append(args, f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048), f.Owner)
 		}
 		return keys, args
@@ -335,4 +337,34 @@ func (s *Store) firedShard(id string, sh int, set bool) int {
 		return sh
 	}
 	return s.Shard(id)
+}
+
+// ClaimHolder reads the execution claim of generation gen of task id (for
+// tests and tools that look at a claim directly): the owner that holds it
+// and the time left until it expires, by Redis' clock; "" when nobody
+// holds it (never claimed, released, or expired).
+func (s *Store) ClaimHolder(ctx context.Context, id string, gen uint64) (owner string, left time.Duration, err error) {
+	var now *redis.TimeCmd
+	var val *redis.StringCmd
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		key := s.k.runs(s.Shard(id))
+		now, val = p.Time(ctx), p.HGet(ctx, key, claimField(id, gen))
+		return nil
+	})
+	if errors.Is(err, redis.Nil) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("claim of %s gen %d: %w", id, gen, err)
+	}
+	dl, who, ok := strings.Cut(val.Val(), "|")
+	ms, perr := strconv.ParseInt(dl, 10, 64)
+	if !ok || perr != nil {
+		return "", 0, fmt.Errorf("claim of %s gen %d: unreadable value %q", id, gen, val.Val())
+	}
+	left = task.FromMillis(ms).Sub(now.Val())
+	if left <= 0 {
+		return "", 0, nil
+	}
+	return who, left, nil
 }

@@ -1,38 +1,59 @@
 -- claim: a worker claims the execution of fired tasks ("fired -> running"),
 -- for tasks of one shard.
--- KEYS[2i-1] bucket hash of task i, KEYS[2i] run marker of task i
---   (dq:{<ns>:<shard>}:run:<id>:<gen>)
--- ARGV[5i-4] id, ARGV[5i-3] gen, ARGV[5i-2] marker TTL ms, ARGV[5i-1] owner
+-- KEYS[1] the shard's claims hash (see claim_holder in common.lua),
+-- KEYS[1+i] bucket hash of task i
+-- ARGV[5i-4] id, ARGV[5i-3] gen, ARGV[5i-2] claim TTL ms, ARGV[5i-1] owner
 --   (the value that names this claimer; a retry with the same owner finds
---   its own marker and succeeds again), ARGV[5i] the copy's due time in ms
+--   its own claim and succeeds again), ARGV[5i] the copy's due time in ms
 --   (-1: not checked; a record with another due time is stale, code 5)
 -- Returns, per task, {code, state, record}: 1 claimed (record = the stored
 -- record), 0 not found, 5 stale generation, 6 not in a fired state (its
 -- outcome is stored), 7 held by another owner; record is '' unless claimed.
 -- The generation tells the current firing (see is_fired in common.lua).
+-- Per task: one HGET of the record; the claims of the whole call are read
+-- with one HMGET and written with one HSET.
+local runs = KEYS[1]
+local n = #KEYS - 1
+local now = now_ms()
+local fields = {}
+for i = 1, n do fields[i] = claim_field(ARGV[5 * i - 4], ARGV[5 * i - 3]) end
+local cur = redis.call('HMGET', runs, unpack(fields))
+local set, mine, deadlines = {}, {}, {}
 local out = {}
-local n = #KEYS / 2
 for i = 1, n do
-  local bkey, rkey = KEYS[2 * i - 1], KEYS[2 * i]
-  local id, g, ttl, owner, cdue = ARGV[5 * i - 4], tonumber(ARGV[5 * i - 3]), ARGV[5 * i - 2], ARGV[5 * i - 1], tonumber(ARGV[5 * i])
-  local v = redis.call('HGET', bkey, id)
+  local id, g, ttl, owner, cdue = ARGV[5 * i - 4], tonumber(ARGV[5 * i - 3]), tonumber(ARGV[5 * i - 2]), ARGV[5 * i - 1], tonumber(ARGV[5 * i])
+  local v = redis.call('HGET', KEYS[1 + i], id)
   if not v then
     out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = ''
   else
-    local st, gen, _, due = parse(v)
+    local st = string.sub(v, 1, 1)
+    local gen, _, due = struct.unpack('>I4I2I6', v, 2)
     if gen ~= g or (cdue >= 0 and due ~= cdue) then
       out[#out + 1] = 5; out[#out + 1] = st; out[#out + 1] = ''
     elseif not is_fired(st) then
       out[#out + 1] = 6; out[#out + 1] = st; out[#out + 1] = ''
     else
-      local cur = redis.call('GET', rkey)
-      if cur and cur ~= owner then
+      -- a copy claimed earlier in this call holds it too
+      local f = fields[i]
+      local holder = mine[f] or claim_holder(cur[i], now)
+      if holder and holder ~= owner then
         out[#out + 1] = 7; out[#out + 1] = st; out[#out + 1] = ''
       else
-        redis.call('SET', rkey, owner, 'PX', ttl)
+        mine[f] = owner
+        set[#set + 1] = f
+        -- one deadline string per distinct TTL (a call's tasks mostly
+        -- share one)
+        local dl = deadlines[ttl]
+        if not dl then
+          dl = string.format('%d', now + ttl) .. '|'
+          deadlines[ttl] = dl
+        end
+        set[#set + 1] = dl .. owner
         out[#out + 1] = 1; out[#out + 1] = st; out[#out + 1] = v
       end
     end
   end
 end
+if #set > 0 then redis.call('HSET', runs, unpack(set)) end
+sweep_claims(runs, now)
 return out

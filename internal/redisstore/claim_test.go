@@ -80,8 +80,8 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 					string(r.Task.Payload) != `{"n":1}` || r.State != task.StateFired {
 					t.Fatalf("claimed task %d: %+v", i, r.Task)
 				}
-				if ttl := rdb.PTTL(t.Context(), s.RunKey(cs[i].ID, cs[i].Gen)).Val(); ttl <= 0 || ttl > time.Minute {
-					t.Fatalf("marker TTL %v", ttl)
+				if who, ttl, err := s.ClaimHolder(t.Context(), cs[i].ID, cs[i].Gen); err != nil || who != "w1:1" || ttl <= 0 || ttl > time.Minute {
+					t.Fatalf("claim held by %q for %v (%v)", who, ttl, err)
 				}
 			}
 		}
@@ -106,24 +106,80 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 		if err != nil || n != 2 {
 			t.Fatalf("release: %d %v, want 2", n, err)
 		}
-		if rdb.Exists(t.Context(), s.RunKey(ids[0], gen[ids[0]])).Val() != 0 || rdb.Exists(t.Context(), s.RunKey(ids[3], gen[ids[3]])).Val() != 1 {
-			t.Fatal("release deleted the wrong markers")
+		if holder(t, s, ids[0], gen[ids[0]]) != "" || holder(t, s, ids[3], gen[ids[3]]) == "" {
+			t.Fatal("release deleted the wrong claims")
 		}
 		if r, _ := s.ClaimMany(t.Context(), []Claim{{ID: ids[0], Gen: gen[ids[0]], TTL: time.Minute, Owner: "w2:2"}}); r[0].Code != Claimed {
 			t.Fatalf("claim after release: %+v", r[0])
 		}
 		// a marker that expired can be claimed by another owner
 		short := Claim{ID: ids[4], Gen: gen[ids[4]], TTL: 30 * time.Millisecond, Owner: "w3:1"}
-		rdb.Del(t.Context(), s.RunKey(short.ID, short.Gen))
+		if ok, err := s.ReleaseClaim(t.Context(), Claim{ID: short.ID, Gen: short.Gen, Owner: "w1:1"}); err != nil || !ok {
+			t.Fatalf("release: %v %v", ok, err)
+		}
 		if r, _ := s.ClaimMany(t.Context(), []Claim{short}); r[0].Code != Claimed {
 			t.Fatalf("short claim: %+v", r[0])
 		}
-		testenv.WaitFor(t, 5*time.Second, "short marker expired", func() bool {
-			return rdb.Exists(t.Context(), s.RunKey(short.ID, short.Gen)).Val() == 0
+		if r, _ := s.ClaimMany(t.Context(), []Claim{{ID: short.ID, Gen: short.Gen, TTL: time.Minute, Owner: "w4:1"}}); r[0].Code != ClaimHeld {
+			t.Fatalf("claim of a held short claim: %+v", r[0])
+		}
+		testenv.WaitFor(t, 5*time.Second, "short claim expired", func() bool {
+			return holder(t, s, short.ID, short.Gen) == ""
 		})
 		short.Owner = "w4:1"
 		if r, _ := s.ClaimMany(t.Context(), []Claim{short}); r[0].Code != Claimed {
 			t.Fatalf("claim after expiry: %+v", r[0])
+		}
+	})
+
+	t.Run("CopiesInOneCall", func(t *testing.T) {
+		t.Parallel()
+		// two copies of one firing in one call (a leader that fired a
+		// batch again, both copies in one micro-batch, or two workers'
+		// claims coalesced): the first claims it, the second is held,
+		// its own owner's retry claims again
+		s := newStore(t, rdb, Options{})
+		ids, gen := fireN(t, s, "d", 2)
+		res, err := s.ClaimMany(t.Context(), []Claim{
+			{ID: ids[0], Gen: gen[ids[0]], TTL: time.Minute, Owner: "w1:1"},
+			{ID: ids[0], Gen: gen[ids[0]], TTL: time.Minute, Owner: "w1:2"},
+			{ID: ids[0], Gen: gen[ids[0]], TTL: time.Minute, Owner: "w1:1"},
+			{ID: ids[1], Gen: gen[ids[1]], TTL: time.Minute, Owner: "w1:3"},
+		})
+		if err != nil || res[0].Code != Claimed || res[1].Code != ClaimHeld || res[2].Code != Claimed || res[3].Code != Claimed {
+			t.Fatalf("claims: %+v %v", res, err)
+		}
+		if holder(t, s, ids[0], gen[ids[0]]) != "w1:1" || holder(t, s, ids[1], gen[ids[1]]) != "w1:3" {
+			t.Fatal("wrong holders")
+		}
+	})
+
+	t.Run("ExpiredClaimsSwept", func(t *testing.T) {
+		t.Parallel()
+		// claims whose worker died and whose copy never came back are
+		// dropped by later claims of the shard (sampled, as Redis expires
+		// keys); claims still held stay
+		s := newStore(t, rdb, Options{Shards: 1})
+		ids, gen := fireN(t, s, "x", 30)
+		cs := make([]Claim, len(ids))
+		for i, id := range ids {
+			cs[i] = Claim{ID: id, Gen: gen[id], TTL: time.Millisecond, Owner: "dead:1"}
+		}
+		cs[0].TTL, cs[0].Owner = time.Hour, "alive:1"
+		if _, err := s.ClaimMany(t.Context(), cs); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		testenv.WaitFor(t, 10*time.Second, "expired claims swept", func() bool {
+			// each claim call samples a few claims and drops the expired ones
+			if _, err := s.ClaimMany(t.Context(), cs[:1]); err != nil {
+				t.Fatal(err)
+			}
+			n, err := rdb.HLen(t.Context(), s.k.runs(0)).Result()
+			return err == nil && n == 1
+		})
+		if holder(t, s, ids[0], gen[ids[0]]) != "alive:1" {
+			t.Fatal("the held claim was dropped")
 		}
 	})
 
@@ -135,15 +191,21 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 		if r, err := s.ClaimMany(t.Context(), []Claim{mine}); err != nil || r[0].Code != Claimed {
 			t.Fatalf("claim: %+v %v", r, err)
 		}
-		key := s.RunKey(mine.ID, mine.Gen)
+		ttlOf := func() time.Duration {
+			who, ttl, err := s.ClaimHolder(t.Context(), mine.ID, mine.Gen)
+			if err != nil || (who != "" && who != mine.Owner) {
+				t.Fatalf("claim held by %q (%v)", who, err)
+			}
+			return ttl
+		}
 		other := mine
 		other.Owner, other.TTL = "w2:1", time.Hour
 		// another owner neither extends nor releases it
 		if ok, err := s.ExtendClaim(t.Context(), other); err != nil || ok {
 			t.Fatalf("extend by another owner: %v %v", ok, err)
 		}
-		if ttl := rdb.PTTL(t.Context(), key).Val(); ttl <= 0 || ttl > time.Minute {
-			t.Fatalf("marker TTL %v after a refused extend", ttl)
+		if ttl := ttlOf(); ttl <= 0 || ttl > time.Minute {
+			t.Fatalf("claim TTL %v after a refused extend", ttl)
 		}
 		if ok, err := s.ReleaseClaim(t.Context(), other); err != nil || ok {
 			t.Fatalf("release by another owner: %v %v", ok, err)
@@ -153,17 +215,17 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 		if ok, err := s.ExtendClaim(t.Context(), mine); err != nil || !ok {
 			t.Fatalf("extend: %v %v", ok, err)
 		}
-		if ttl := rdb.PTTL(t.Context(), key).Val(); ttl <= time.Minute || ttl > time.Hour {
-			t.Fatalf("marker TTL %v after extend, want about 1h", ttl)
+		if ttl := ttlOf(); ttl <= time.Minute || ttl > time.Hour {
+			t.Fatalf("claim TTL %v after extend, want about 1h", ttl)
 		}
 		if ok, err := s.ReleaseClaim(t.Context(), mine); err != nil || !ok {
 			t.Fatalf("release: %v %v", ok, err)
 		}
-		if rdb.Exists(t.Context(), key).Val() != 0 {
-			t.Fatal("released marker still exists")
+		if ttlOf() != 0 {
+			t.Fatal("released claim still held")
 		}
 		// a claim that is gone is neither extended (nor made again) nor released
-		if ok, err := s.ExtendClaim(t.Context(), mine); err != nil || ok || rdb.Exists(t.Context(), key).Val() != 0 {
+		if ok, err := s.ExtendClaim(t.Context(), mine); err != nil || ok || ttlOf() != 0 {
 			t.Fatalf("extend of a released claim: %v %v", ok, err)
 		}
 		if ok, err := s.ReleaseClaim(t.Context(), mine); err != nil || ok {
@@ -234,9 +296,8 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 			t.Fatalf("finish: %+v %v", res, err)
 		}
 		for i, held := range []bool{false, true, false} {
-			n, err := rdb.Exists(t.Context(), s.RunKey(ids[i], gen[ids[i]])).Result()
-			if err != nil || (n == 1) != held {
-				t.Fatalf("run marker of %s: exists=%d %v, want held=%v", ids[i], n, err, held)
+			if who := holder(t, s, ids[i], gen[ids[i]]); (who != "") != held {
+				t.Fatalf("claim of %s held by %q, want held=%v", ids[i], who, held)
 			}
 		}
 	})
@@ -259,4 +320,14 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 			t.Fatalf("finish after SCRIPT FLUSH: %+v %v", fr, err)
 		}
 	})
+}
+
+// holder is the owner that holds the claim of (id, gen), "" if none.
+func holder(t *testing.T, s *Store, id string, gen uint64) string {
+	t.Helper()
+	who, _, err := s.ClaimHolder(t.Context(), id, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return who
 }

@@ -184,3 +184,55 @@ end
 local function is_moving(v)
   return string.sub(v, 1, 1) == 'M'
 end
+
+-- Execution claims (claim.lua): one hash per
+-- shard, prefix .. 'runs', field "<id>:<gen>", value "<deadline ms>|<owner>".
+-- A claim is held while its deadline is after Redis' clock; an expired one
+-- is the same as none. One hash instead of a key with a TTL per claim: a
+-- call reads and writes the claims of all its tasks in one command each
+-- (HMGET, HSET, HDEL) instead of two or three per task, and creates no key.
+-- claim_field names the claim of generation g of id.
+local function claim_field(id, g)
+  return id .. ':' .. g
+end
+
+-- claim_holder is the owner of a claim value that is still held at now,
+-- nil when v is absent or expired.
+local function claim_holder(v, now)
+  if not v then return nil end
+  local sep = string.find(v, '|', 1, true)
+  if not sep or tonumber(string.sub(v, 1, sep - 1)) <= now then return nil end
+  return string.sub(v, sep + 1)
+end
+
+-- release_claims deletes the claims fields[i] whose value names owners[i]
+-- (expired or not: the owner is done with it either way), in one HMGET and
+-- one HDEL, and returns how many it deleted.
+local function release_claims(runs_key, fields, owners)
+  if #fields == 0 then return 0 end
+  local cur = redis.call('HMGET', runs_key, unpack(fields))
+  local del = {}
+  for i = 1, #fields do
+    local v = cur[i]
+    if v then
+      local sep = string.find(v, '|', 1, true)
+      if sep and string.sub(v, sep + 1) == owners[i] then del[#del + 1] = fields[i] end
+    end
+  end
+  if #del > 0 then redis.call('HDEL', runs_key, unpack(del)) end
+  return #del
+end
+
+-- sweep_claims drops expired claims a few at a time, sampled at random the
+-- way Redis expires keys: a claim is normally deleted by its owner's
+-- outcome, or overwritten by the next claim of the same copy; what is left
+-- is the claim of a worker that died and whose copy was never delivered
+-- again (the topic's retention passed).
+local function sweep_claims(runs_key, now)
+  local s = redis.call('HRANDFIELD', runs_key, 4, 'WITHVALUES')
+  local del = {}
+  for i = 1, #s, 2 do
+    if not claim_holder(s[i + 1], now) then del[#del + 1] = s[i] end
+  end
+  if #del > 0 then redis.call('HDEL', runs_key, unpack(del)) end
+end

@@ -57,6 +57,37 @@ for i = 1, #ARGV do
 end
 zadd_all(KEYS[1] .. 'done', done)
 return #ARGV`,
+	// probes of the lean claim's parts (issue #20)
+	"x/args-only": `return #ARGV`,
+	"x/hget-count": `local n = 0
+for i = 1, #ARGV do
+  if redis.call('HGET', KEYS[i + 1], ARGV[i]) then n = n + 1 end
+end
+return n`,
+	"x/hget-reply": `local out = {}
+for i = 1, #ARGV do
+  out[i] = redis.call('HGET', KEYS[i + 1], ARGV[i]) or ''
+end
+return out`,
+	"x/hget-parse": `local n = 0
+for i = 1, #ARGV do
+  local v = redis.call('HGET', KEYS[i + 1], ARGV[i])
+  if v then local st, gen, att, due = parse(v); n = n + gen end
+end
+return n`,
+	"x/hmget-hset": `local f = {}
+for i = 1, #ARGV do f[i] = ARGV[i] .. ':0' end
+redis.call('HMGET', KEYS[1] .. 'xruns', unpack(f))
+local set = {}
+for i = 1, #ARGV do set[2 * i - 1] = f[i]; set[2 * i] = '1700000000000|owner:123' end
+redis.call('HSET', KEYS[1] .. 'xruns', unpack(set))
+return #ARGV`,
+	"x/hget-hset": `local n = 0
+for i = 1, #ARGV do
+  local v = redis.call('HGET', KEYS[i + 1], ARGV[i])
+  redis.call('HSET', KEYS[i + 1], ARGV[i], v)
+end
+return n`,
 	// the done-marker of issue #4 in its cheapest form: one ZADD of
 	// "<id>:<gen>" (ARGV, formatted by the caller) scored by its expiry,
 	// for the whole call
@@ -215,6 +246,9 @@ func BenchmarkRedisFloor(b *testing.B) {
 				}
 			}
 		})
+		for _, x := range []string{"x/args-only", "x/hget-count", "x/hget-reply", "x/hget-parse", "x/hmget-hset", "x/hget-hset"} {
+			measure(x, func() { probe(s, ids, x) })
+		}
 		doneMark := measure("done-marker/zadd", func() { probe(s, ids, "done-marker/zadd") })
 		doneCheck := measure("done-check/zmscore", func() { probe(s, ids, "done-check/zmscore") })
 

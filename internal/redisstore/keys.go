@@ -54,22 +54,16 @@ func (k keys) ptypes(shard int) string             { return k.prefix[shard] + "p
 func (k keys) stamp(shard int) string    { return k.prefix[shard] + "map" }
 func (k keys) progress(shard int) string { return k.prefix[shard] + "grow" }
 
-// run is the run marker (execution claim) of generation gen of task id:
-// dq:{<ns>:<shard>}:run:<id>:<gen>, in the task's shard hash tag.
-func (k keys) run(shard int, id string, gen uint64) string {
-	return k.prefix[shard] + "run:" + id + ":" + strconv.FormatUint(gen, 10)
-}
+// runs is the shard's hash of execution claims (see claim_holder in
+// common.lua); claimField names the claim of generation gen of task id in it.
+func (k keys) runs(shard int) string { return k.prefix[shard] + "runs" }
+
+func claimField(id string, gen uint64) string { return id + ":" + strconv.FormatUint(gen, 10) }
 
 // bucket is the hash that holds the record of id. The Lua scripts compute
 // the same function (see bucketLua) when they only know the id.
 func (k keys) bucket(shard int, id string) string {
 	return k.prefix[shard] + "t:" + strconv.Itoa(bucketOf(id))
-}
-
-// RunKey is the run marker key of generation gen of task id (see
-// keys.run), for tests and tools that look at a claim directly.
-func (s *Store) RunKey(id string, gen uint64) string {
-	return s.k.run(s.Shard(id), id, gen)
 }
 
 // ShardOf is the shard of a task id among n (see shardmap.ShardOf).

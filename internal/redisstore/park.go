@@ -58,7 +58,7 @@ type Park struct {
 	ID    string
 	Gen   uint64 // the fired copy's generation: a record of another one is left alone
 	Type  string // the task's type: the index it is parked in
-	Owner string // the run marker's owner ('' none): the marker is deleted if it holds it
+	Owner string // the execution claim's owner ('' none): the claim is deleted if it holds it
 	Shard int    // the shard it was fired from (dq-shard)
 }
 
@@ -72,13 +72,13 @@ type Park struct {
 func (s *Store) ParkMany(ctx context.Context, ps []Park) (int, error) {
 	calls := s.groupCalls(len(ps), func(i int) int { return s.firedShard(ps[i].ID, ps[i].Shard, true) },
 		func(sh int, idx []int) ([]string, []any) {
-			keys := make([]string, 0, 2+3*len(idx))
-			keys = append(keys, s.k.due(sh), s.k.ptypes(sh))
+			keys := make([]string, 0, 3+2*len(idx))
+			keys = append(keys, s.k.due(sh), s.k.ptypes(sh), s.k.runs(sh))
 			args := make([]any, 0, 1+4*len(idx))
 			args = append(args, int64(ParkOffset))
 			for _, i := range idx {
 				p := ps[i]
-				keys = append(keys, s.k.bucket(sh, p.ID), s.k.run(sh, p.ID, p.Gen), s.k.parked(sh, p.Type))
+				keys = append(keys, s.k.bucket(sh, p.ID), s.k.parked(sh, p.Type))
 				args = append(args, p.ID, p.Gen, p.Type, p.Owner)
 			}
 			return keys, args

@@ -9,25 +9,31 @@
 -- offset in the past parks at now - offset/2 + offset instead, so that a
 -- parked score always lies far in the future.
 -- KEYS[1] due, KEYS[2] ptypes (the types whose parked index is not empty),
--- then per task i: KEYS[3i] bucket hash, KEYS[3i+1] run marker of the fired
--- generation, KEYS[3i+2] the parked index of its type
+-- KEYS[3] the shard's claims hash (see claim_holder in common.lua), then
+-- per task i: KEYS[2+2i] bucket hash, KEYS[3+2i] the parked index of its
+-- type
 -- ARGV[1] park offset ms, then per task i: ARGV[4i-2] id, ARGV[4i-1] gen,
--- ARGV[4i] type, ARGV[4i+1] owner of the run marker ('' none): the marker
--- is deleted if it holds owner, whatever the code (the worker is done with
--- its claim either way)
+-- ARGV[4i] type, ARGV[4i+1] owner of the execution claim ('' none): the
+-- claim is deleted if it holds owner, whatever the code (the worker is done
+-- with its claim either way)
 -- Returns per task a code: 1 parked, 0 not found, 5 stale generation,
 -- 6 not fired (waiting, parked already, or finished), 7 on its way to
 -- another shard.
 local offset = tonumber(ARGV[1])
 local base = nil
 local out = {}
-local n = (#KEYS - 2) / 3
+local n = (#KEYS - 3) / 2
+local rfields, rowners = {}, {}
 for i = 1, n do
-  local bkey, rkey, ikey = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
-  local id, g, typ, owner = ARGV[4 * i - 2], tonumber(ARGV[4 * i - 1]), ARGV[4 * i], ARGV[4 * i + 1]
-  if owner ~= '' and redis.call('GET', rkey) == owner then
-    redis.call('DEL', rkey)
+  if ARGV[4 * i + 1] ~= '' then
+    rfields[#rfields + 1] = claim_field(ARGV[4 * i - 2], ARGV[4 * i - 1])
+    rowners[#rowners + 1] = ARGV[4 * i + 1]
   end
+end
+release_claims(KEYS[3], rfields, rowners)
+for i = 1, n do
+  local bkey, ikey = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  local id, g, typ = ARGV[4 * i - 2], tonumber(ARGV[4 * i - 1]), ARGV[4 * i]
   local code = 1
   local v = redis.call('HGET', bkey, id)
   if not v then

@@ -110,8 +110,8 @@ func testParkAndUnpark(t *testing.T, rdb redis.UniversalClient) {
 		if err != nil || g.State != task.StatePaused || !g.DueAt.Equal(fired[id].DueAt) || g.Gen != fired[id].Gen+1 || g.Attempt != 1 {
 			t.Fatalf("parked %s: %+v %v", id, g, err)
 		}
-		if n, _ := rdb.Exists(ctx, s.RunKey(id, fired[id].Gen)).Result(); n != 0 {
-			t.Fatalf("%s: run marker left", id)
+		if who, _, err := s.ClaimHolder(ctx, id, fired[id].Gen); err != nil || who != "" {
+			t.Fatalf("%s: claim left, held by %q (%v)", id, who, err)
 		}
 	}
 	// the other type's tasks were not parked: still fired
