@@ -54,6 +54,12 @@ for i = 1, n do
     end
   end
 end
-if #set > 0 then redis.call('HSET', runs, unpack(set)) end
+if #set > 0 then
+  -- Redis picks the encoding from the whole command before it adds
+  -- any field
+  set[#set + 1] = claim_pad
+  set[#set + 1] = claim_pad_value()
+  redis.call('HSET', runs, unpack(set))
+end
 sweep_claims(runs, now)
 return out

@@ -152,6 +152,27 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 		if holder(t, s, ids[0], gen[ids[0]]) != "w1:1" || holder(t, s, ids[1], gen[ids[1]]) != "w1:3" {
 			t.Fatal("wrong holders")
 		}
+		// the claims hash stays in the hashtable encoding (claim_pad in
+		// common.lua), also when its claims are released
+		if _, err := s.ReleaseMany(t.Context(), []Claim{{ID: ids[0], Gen: gen[ids[0]], Owner: "w1:1"}, {ID: ids[1], Gen: gen[ids[1]], Owner: "w1:3"}}); err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for sh := range s.Shards() {
+			enc, err := rdb.ObjectEncoding(t.Context(), s.k.runs(sh)).Result()
+			if err == nil {
+				seen++
+			}
+			if err != nil && !errors.Is(err, redis.Nil) {
+				t.Fatal(err)
+			}
+			if err == nil && enc != "hashtable" {
+				t.Fatalf("claims hash of shard %d: encoding %s", sh, enc)
+			}
+		}
+		if seen == 0 {
+			t.Fatal("no claims hash left after the releases")
+		}
 	})
 
 	t.Run("ExpiredClaimsSwept", func(t *testing.T) {
@@ -176,7 +197,7 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 				t.Fatal(err)
 			}
 			n, err := rdb.HLen(t.Context(), s.k.runs(0)).Result()
-			return err == nil && n == 1
+			return err == nil && n == 2 // the alive claim and the pad
 		})
 		if holder(t, s, ids[0], gen[ids[0]]) != "alive:1" {
 			t.Fatal("the held claim was dropped")

@@ -191,6 +191,17 @@ end
 -- is the same as none. One hash instead of a key with a TTL per claim: a
 -- call reads and writes the claims of all its tasks in one command each
 -- (HMGET, HSET, HDEL) instead of two or three per task, and creates no key.
+-- The hash keeps a field claim_pad (not a claim: claim fields end in
+-- ":<gen>") with a value longer than any hash-max-listpack-value in use, so
+-- that Redis keeps the hash in its hashtable encoding: in the compact
+-- listpack encoding every HMGET, HSET and HDEL field is a linear scan of up
+-- to hash-max-listpack-entries entries, which made the claims cost more
+-- than the records they guard. Every claim call writes it again.
+local claim_pad = '~pad'
+local function claim_pad_value()
+  return string.rep('-', 8192)
+end
+
 -- claim_field names the claim of generation g of id.
 local function claim_field(id, g)
   return id .. ':' .. g
@@ -232,7 +243,7 @@ local function sweep_claims(runs_key, now)
   local s = redis.call('HRANDFIELD', runs_key, 4, 'WITHVALUES')
   local del = {}
   for i = 1, #s, 2 do
-    if not claim_holder(s[i + 1], now) then del[#del + 1] = s[i] end
+    if s[i] ~= claim_pad and not claim_holder(s[i + 1], now) then del[#del + 1] = s[i] end
   end
   if #del > 0 then redis.call('HDEL', runs_key, unpack(del)) end
 end
