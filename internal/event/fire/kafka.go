@@ -195,9 +195,12 @@ func (k *Kafka) Produce(ctx context.Context, msgs []kafka.Message) []error {
 // errors spread per message. A record larger than the writer accepts fails
 // alone: kafka-go refuses the whole call for it, so it is taken out and the
 // rest written again. A missing topic is created when AutoCreate is on, and
-// the records written again. Records the broker refused as too large in a
-// partition batch with others are written again in smaller groups, so that
-// only the oversized ones keep the error (isolate).
+// the records written again. Records the broker refused as too large are
+// written again in smaller groups, down to one, so that only the oversized
+// ones keep the error (isolate): also a single one, because the shared
+// writer puts the records of concurrent calls (other shards' pollers) into
+// one partition batch, so one small record can be refused for another
+// call's oversized one.
 func (k *Kafka) write(ctx context.Context, msgs []kafka.Message, errs []error) {
 	w := k.w
 	if k.small != nil && len(msgs) <= smallTake {
@@ -210,7 +213,7 @@ func (k *Kafka) write(ctx context.Context, msgs []kafka.Message, errs []error) {
 			big = append(big, i)
 		}
 	}
-	if len(big) > 1 {
+	if len(big) > 0 {
 		k.soloMu.Lock()
 		defer k.soloMu.Unlock()
 		alone := map[int]bool{}

@@ -120,6 +120,39 @@ func TestKafkaIsolatesARecordTheBrokerRefusesAsTooLarge(t *testing.T) {
 	}
 }
 
+// The shared writer batches the records of concurrent calls (the pollers
+// of other shards) into one partition batch: a call whose one small
+// record shared a batch with another call's oversized one gets the
+// broker's "too large" for it. It must be written alone before the error
+// counts: a chaos run (seed 616857356) saw a healthy task made dead at its
+// first refusal, Kafka being slow enough for the grace to have passed.
+func TestKafkaIsolatesASingleRecordRefusedForAnotherCallsOversizedOne(t *testing.T) {
+	t.Parallel()
+	k := testenv.StartKafka(t)
+	createTopicWith(t, k, "small.topic", 1, map[string]string{"max.message.bytes": "20000"})
+	// a batch timeout long enough that both calls' records wait in the
+	// same partition batch
+	p := NewKafka(KafkaConfig{Brokers: k.Brokers, MaxAttempts: 2, WriteTimeout: 5 * time.Second, BatchSize: 500, BatchTimeout: 300 * time.Millisecond})
+	defer p.Close()
+	for try := range 3 {
+		var bigErr []error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			bigErr = p.Produce(t.Context(), []kafka.Message{{Topic: "small.topic", Key: []byte("big"), Value: make([]byte, 50000)}})
+		}()
+		time.Sleep(20 * time.Millisecond) // inside the other call's batch timeout
+		small := p.Produce(t.Context(), []kafka.Message{{Topic: "small.topic", Key: []byte("small"), Value: []byte("small " + strconv.Itoa(try))}})
+		<-done
+		if small[0] != nil {
+			t.Fatalf("try %d: the small record failed with the other call's oversized one: %v", try, small[0])
+		}
+		if Refusal(bigErr[0]) != RefusedTooLarge {
+			t.Fatalf("try %d: oversized record: %v, want %s", try, bigErr[0], RefusedTooLarge)
+		}
+	}
+}
+
 // AutoCreate creates a missing topic on first use with the configured
 // partition count, and the records are written.
 func TestKafkaAutoCreateCreatesTopicsWithTheConfiguredPartitions(t *testing.T) {
