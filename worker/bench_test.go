@@ -81,6 +81,7 @@ func BenchmarkThroughput(b *testing.B) {
 			ideal, 100*ideal/raw, float64((testenv.RedisCPU(b, rdb)-cpu0).Nanoseconds())/1000/float64(n), float64((testenv.ProcessCPU()-pcpu0).Nanoseconds())/1000/float64(n))
 		b.ReportMetric(ideal, "ideal_tasks/s")
 		for _, c := range concurrency {
+			cs0 := testenv.CommandStats(b, rdb)
 			cpu0, pcpu0, t0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU(), time.Now()
 			mb0, mt0 := testenv.CPUTimes()
 			rate := workerConsume(b, k.Brokers, rdb, ns, "bench.c"+strconv.Itoa(c), n, c)
@@ -96,6 +97,8 @@ func BenchmarkThroughput(b *testing.B) {
 			taskCPU := (busy + pbusy) * wall / float64(n) * 1e6
 			fmt.Printf("      CPU per task %.2fus (redis-server %.2f + worker and kfake %.2f); 50%% of raw (%.0f tasks/s) would need %.1f cores at that cost (this machine: %d)\n",
 				taskCPU, busy*wall/float64(n)*1e6, pbusy*wall/float64(n)*1e6, raw/2, raw/2*taskCPU/1e6, runtime.NumCPU())
+			fmt.Printf("      redis-server per task, by command (INFO commandstats; evalsha includes the commands its scripts call): %s\n",
+				testenv.CommandStatsDelta(cs0, testenv.CommandStats(b, rdb), n))
 			b.ReportMetric(rate, "c"+strconv.Itoa(c)+"_tasks/s")
 		}
 	}
