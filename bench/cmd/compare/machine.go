@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/delayq/delayq/bench/internal/host"
 	"github.com/delayq/delayq/bench/internal/report"
 	"github.com/delayq/delayq/bench/internal/systems"
 )
@@ -19,7 +20,7 @@ func describeMachine(ctx context.Context, in *systems.Infra) report.Machine {
 		OS:           runtime.GOOS + "/" + runtime.GOARCH,
 		GoVersion:    runtime.Version(),
 		AsynqVersion: "unknown",
-		LoadStart:    loadAverage(),
+		LoadStart:    host.LoadAverage(),
 	}
 	if v, err := in.RedisVersion(ctx); err == nil {
 		m.RedisVersion = v
@@ -47,17 +48,4 @@ func cpuModel() string {
 		}
 	}
 	return "unknown"
-}
-
-// loadAverage is the 1, 5 and 15 minute load average.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/delayq/delayq/bench/internal/host"
 	"github.com/delayq/delayq/bench/internal/report"
 	"github.com/delayq/delayq/bench/internal/systems"
 	"github.com/delayq/delayq/bench/internal/tbenv"
@@ -29,14 +30,14 @@ func main() {
 	charts := flag.String("charts", "", "directory of the SVG charts (default <repo>/docs/bench)")
 	md := flag.String("md", "", "Markdown file whose compare section is replaced (default <repo>/docs/benchmarks.md)")
 	format := flag.String("format", "svg", "chart format: svg or png")
-	only := flag.String("only", "", "comma-separated workloads to run (throughput,memory,steady,spike,churn; default all) — for development")
+	only := flag.String("only", "", "comma-separated workloads to run (throughput,memory,steady,spike,churn,handling; default all) — for development")
 	flag.Parse()
 	if *format != "svg" && *format != "png" {
 		fmt.Fprintln(os.Stderr, "compare: -format must be svg or png")
 		os.Exit(2)
 	}
 
-	root, err := repoRoot()
+	root, err := host.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(2)
@@ -75,6 +76,7 @@ func main() {
 		{"steady", b.steady},
 		{"spike", b.spike},
 		{"churn", b.churn},
+		{"handling", b.handling},
 	} {
 		if *only != "" && !containsWord(*only, w.name) {
 			continue
@@ -84,7 +86,7 @@ func main() {
 		w.run()
 		fmt.Printf("## %s done in %v\n", w.name, time.Since(t0).Round(100*time.Millisecond))
 	}
-	r.Machine.LoadEnd = loadAverage()
+	r.Machine.LoadEnd = host.LoadAverage()
 	b.verdict()
 	r.Notes = append(r.Notes, b.notes...)
 	r.ElapsedS = time.Since(start).Seconds()
@@ -129,26 +131,6 @@ func containsWord(list, w string) bool {
 func command() string {
 	args := append([]string{"go", "-C", "bench", "run", "./cmd/compare"}, os.Args[1:]...)
 	return strings.Join(args, " ")
-}
-
-// repoRoot walks up from the working directory to the directory whose
-// go.mod declares module github.com/delayq/delayq.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), "module github.com/delayq/delayq\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of github.com/delayq/delayq above the working directory; run from the repository or bench/")
-		}
-		dir = parent
-	}
 }
 
 // ctx is the context of a workload's calls.

@@ -19,6 +19,8 @@ type plan struct {
 	Ahead       time.Duration // workload 3: due this far after their tick
 	SpikeTasks  int           // workloads 4 and 6
 	ChurnTasks  int           // workload 5
+	HandleTasks int           // workload 7, tasks ready
+	E2ETasks    int           // workload 7, end to end
 }
 
 var fullPlan = plan{
@@ -30,6 +32,8 @@ var fullPlan = plan{
 	Ahead:       3 * time.Second,
 	SpikeTasks:  200_000,
 	ChurnTasks:  50_000,
+	HandleTasks: 100_000,
+	E2ETasks:    100_000,
 }
 
 var shortPlan = plan{
@@ -41,6 +45,8 @@ var shortPlan = plan{
 	Ahead:       2 * time.Second,
 	SpikeTasks:  20_000,
 	ChurnTasks:  10_000,
+	HandleTasks: 20_000,
+	E2ETasks:    20_000,
 }
 
 // Fixed settings of both systems.
@@ -71,8 +77,9 @@ func settings(p plan) []string {
 		"Tasks: 36-character UUID ids, type \"bench\", 64-byte payload (delayq: a 64-byte JSON string; asynq: the same 64 bytes), otherwise each system's defaults (delayq 10 attempts; asynq MaxRetry 25, Timeout 30 min).",
 		fmt.Sprintf("delayq: daemon and event processes in-process (16 shards, DQ_FIRE_BATCH 500, Kafka batch timeout 1 ms), kfake broker, topic with 4 partitions; batch calls of %d tasks.", batchSize),
 		fmt.Sprintf("asynq: Client with a %d-connection pool; Server with Concurrency %d; configs: default = DelayedTaskCheckInterval 5s and TaskCheckInterval 1s (asynq's defaults), 100ms = both set to 100ms.", asynqPool, asynqServeConc),
-		fmt.Sprintf("Sizes: throughput %d single / %d batch tasks, memory %d tasks, steady %v at each rate due %v ahead, spike %d tasks, churn %d tasks.",
-			p.SingleTasks, p.BatchTasks, p.MemTasks, p.SteadyFor, p.Ahead, p.SpikeTasks, p.ChurnTasks),
+		fmt.Sprintf("Sizes: throughput %d single / %d batch tasks, memory %d tasks, steady %v at each rate due %v ahead, spike %d tasks, churn %d tasks, handling %d tasks ready / %d end to end.",
+			p.SingleTasks, p.BatchTasks, p.MemTasks, p.SteadyFor, p.Ahead, p.SpikeTasks, p.ChurnTasks, p.HandleTasks, p.E2ETasks),
+		fmt.Sprintf("Handling: one consumer with a no-op handler and concurrency %d: delayq's worker package (worker.New + Run, in this process, defaults otherwise: CommitInterval 100ms, outcomes in Redis) and one asynq.Server (default intervals).", handleConc),
 	}
 }
 

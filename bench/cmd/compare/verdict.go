@@ -77,5 +77,8 @@ func (b *bench) verdict() {
 	b.note("asynq %s has no batch enqueue API: its batch figure is concurrent Enqueue calls (%d goroutines), its fastest way to schedule many tasks.", r.Machine.AsynqVersion, asynqWideConc)
 	b.note("asynq has no reschedule: the churn workload emulates it with Inspector.DeleteTask then Enqueue with the same TaskID (two calls, not atomic: a producer that dies between them loses the task, and DeleteTask fails once the task is running).")
 	b.note("asynq's lag includes its two polling intervals (forwarder: DelayedTaskCheckInterval; idle workers: TaskCheckInterval, jittered 0.5-1.5x); delayq's pollers sleep until the shard's earliest due time and are woken over Redis pub/sub when an earlier task arrives.")
+	if len(r.Handling) > 0 {
+		b.note("Handling: the process CPU per task is this whole process: for delayq it includes the in-process kfake broker serving the records (a real deployment pays that on the Kafka brokers), for asynq only its server; redis-server CPU per task is the like-for-like figure. The kafka-go raw rate is the same records read without Redis, the ceiling for any Kafka-fed worker on this broker.")
+	}
 	b.note("delayq's lag is taken where a Kafka consumer sees the record (franz-go PollFetches return), asynq's at handler start; delayq's figure at the record timestamp (dq-fired-at, before the produce) is in the last column of the steady table.")
 }

@@ -32,8 +32,8 @@ type Curve struct {
 	Early float64 // share fired early
 }
 
-// WriteCharts writes throughput.<ext>, lag_cdf_<rate>.<ext> and
-// lag_cdf_spike.<ext> into dir; ext is "svg" or "png".
+// WriteCharts writes throughput.<ext>, lag_cdf_<rate>.<ext>,
+// lag_cdf_spike.<ext> and handling.<ext> into dir; ext is "svg" or "png".
 func WriteCharts(dir, ext string, r *Results) error {
 	if ext != "svg" && ext != "png" {
 		return fmt.Errorf("chart format %q: svg or png", ext)
@@ -55,6 +55,9 @@ func WriteCharts(dir, ext string, r *Results) error {
 		if err := lagCDFChart(filepath.Join(dir, fmt.Sprintf("lag_cdf_%d.%s", rate, ext)), title, cs); err != nil {
 			return err
 		}
+	}
+	if err := handlingChart(filepath.Join(dir, "handling."+ext), r); err != nil {
+		return err
 	}
 	var cs []Curve
 	for _, s := range r.Spike {
@@ -113,39 +116,98 @@ func lagCDFChart(file, title string, curves []Curve) error {
 }
 
 func throughputChart(file string, r *Results) error {
-	p := plot.New()
-	p.Title.Text = "Schedule throughput (tasks/s, higher is better)"
-	p.Y.Label.Text = "tasks/s"
-	p.Add(plotter.NewGrid())
-	var dq, aq plotter.Values
-	var names []string
+	var bars []bar
 	for _, t := range r.Throughput {
-		names = append(names, t.Label)
-		if t.System == DelayQ {
-			dq, aq = append(dq, t.TasksPerSec), append(aq, 0)
-		} else {
-			dq, aq = append(dq, 0), append(aq, t.TasksPerSec)
-		}
+		bars = append(bars, bar{Label: t.Label, System: t.System, Value: t.TasksPerSec})
 	}
-	if len(names) == 0 {
+	return barChart(file, "Schedule throughput (tasks/s, higher is better)", "tasks/s", bars)
+}
+
+// handlingChart draws delayq's and asynq's handling rows; the raw
+// kafka-go rate, an order of magnitude above, is in the title instead.
+func handlingChart(file string, r *Results) error {
+	var bars []bar
+	title := "No-op handler, one consumer (tasks/s, higher is better)"
+	for _, h := range r.Handling {
+		if h.Label == LabelHandleRaw {
+			title += fmt.Sprintf("\n(a bare kafka-go Reader reads the same records at %s/s)", commas(int64(math.Round(h.TasksPerSec))))
+			continue
+		}
+		bars = append(bars, bar{Label: h.Label, System: h.System, Value: h.TasksPerSec})
+	}
+	return barChart(file, title, "tasks/s", bars)
+}
+
+// bar is one bar of a barChart: its x label, the system (one colour and
+// legend entry per system, in order of appearance) and its height.
+type bar struct {
+	Label, System string
+	Value         float64
+}
+
+// barChart draws one bar per entry, coloured by system; nothing without
+// entries.
+func barChart(file, title, yLabel string, bars []bar) error {
+	if len(bars) == 0 {
 		return nil
 	}
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = yLabel
+	p.Add(plotter.NewGrid())
+	var systems, names []string
+	for _, b := range bars {
+		names = append(names, b.Label)
+		if !containsString(systems, b.System) {
+			systems = append(systems, b.System)
+		}
+	}
 	w := vg.Points(28)
-	for i, vals := range []plotter.Values{dq, aq} {
-		bars, err := plotter.NewBarChart(vals, w)
+	for i, sys := range systems {
+		vals := make(plotter.Values, len(bars))
+		for j, b := range bars {
+			if b.System == sys {
+				vals[j] = b.Value
+			}
+		}
+		bc, err := plotter.NewBarChart(vals, w)
 		if err != nil {
 			return err
 		}
-		bars.Color = palette[i]
-		bars.LineStyle.Width = 0
-		p.Add(bars)
-		p.Legend.Add([]string{DelayQ, Asynq}[i], bars)
+		bc.Color = systemColor(sys, i)
+		bc.LineStyle.Width = 0
+		p.Add(bc)
+		p.Legend.Add(sys, bc)
 	}
 	p.Legend.Top = true
 	p.NominalX(names...)
 	p.Y.Min = 0
+	for _, b := range bars {
+		p.Y.Max = math.Max(p.Y.Max, 1.15*b.Value) // room for the legend
+	}
 	p.Y.Tick.Marker = intTicks{}
 	return p.Save(8*vg.Inch, 4*vg.Inch, file)
+}
+
+// systemColor keeps delayq's and asynq's colours the same on every chart;
+// other systems take the remaining ones.
+func systemColor(system string, i int) color.Color {
+	switch system {
+	case DelayQ:
+		return palette[0]
+	case Asynq:
+		return palette[1]
+	}
+	return palette[2+i%(len(palette)-2)]
+}
+
+func containsString(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
 
 // intTicks are the default ticks labelled as whole numbers with

@@ -30,6 +30,18 @@ const (
 	LabelAQEnqueue64         = "asynq x64"
 )
 
+// Phases and labels of the handling rows (workload 7).
+const (
+	PhaseReady = "ready"
+	PhaseE2E   = "end to end"
+
+	LabelHandleRaw = "kafka-go raw"
+	LabelHandleDQ  = "dq worker, ready"
+	LabelHandleAQ  = "asynq server, ready"
+	LabelE2EDQ     = "dq end to end"
+	LabelE2EAQ     = "asynq end to end"
+)
+
 // ratio formats dq/aq.
 func ratio(dq, aq float64) string {
 	if aq == 0 || math.IsNaN(dq) || math.IsNaN(aq) {
@@ -125,6 +137,15 @@ func (r *Results) spike(system, config string) *Spike {
 	return nil
 }
 
+func (r *Results) handling(label string) *Handling {
+	for i := range r.Handling {
+		if r.Handling[i].Label == label {
+			return &r.Handling[i]
+		}
+	}
+	return nil
+}
+
 func (r *Results) churn(system string) *Churn {
 	for i := range r.Churn {
 		if r.Churn[i].System == system {
@@ -204,6 +225,16 @@ func (r *Results) Markdown(chartDir, ext string) string {
 		w("| churn: rescheduled tasks fired once, not early | %s of %s | %s of %s (%s) | |\n",
 			commas(int64(dq.ReschedOnce)), commas(int64(dq.Rescheduled)), commas(int64(aq.ReschedOnce)), commas(int64(aq.Rescheduled)), aq.RescheduleHow)
 	}
+	if dq, aq := r.handling(LabelHandleDQ), r.handling(LabelHandleAQ); dq != nil && aq != nil {
+		w("| no-op handler, %s tasks ready, one consumer of concurrency %d (tasks/s) | %s | %s | %s |\n",
+			commas(int64(dq.Tasks)), dq.Concurrency, num(dq.TasksPerSec), num(aq.TasksPerSec), ratio(dq.TasksPerSec, aq.TasksPerSec))
+		w("| no-op handler, tasks ready: redis-server CPU per task (µs; lower is better) | %s | %s | %s |\n",
+			num(dq.RedisCPUus), num(aq.RedisCPUus), ratio(dq.RedisCPUus, aq.RedisCPUus))
+	}
+	if dq, aq := r.handling(LabelE2EDQ), r.handling(LabelE2EAQ); dq != nil && aq != nil {
+		w("| schedule → handled, %s tasks due now (tasks/s) | %s | %s | %s |\n",
+			commas(int64(dq.Tasks)), num(dq.TasksPerSec), num(aq.TasksPerSec), ratio(dq.TasksPerSec, aq.TasksPerSec))
+	}
 	if one, two := r.spike(DelayQ, ConfigEvent1), r.spike(DelayQ, ConfigEvent2); one != nil && two != nil {
 		w("| scale-out: spike drain rate, 2 vs 1 event processes (tasks/s) | %s vs %s | — | %s |\n",
 			num(two.DrainRate), num(one.DrainRate), ratio(two.DrainRate, one.DrainRate))
@@ -254,6 +285,10 @@ func (r *Results) Markdown(chartDir, ext string) string {
 			c.ReschedOnce, c.ReschedEarly, c.ReschedOldTime, c.ReschedTwice, c.ReschedMissing, c.KeptMissing, c.KeptEarly, c.RescheduleHow, num(c.OpsPerSec), c.OpsBeforeDue)
 	}
 
+	if len(r.Handling) > 0 {
+		r.handlingSection(w, chartDir, ext)
+	}
+
 	if len(r.Settings) > 0 {
 		w("\n### Settings\n\n")
 		for _, s := range r.Settings {
@@ -285,4 +320,36 @@ func (r *Results) bestAsynqThroughput() *Throughput {
 		}
 	}
 	return best
+}
+
+// handlingSection renders workload 7.
+func (r *Results) handlingSection(w func(string, ...any), chartDir, ext string) {
+	w("\n### 7. Handling: no-op handler, one consumer\n\n")
+	w("**Tasks ready**: every task is runnable before the consumer starts (delayq: scheduled due now, fired into Kafka by one event process, which is then stopped; asynq: enqueued without delay). tasks/s from the first handler call to the N-th; kafka-go raw is a bare kafka-go consumer-group Reader (FetchMessage + CommitMessages, commits every 100 ms) reading the same records from the same broker, first to N-th record. ")
+	w("**End to end**: the consumer runs (one warm-up task handled first), then tasks due now are scheduled (delayq: Go client ScheduleBatch, fired by one event process; asynq: Enqueue); tasks/s = N / (N-th handler call - first schedule call). ")
+	w("CPU per task: INFO cpu (redis-server) and getrusage (this process, which also runs the kfake broker, etcd and, end to end, the daemon, the event process and the load generator) from the consumer's start (end to end: the first schedule call) until every outcome is stored, divided by N.\n\n")
+	raw := r.handling(LabelHandleRaw)
+	w("| phase | system | method | tasks | concurrency | tasks/s | %% of raw | first handled (s) | all stored after N-th (ms) | scheduling (s) | redis-server CPU/task (µs) | process CPU/task (µs) | handled | dups | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, h := range r.Handling {
+		ofRaw, redis, sched, conc := "", "—", "", ""
+		stored := num(h.StoredMs)
+		if raw != nil && h.Label == LabelHandleDQ && raw.TasksPerSec > 0 {
+			ofRaw = pct(h.TasksPerSec / raw.TasksPerSec) // the same records
+		}
+		if h.Label == LabelHandleRaw {
+			stored = "—"
+		}
+		if h.RedisCPUus > 0 {
+			redis = num(h.RedisCPUus)
+		}
+		if h.ScheduleS > 0 {
+			sched = fmt.Sprintf("%s (%s tasks/s)", num(h.ScheduleS), num(h.ScheduleRate))
+		}
+		if h.Concurrency > 0 {
+			conc = fmt.Sprint(h.Concurrency)
+		}
+		w("| %s | %s | %s | %s | %s | **%s** | %s | %s | %s | %s | %s | %s | %s | %d | %d |\n", h.Phase, h.System, h.Method, commas(int64(h.Tasks)), conc,
+			num(h.TasksPerSec), ofRaw, num(h.FirstS), stored, sched, redis, num(h.ProcCPUus), commas(int64(h.Handled)), h.Duplicates, h.Errors)
+	}
+	w("\n![handling throughput](%s)\n", path.Join(chartDir, "handling."+ext))
 }

@@ -26,6 +26,7 @@ type Results struct {
 	Steady     []Lag        `json:"steady"`
 	Spike      []Spike      `json:"spike"`
 	Churn      []Churn      `json:"churn"`
+	Handling   []Handling   `json:"handling"`
 	Notes      []string     `json:"notes"`
 }
 
@@ -127,6 +128,40 @@ type Churn struct {
 	KeptEarly      int     `json:"kept_early"`
 	Duplicates     int     `json:"duplicates"`
 	LagP99ms       float64 `json:"lag_p99_ms"`
+}
+
+// Handling is one run of workload 7 (no-op handler): a consumer draining
+// tasks that are ready (Phase PhaseReady; System kafka-go is the bare
+// kafka-go Reader of the same records, for reference), or tasks scheduled
+// due now and handled, end to end (PhaseE2E).
+type Handling struct {
+	System      string `json:"system"`
+	Phase       string `json:"phase"`
+	Label       string `json:"label"` // short, for the chart
+	Method      string `json:"method"`
+	Tasks       int    `json:"tasks"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	// TasksPerSec: ready, first to N-th handler call (kafka-go: first to
+	// N-th record); end to end, N / (N-th handler call - first schedule
+	// call).
+	TasksPerSec float64 `json:"tasks_per_s"`
+	// FirstS: ready, consumer start to first handler call; end to end,
+	// first schedule call to first handler call.
+	FirstS float64 `json:"first_s"`
+	// StoredMs: N-th handler call to every outcome stored in Redis
+	// (delayq: the N-th Config.OnOutcome; asynq: the queue found empty).
+	StoredMs float64 `json:"stored_after_ms"`
+	// ScheduleS and ScheduleRate: end to end, how long scheduling took.
+	ScheduleS    float64 `json:"schedule_s,omitempty"`
+	ScheduleRate float64 `json:"schedule_tasks_per_s,omitempty"`
+	// CPU per task: redis-server (INFO cpu) and this process (getrusage)
+	// from the consumer's start (end to end: the first schedule call) to
+	// every outcome stored, divided by Tasks; µs.
+	RedisCPUus float64 `json:"redis_cpu_us_per_task"`
+	ProcCPUus  float64 `json:"process_cpu_us_per_task"`
+	Handled    int     `json:"handled"`    // distinct tasks handled
+	Duplicates int     `json:"duplicates"` // handler calls beyond the first per task
+	Errors     int     `json:"errors"`     // failed schedule calls (end to end)
 }
 
 // WriteJSON writes r to path (directories created).

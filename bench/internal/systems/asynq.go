@@ -29,6 +29,8 @@ type AsynqOptions struct {
 	// PoolSize is the client's Redis connection pool (go-redis' default
 	// is 10 per CPU).
 	PoolSize int
+	// Handle, when set, is the server's handler instead of the recorder.
+	Handle func(ctx context.Context, t *asynq.Task) error
 }
 
 // Asynq is an asynq client (and server) on the shared Redis.
@@ -44,9 +46,17 @@ func StartAsynq(scope *tbenv.TB, in *Infra, o AsynqOptions) *Asynq {
 	opt := asynq.RedisClientOpt{Addr: in.Redis.Addr, PoolSize: o.PoolSize}
 	a := &Asynq{Client: asynq.NewClient(opt), Inspector: asynq.NewInspector(opt), Queue: "default"}
 	scope.Cleanup(func() { _ = a.Client.Close(); _ = a.Inspector.Close() })
-	if !o.Serve {
-		return a
+	if o.Serve {
+		StartAsynqServer(scope, in, o)
 	}
+	return a
+}
+
+// StartAsynqServer starts an asynq.Server for AsynqType tasks (o's
+// Concurrency and check intervals) that stops when scope closes. Its
+// handler is o.Handle when set, else one that records its start time into
+// o.Record (when set) and returns nil.
+func StartAsynqServer(scope *tbenv.TB, in *Infra, o AsynqOptions) {
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: in.Redis.Addr}, asynq.Config{
 		Concurrency:              o.Concurrency,
 		DelayedTaskCheckInterval: o.DelayedTaskCheckInterval,
@@ -56,20 +66,23 @@ func StartAsynq(scope *tbenv.TB, in *Infra, o AsynqOptions) *Asynq {
 		ShutdownTimeout:          5 * time.Second,
 	})
 	mux := asynq.NewServeMux()
-	rec := o.Record
-	mux.HandleFunc(AsynqType, func(ctx context.Context, t *asynq.Task) error {
-		at := time.Now()
-		if rec != nil {
-			id, _ := asynq.GetTaskID(ctx)
-			rec.Seen(id, Seen{At: at})
+	handle := o.Handle
+	if handle == nil {
+		rec := o.Record
+		handle = func(ctx context.Context, t *asynq.Task) error {
+			at := time.Now()
+			if rec != nil {
+				id, _ := asynq.GetTaskID(ctx)
+				rec.Seen(id, Seen{At: at})
+			}
+			return nil
 		}
-		return nil
-	})
+	}
+	mux.HandleFunc(AsynqType, handle)
 	if err := srv.Start(mux); err != nil {
 		scope.Fatalf("start asynq server: %v", err)
 	}
 	scope.Cleanup(srv.Shutdown)
-	return a
 }
 
 // quietAsynqLogger prints asynq's errors only.

@@ -34,6 +34,7 @@ type DelayQOptions struct {
 type DelayQ struct {
 	NS     string
 	Topic  string
+	Shards int
 	Base   string         // daemon URL, http://127.0.0.1:port
 	HTTP   *http.Client   // keep-alive client for raw API calls
 	Client *client.Client // the Go client on HTTP
@@ -56,7 +57,7 @@ func StartDelayQ(scope *tbenv.TB, in *Infra, o DelayQOptions) *DelayQ {
 		shards = 16
 	}
 	ns := "bench" + strconv.FormatInt(nsSeq.Add(1), 10)
-	d := &DelayQ{NS: ns, Topic: "dq." + ns}
+	d := &DelayQ{NS: ns, Topic: "dq." + ns, Shards: shards}
 
 	dc := daemon.DefaultConfig()
 	dc.Namespace = ns
@@ -81,7 +82,7 @@ func StartDelayQ(scope *tbenv.TB, in *Infra, o DelayQOptions) *DelayQ {
 	if o.Events == 0 {
 		return d
 	}
-	in.Kafka.CreateTopic(scope, d.Topic, 4)
+	in.Kafka.CreateTopic(scope, d.Topic, TopicPartitions)
 	if o.Record != nil {
 		d.consume(scope, in, o.Record)
 	}
