@@ -4,7 +4,7 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory chaos fuzz clean
+.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-scale bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory chaos fuzz clean
 
 all: build
 
@@ -60,11 +60,17 @@ lint: vet
 # make bench: delayq next to asynq on the same redis-server (bench/, its own
 # module); writes docs/bench/results.json, the charts and the table in
 # docs/benchmarks.md. bench-short: the same in under 2 minutes.
+# bench-scale: the real binaries on a Redis Cluster of 1, 2 and 4 masters
+# (#20): schedule, burst drain, handled rate, Redis CPU per task per
+# master, lag; BENCH_SCALE_FLAGS=-short for a smoke run (bench/README.md).
 bench:
 	$(GO) -C bench run ./cmd/compare
 
 bench-short:
 	$(GO) -C bench run ./cmd/compare -short
+
+bench-scale:
+	$(GO) -C bench run ./cmd/scale $(BENCH_SCALE_FLAGS)
 
 # delayq's own benchmarks, each against its issue's target.
 bench-internal: bench-memory bench-write bench-fire bench-work bench-floor bench-tls
