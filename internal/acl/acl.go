@@ -28,6 +28,8 @@ var RedisCommands = []string{
 	// keys, hashes and sorted sets, read by the store and the scripts
 	"get", "set", "del", "exists", "incr", "pexpire", "pttl", "time",
 	"hget", "hset", "hsetnx", "hdel", "hgetall", "hmget", "hexists", "hkeys", "hincrby",
+	// the sweep of expired execution claims (claim.lua)
+	"hrandfield",
 	"zadd", "zrem", "zrange", "zrevrange", "zscore", "zmscore", "zcard", "zcount",
 	"zremrangebyrank", "zremrangebyscore", "zrank",
 	// task listing (the fired state has no index: the bucket hashes are scanned)

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -351,4 +352,35 @@ func holder(t *testing.T, s *Store, id string, gen uint64) string {
 		t.Fatal(err)
 	}
 	return who
+}
+
+// A Redis user whose ACL predates the sweep of expired claims (no
+// +hrandfield) still claims and finishes: the sweep is best effort.
+func TestClaimWithoutTheSweepsPermission(t *testing.T) {
+	r := testenv.StartRedis(t)
+	admin := r.Client(t)
+	if err := admin.Do(t.Context(), "ACL", "SETUSER", "old", "on", ">secret", "~*", "&*", "+@all", "-hrandfield").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, Username: "old", Password: "secret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := newStore(t, rdb, Options{})
+	ids, gen := fireN(t, s, "o", 3)
+	cs := make([]Claim, len(ids))
+	for i, id := range ids {
+		cs[i] = Claim{ID: id, Gen: gen[id], TTL: time.Minute, Owner: "w1:1"}
+	}
+	res, err := s.ClaimMany(t.Context(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range res {
+		if c.Code != Claimed {
+			t.Fatalf("claim %d: %+v", i, c)
+		}
+	}
+	if err := rdb.Do(t.Context(), "HRANDFIELD", s.k.runs(0), 1).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("the user may run HRANDFIELD (%v): the test proves nothing", err)
+	}
+	mustFinish(t, s, Finish{ID: ids[0], Gen: gen[ids[0]], Kind: Succeeded, Owner: "w1:1"})
 }

@@ -239,8 +239,12 @@ end
 -- outcome, or overwritten by the next claim of the same copy; what is left
 -- is the claim of a worker that died and whose copy was never delivered
 -- again (the topic's retention passed).
+-- Best effort: a Redis user whose ACL predates the sweep (no +hrandfield)
+-- still claims; its claims left behind are then dropped only by the next
+-- claim of their copy.
 local function sweep_claims(runs_key, now)
-  local s = redis.call('HRANDFIELD', runs_key, 4, 'WITHVALUES')
+  local s = redis.pcall('HRANDFIELD', runs_key, 4, 'WITHVALUES')
+  if type(s) ~= 'table' or s.err then return end
   local del = {}
   for i = 1, #s, 2 do
     if s[i] ~= claim_pad and not claim_holder(s[i + 1], now) then del[#del + 1] = s[i] end
