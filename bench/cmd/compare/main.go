@@ -12,10 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/delayq/delayq/bench/internal/host"
@@ -47,12 +45,7 @@ func main() {
 	*md = orDefault(*md, filepath.Join(root, "docs", "benchmarks.md"))
 
 	tb := tbenv.New("compare", os.Stderr)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-sig
-		tb.Fatalf("interrupted by %v: stopping", s)
-	}()
+	tb.FatalOnSignal("stopping")
 
 	start := time.Now()
 	p := fullPlan

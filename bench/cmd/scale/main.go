@@ -19,13 +19,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/delayq/delayq/bench/internal/host"
@@ -171,12 +169,7 @@ func main() {
 		os.Exit(2)
 	}
 	tb := tbenv.New("scale", os.Stderr)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-sig
-		tb.Fatalf("interrupted by %v: stopping every process", s)
-	}()
+	tb.FatalOnSignal("stopping every process")
 
 	start := time.Now()
 	res := &Results{

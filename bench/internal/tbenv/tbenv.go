@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -58,6 +60,18 @@ func New(name string, out io.Writer) *TB {
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.root = &root{top: t, exit: os.Exit}
 	return t
+}
+
+// FatalOnSignal makes SIGINT and SIGTERM fail the program through t
+// (Fatalf: the cleanups run, so every process and server it started is
+// stopped), with what it is doing named in the message.
+func (t *TB) FatalOnSignal(doing string) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		t.Fatalf("interrupted by %v: %s", s, doing)
+	}()
 }
 
 // Sub returns a child scope whose cleanups run at its Close (or, if it is
