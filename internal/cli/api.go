@@ -237,12 +237,29 @@ func dueText(t time.Time) string {
 
 // oneID parses an API command taking exactly one id.
 func oneID(name string, fs *flag.FlagSet, args []string) (string, error) {
+	return oneArg(fs, nil, args, name, "task id", "")
+}
+
+// oneArg parses a command taking exactly one argument (what, e.g. "schedule
+// id"), checking api's flags first when api is set. usage, when set, is
+// named in the error, e.g. "dq schedules get ID".
+func oneArg(fs *flag.FlagSet, api *apiFlags, args []string, name, what, usage string) (string, error) {
 	pos, err := parse(fs, args)
 	if err != nil {
 		return "", err
 	}
+	if api != nil {
+		if err := api.check(); err != nil {
+			return "", err
+		}
+	}
 	if len(pos) != 1 {
-		return "", fmt.Errorf("%s: exactly one task id expected, got %d arguments", name, len(pos))
+		if usage != "" {
+			what += " expected (" + usage + ")"
+		} else {
+			what += " expected"
+		}
+		return "", fmt.Errorf("%s: exactly one %s, got %d arguments", name, what, len(pos))
 	}
 	return pos[0], nil
 }

@@ -61,17 +61,11 @@ func runSchedules(ctx context.Context, env Env, args []string) error {
 	case "set":
 		return runSchedulesSet(ctx, env, fs, api, args)
 	case "get", "delete", "pause", "resume":
-		pos, err := parse(fs, args)
+		id, err := oneArg(fs, api, args, "schedules "+sub, "schedule id", "dq schedules "+sub+" ID")
 		if err != nil {
 			return err
 		}
-		if err := api.check(); err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return fmt.Errorf("schedules %s: exactly one schedule id expected (dq schedules %s ID), got %d arguments", sub, sub, len(pos))
-		}
-		return scheduleAction(ctx, env, api, sub, pos[0])
+		return scheduleAction(ctx, env, api, sub, id)
 	case "help":
 		fs.Usage()
 		return ErrHelp
@@ -154,17 +148,10 @@ func runSchedulesSet(ctx context.Context, env Env, fs *flag.FlagSet, api *apiFla
 	fs.IntVar(&spec.Task.MaxAttempts, "max-attempts", 0, "attempts before a tick's task is dead (0: default)")
 	fs.StringVar(&timeout, "timeout", "", "handler timeout, e.g. 30s")
 	fs.IntVar(&spec.Task.Priority, "priority", 0, "priority -1000..1000")
-	pos, err := parse(fs, args)
+	id, err := oneArg(fs, api, args, "schedules set", "schedule id", "dq schedules set ID --cron EXPR --type TYPE")
 	if err != nil {
 		return err
 	}
-	if err := api.check(); err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return fmt.Errorf("schedules set: exactly one schedule id expected (dq schedules set ID --cron EXPR --type TYPE), got %d arguments", len(pos))
-	}
-	id := pos[0]
 	var body []byte
 	if file != "" {
 		var given []string

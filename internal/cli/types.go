@@ -36,22 +36,16 @@ func runTypes(ctx context.Context, env Env, args []string) error {
 		}
 		return printTypes(env.Stdout, types)
 	case "pause", "resume":
-		pos, err := parse(fs, args)
+		typ, err := oneArg(fs, api, args, "types "+sub, "task type", "dq types "+sub+" TYPE")
 		if err != nil {
 			return err
-		}
-		if err := api.check(); err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return fmt.Errorf("types %s: exactly one task type expected (dq types %s TYPE), got %d arguments", sub, sub, len(pos))
 		}
 		c := api.client()
 		var s *client.TypeState
 		if sub == "pause" {
-			s, err = c.PauseType(ctx, pos[0])
+			s, err = c.PauseType(ctx, typ)
 		} else {
-			s, err = c.ResumeType(ctx, pos[0])
+			s, err = c.ResumeType(ctx, typ)
 		}
 		if err != nil {
 			return err
