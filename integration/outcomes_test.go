@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/delayq/delayq/client"
 	"github.com/delayq/delayq/internal/record"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // TestLocalOutcomes runs the outcomes scenario against the real binaries.
@@ -123,7 +121,7 @@ func scenarioOutcomes(t *testing.T, p Provisioner) {
 		var terminal []*record.OutcomeRecord
 		var failed []int
 		for _, r := range kl.records(id) {
-			o := parseOutcome(t, r)
+			o := testenv.ParseOutcome(t, r)
 			if o.Type != "it.outcome" || o.Headers["tenant"] != id || o.FinishedAt.IsZero() {
 				t.Errorf("%s: record %s", id, r.Value)
 			}
@@ -142,24 +140,10 @@ func scenarioOutcomes(t *testing.T, p Provisioner) {
 			t.Errorf("%s: %s at attempt %d, want %s at attempt %d (error %q)", id, o.Outcome, o.Attempt, w.outcome, w.attempt, o.Error)
 		}
 	}
-	if o := kl.records("poison-1"); len(o) == 1 && !strings.Contains(parseOutcome(t, o[0]).Error, "it.missing.") {
-		t.Errorf("poison-1: error %q does not name its topic", parseOutcome(t, o[0]).Error)
+	if o := kl.records("poison-1"); len(o) == 1 && !strings.Contains(testenv.ParseOutcome(t, o[0]).Error, "it.missing.") {
+		t.Errorf("poison-1: error %q does not name its topic", testenv.ParseOutcome(t, o[0]).Error)
 	}
-	if o := kl.records("bad-0"); len(o) == 1 && !strings.Contains(parseOutcome(t, o[0]).Error, "400") {
-		t.Errorf("bad-0: error %q", parseOutcome(t, o[0]).Error)
+	if o := kl.records("bad-0"); len(o) == 1 && !strings.Contains(testenv.ParseOutcome(t, o[0]).Error, "400") {
+		t.Errorf("bad-0: error %q", testenv.ParseOutcome(t, o[0]).Error)
 	}
-}
-
-// parseOutcome reads a consumed outcome record with the contract's parser.
-func parseOutcome(t *testing.T, r *kgo.Record) *record.OutcomeRecord {
-	t.Helper()
-	m := kafka.Message{Key: r.Key, Value: r.Value}
-	for _, h := range r.Headers {
-		m.Headers = append(m.Headers, kafka.Header{Key: h.Key, Value: h.Value})
-	}
-	o, err := record.ParseOutcome(&m)
-	if err != nil {
-		t.Fatalf("outcome record %s: %v", r.Value, err)
-	}
-	return o
 }

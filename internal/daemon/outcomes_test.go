@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/testenv"
 )
@@ -52,14 +50,7 @@ func TestCancelPublishesOutcomes(t *testing.T) {
 	})
 	got := map[string]*record.OutcomeRecord{}
 	for _, r := range col.All() {
-		m := kafka.Message{Key: r.Key, Value: r.Value}
-		for _, h := range r.Headers {
-			m.Headers = append(m.Headers, kafka.Header{Key: h.Key, Value: h.Value})
-		}
-		o, err := record.ParseOutcome(&m)
-		if err != nil {
-			t.Fatalf("%s: %v", r.Value, err)
-		}
+		o := testenv.ParseOutcome(t, r)
 		if got[o.ID] != nil {
 			t.Errorf("%s published twice", o.ID)
 		}
@@ -102,26 +93,15 @@ func TestCancelWithoutBrokersPublishesNothing(t *testing.T) {
 	}
 }
 
-// counterValue reads a counter of the app's registry by one label.
+// counterValue reads a counter of the app's registry by one label, -1
+// when it has no such series.
 func counterValue(t *testing.T, a *App, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := a.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := testenv.MetricValue(a.Registry(), name, label, value)
+	if !ok {
+		return -1
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return -1
+	return v
 }
 
 // The daemon's Kafka settings: no brokers by default (no outcomes), the

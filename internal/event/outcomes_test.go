@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // The event process publishes a "dead" outcome record for a task made
@@ -28,14 +27,7 @@ func TestPoisonTaskPublishesDeadOutcome(t *testing.T) {
 		t.Fatal("no outcome record")
 	}
 	r := col.All()[0]
-	m := kafka.Message{Key: r.Key, Value: r.Value}
-	for _, h := range r.Headers {
-		m.Headers = append(m.Headers, kafka.Header{Key: h.Key, Value: h.Value})
-	}
-	o, err := record.ParseOutcome(&m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := testenv.ParseOutcome(t, r)
 	st, err := w.store.Get(t.Context(), "poison-1")
 	if err != nil || st.State != task.StateDead {
 		t.Fatalf("stored %+v, %v", st, err)

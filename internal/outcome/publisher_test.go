@@ -50,23 +50,11 @@ func published(reg *prometheus.Registry, kind string) float64 {
 }
 
 func sumOf(reg *prometheus.Registry, name, label, value string) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		panic(err)
+	v, ok := testenv.MetricValue(reg, name, label, value)
+	if !ok {
+		return -1
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return -1
+	return v
 }
 
 // Every published record reaches the topic once, parses back to what was
@@ -87,14 +75,7 @@ func TestPublisherWrites(t *testing.T) {
 	}
 	testenv.WaitFor(t, 10*time.Second, "200 outcome records", func() bool { return col.Total() >= 200 })
 	for _, r := range col.All() {
-		m := kafka.Message{Key: r.Key, Value: r.Value}
-		for _, h := range r.Headers {
-			m.Headers = append(m.Headers, kafka.Header{Key: h.Key, Value: h.Value})
-		}
-		got, err := record.ParseOutcome(&m)
-		if err != nil {
-			t.Fatalf("record %s: %v", r.Value, err)
-		}
+		got := testenv.ParseOutcome(t, r)
 		w, ok := want[got.ID]
 		if !ok {
 			t.Fatalf("unexpected or duplicate record %s", r.Value)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delayq/delayq/internal/record"
@@ -95,4 +96,19 @@ func Header(r *kgo.Record, key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// ParseOutcome reads a consumed outcome record with the record contract's
+// parser (record.ParseOutcome), failing tb if it does not parse.
+func ParseOutcome(tb testing.TB, r *kgo.Record) *record.OutcomeRecord {
+	tb.Helper()
+	m := kafka.Message{Key: r.Key, Value: r.Value}
+	for _, h := range r.Headers {
+		m.Headers = append(m.Headers, kafka.Header{Key: h.Key, Value: h.Value})
+	}
+	o, err := record.ParseOutcome(&m)
+	if err != nil {
+		tb.Fatalf("outcome record %s: %v", r.Value, err)
+	}
+	return o
 }

@@ -213,32 +213,8 @@ func committedOffsets(t *testing.T, k *testenv.Kafka, group, topic string) map[i
 // labels, 0 when absent.
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			if m.GetHistogram() != nil {
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	v, _ := testenv.MetricValue(reg, name, labels...)
+	return v
 }
 
 // Each succeeded and dead outcome of a type with hooks calls its hook

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/delayq/delayq/internal/outcome"
 	"github.com/delayq/delayq/internal/record"
@@ -23,21 +21,6 @@ import (
 	"github.com/delayq/delayq/internal/testenv/worktest"
 	"github.com/delayq/delayq/worker"
 )
-
-// parseOutcomeRec reads a consumed outcome record with the record
-// contract's parser.
-func parseOutcomeRec(t *testing.T, r *kgo.Record) *record.OutcomeRecord {
-	t.Helper()
-	m := kafka.Message{Key: r.Key, Value: r.Value}
-	for _, h := range r.Headers {
-		m.Headers = append(m.Headers, kafka.Header{Key: h.Key, Value: h.Value})
-	}
-	o, err := record.ParseOutcome(&m)
-	if err != nil {
-		t.Fatalf("outcome record %s: %v", r.Value, err)
-	}
-	return o
-}
 
 // metricSum sums the samples of the work app's /metrics whose line
 // starts with prefix (a metric name with, optionally, the start of its
@@ -146,7 +129,7 @@ func TestWorkOutcomesTopic(t *testing.T) {
 			terminal := map[string][]*record.OutcomeRecord{}
 			fails := map[string][]int{}
 			for _, r := range col.All() {
-				o := parseOutcomeRec(t, r)
+				o := testenv.ParseOutcome(t, r)
 				if id, _ := testenv.Header(r, record.HeaderID); id != o.ID || string(r.Key) != o.ID {
 					t.Errorf("record of %s: dq-id %q key %q", o.ID, id, r.Key)
 				}

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/delayq/delayq/internal/outcome"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/task"
@@ -47,14 +45,7 @@ func TestPollerPublishesDeadOutcomeOfPoison(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := recs.All()[0]
-	m := kafka.Message{Key: r.Key, Value: r.Value}
-	for _, h := range r.Headers {
-		m.Headers = append(m.Headers, kafka.Header{Key: h.Key, Value: h.Value})
-	}
-	o, err := record.ParseOutcome(&m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := testenv.ParseOutcome(t, r)
 	if o.ID != poison.ID || o.Outcome != record.OutcomeDead || o.Type != "report.send" || o.Error != st.LastError ||
 		o.Attempt != 1 || o.MaxAttempts != 4 || o.Shard != 0 || o.Headers["tenant"] != "acme" || o.Duration != 0 ||
 		o.DueAt.IsZero() || o.FinishedAt.Before(o.DueAt) {
