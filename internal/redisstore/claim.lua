@@ -55,10 +55,10 @@ for i = 1, n do
   end
 end
 if #set > 0 then
-  -- Redis picks the encoding from the whole command before it adds
-  -- any field
-  set[#set + 1] = claim_pad
-  set[#set + 1] = claim_pad_value()
+  if redis.call('HEXISTS', runs, claim_pad) == 0 then
+    set[#set + 1] = claim_pad
+    set[#set + 1] = claim_pad_value()
+  end
   redis.call('HSET', runs, unpack(set))
 end
 sweep_claims(runs, now)

@@ -196,7 +196,11 @@ end
 -- that Redis keeps the hash in its hashtable encoding: in the compact
 -- listpack encoding every HMGET, HSET and HDEL field is a linear scan of up
 -- to hash-max-listpack-entries entries, which made the claims cost more
--- than the records they guard. Every claim call writes it again.
+-- than the records they guard. A claim call that finds the pad missing
+-- (a new hash: nothing deletes it) writes it with its
+-- claims: Redis picks the encoding from the whole command, and a
+-- hashtable never goes back to a listpack. Written on every call, the
+-- 8 KiB would also go to the AOF and the replicas each time.
 local claim_pad = '~pad'
 local function claim_pad_value()
   return string.rep('-', 8192)
