@@ -265,6 +265,7 @@ func (a *App) lead(ctx context.Context, l leader.Lead) error {
 		Batch:        a.cfg.FireBatch,
 		Lease:        a.cfg.Lease,
 		IdlePoll:     a.cfg.IdlePoll,
+		Ahead:        a.cfg.FireAhead,
 		DefaultTopic: a.cfg.DefaultTopic,
 		DeadTopic:    a.cfg.DeadTopic,
 		Wake:         a.wakes.Mailbox(l.Shard),

@@ -38,6 +38,9 @@ type Config struct {
 	// PoisonGrace is how long a task Kafka refuses for good keeps being
 	// fired again before it is made dead.
 	PoisonGrace time.Duration
+	// FireAhead is how long before its due time a shard's next task is
+	// taken (fire.Config.Ahead).
+	FireAhead time.Duration
 	// Scheduler runs the schedule scheduler's campaign in this process
 	// (one leader among the event processes materializes every
 	// schedule's ticks SchedulerLookahead ahead, a pass every
@@ -63,6 +66,7 @@ func (c *Config) bind(b *config.Binder) {
 	b.Duration(&c.SessionTTL, "session-ttl", "DQ_SESSION_TTL", 3*time.Second, "etcd session lease TTL (whole seconds): a dead process' shards are taken over after about this long")
 	b.Int(&c.FireBatch, "fire-batch", "DQ_FIRE_BATCH", 500, "most tasks per take and Kafka batch")
 	b.Duration(&c.Lease, "lease", "DQ_LEASE", 30*time.Second, "claim lease: a claim not acked within it fires again")
+	b.Duration(&c.FireAhead, "fire-ahead", "DQ_FIRE_AHEAD", 5*time.Millisecond, "how long before its due time a task is taken from Redis (whole ms; 0: when due): the take's round trip happens before the due time, and the task is produced at it; a cancel or reschedule in that window answers that the task fired")
 	b.Duration(&c.IdlePoll, "idle-poll", "DQ_IDLE_POLL", 5*time.Second, "longest sleep of an idle shard poller (covers lost wake-ups)")
 	b.String(&c.ProcessID, "process-id", "DQ_PROCESS_ID", "", "unique name of this process in etcd (default hostname-pid-random)")
 	b.Bool(&c.KafkaAutoCreate, "kafka-auto-create", "DQ_KAFKA_AUTO_CREATE", false, "create missing topics (the default and dead topics at start, any other on first use) with DQ_PARTITIONS and DQ_REPLICATION")
@@ -138,6 +142,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lease %s: at least 1s", c.Lease)
 	case c.Lease <= c.KafkaTimeout:
 		return fmt.Errorf("lease %s: must exceed kafka-write-timeout %s", c.Lease, c.KafkaTimeout)
+	case c.FireAhead < 0 || c.FireAhead > time.Second || c.FireAhead%time.Millisecond != 0:
+		return fmt.Errorf("fire-ahead %s: whole milliseconds between 0 and 1s", c.FireAhead)
 	case c.IdlePoll < time.Millisecond || c.IdlePoll > time.Minute:
 		return fmt.Errorf("idle-poll %s: between 1ms and 1m", c.IdlePoll)
 	case c.ProcessID == "" || strings.ContainsAny(c.ProcessID, "/ \t\n"):

@@ -31,10 +31,10 @@ var (
 )
 
 // plantLocalClock is a planted bug (test builds only): the take trusts the
-// process clock (ARGV[6], fault.Now) instead of Redis TIME.
+// process clock (ARGV[7], fault.Now) instead of Redis TIME.
 func plantLocalClock(src string) string {
 	if fault.Plant("localclock") {
-		return strings.Replace(src, "local now = now_ms()", "local now = tonumber(ARGV[6])", 1)
+		return strings.Replace(src, "local now = now_ms()", "local now = tonumber(ARGV[7])", 1)
 	}
 	return src
 }
@@ -60,6 +60,10 @@ type Taken struct {
 	// that ran out: fired before, never settled.
 	Reclaimed int
 	Tasks     []*task.Task // state fired; the records as stored
+	// FireAt, when not zero, is the instant (Redis' clock, after Now)
+	// before which none of Tasks may be fired: a TakeAhead took them
+	// before they were due. Zero: all are due already.
+	FireAt time.Time
 }
 
 // Fired names one fired copy of a task by its generation (for Settle).
@@ -93,7 +97,14 @@ const takeHeader = 5
 // Take claims up to limit due tasks of a shard (and tasks whose lease ran
 // out) with a lease, and says when the next task is due.
 func (s *Store) Take(ctx context.Context, shard int, token int64, limit int, lease time.Duration) (Taken, error) {
-	args := []any{token, limit, lease.Milliseconds(), s.k.prefix[shard], s.purgeBudget(shard)}
+	return s.TakeAhead(ctx, shard, token, limit, lease, 0)
+}
+
+// TakeAhead is Take that, when nothing is due yet and the shard's next task
+// is due within ahead (whole milliseconds), takes the tasks of that next
+// millisecond now: the caller must not fire them before Taken.FireAt.
+func (s *Store) TakeAhead(ctx context.Context, shard int, token int64, limit int, lease, ahead time.Duration) (Taken, error) {
+	args := []any{token, limit, lease.Milliseconds(), s.k.prefix[shard], s.purgeBudget(shard), max(ahead.Milliseconds(), 0)}
 	if fault.Plant("localclock") {
 		args = append(args, task.Millis(fault.Now()))
 	}
@@ -139,6 +150,9 @@ func (s *Store) Take(ctx context.Context, shard int, token int64, limit int, lea
 		}
 		t.State = task.StateFired
 		out.Tasks = append(out.Tasks, t)
+		if t.DueAt.After(now) && t.DueAt.After(out.FireAt) {
+			out.FireAt = t.DueAt
+		}
 	}
 	return out, nil
 }

@@ -312,6 +312,54 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		}
 	})
 
+	t.Run("TakeAheadTakesOnlyTheHeadsMillisecond", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{Shards: 1})
+		ctx := t.Context()
+		now := redisNow(t, s)
+		due := now.Add(3 * time.Second).Truncate(time.Millisecond)
+		for _, tk := range []*task.Task{mk("a1", due), mk("a2", due), mk("b", due.Add(time.Millisecond)), mk("c", due.Add(time.Second))} {
+			schedule1(t, s, tk)
+		}
+		// the head is further than ahead: nothing
+		tk, err := s.TakeAhead(ctx, 0, 1, 100, time.Minute, 100*time.Millisecond)
+		if err != nil || len(tk.Tasks) != 0 || !tk.FireAt.IsZero() || !tk.NextDue.Equal(due) {
+			t.Fatalf("take with the head beyond ahead: %d tasks, fire at %v, next %v, %v", len(tk.Tasks), tk.FireAt, tk.NextDue, err)
+		}
+		// within ahead: the head's millisecond only, never the next one
+		tk, err = s.TakeAhead(ctx, 0, 1, 100, time.Minute, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tk.Now.Before(due) {
+			t.Fatalf("the take ran after the due time (Redis now %v, due %v): the machine stalled for seconds", tk.Now, due)
+		}
+		ids := map[string]bool{}
+		for _, x := range tk.Tasks {
+			ids[x.ID] = true
+		}
+		if len(tk.Tasks) != 2 || !ids["a1"] || !ids["a2"] || !tk.FireAt.Equal(due) || !tk.NextDue.Equal(due.Add(time.Millisecond)) {
+			t.Fatalf("take ahead: %v, fire at %v (want %v), next %v", ids, tk.FireAt, due, tk.NextDue)
+		}
+		if got, _ := s.Get(ctx, "a1"); got.State != task.StateFired {
+			t.Fatalf("a task taken ahead is %s, want fired", got.State)
+		}
+		// a task already due is taken alone, with no instant to wait for,
+		// even when the head after it is within ahead
+		past := schedule1(t, s, mk("p", now.Add(-time.Second)))
+		if past.Outcome != Created {
+			t.Fatalf("schedule: %+v", past)
+		}
+		tk, err = s.TakeAhead(ctx, 0, 1, 100, time.Minute, 10*time.Second)
+		if err != nil || len(tk.Tasks) != 1 || tk.Tasks[0].ID != "p" || !tk.FireAt.IsZero() {
+			t.Fatalf("take with a task due: %d tasks, fire at %v, %v", len(tk.Tasks), tk.FireAt, err)
+		}
+		// ahead 0 is Take: nothing before its time
+		if tk, err := s.TakeAhead(ctx, 0, 1, 100, time.Minute, 0); err != nil || len(tk.Tasks) != 0 {
+			t.Fatalf("take without ahead: %d tasks %v", len(tk.Tasks), err)
+		}
+	})
+
 	t.Run("Fencing", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, rdb, Options{})

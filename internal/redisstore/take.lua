@@ -3,7 +3,13 @@
 -- KEYS[1] due, KEYS[2] inflight (lease member -> deadline ms), KEYS[3] fence,
 -- KEYS[4] done, KEYS[5] err, KEYS[6] lease sequence (a counter)
 -- ARGV[1] token, ARGV[2] max tasks, ARGV[3] lease ms, ARGV[4] key prefix,
--- ARGV[5] max finished records to purge (0: no purge this time)
+-- ARGV[5] max finished records to purge (0: no purge this time),
+-- ARGV[6] ahead ms: when nothing is due yet and the head of the due set is
+-- due within this many ms, the tasks of the head's millisecond are taken
+-- now, before they are due; the poller holds them until that instant and
+-- fires them then (see Poller's Ahead). Only that one millisecond, and
+-- never together with tasks of run-out leases, so that a take's tasks are
+-- either due already or all due at one instant.
 -- Returns {-1, stored_token} when fenced, else
 -- {now in us, next_due or -1, next_lease or -1, lease member or '',
 --  reclaimed, id1, record1, id2, record2, ...}
@@ -23,6 +29,7 @@ local token = tonumber(ARGV[1])
 local stale = fence(KEYS[3], token)
 if stale then return {-1, stale} end
 local max, lease, prefix = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local ahead = tonumber(ARGV[6]) or 0
 local now = now_ms()
 
 -- retention: drop finished records whose time is up (bounded, when asked)
@@ -74,9 +81,12 @@ end
 -- long); the head tells whether anything is due and when the next one is.
 local left = max - #claims
 local h = head(KEYS[1])
-if h and h <= now and left > 0 then
+-- upto: the last due millisecond taken (the head's own when taken ahead)
+local upto = now
+if h and h > now and not reclaimed and h <= now + ahead then upto = h end
+if h and h <= upto and left > 0 then
   -- the scores carry each record's bucket (see due_score)
-  local due = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. string.format('%d', now + 1), 'BYSCORE', 'LIMIT', 0, left, 'WITHSCORES')
+  local due = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. string.format('%d', upto + 1), 'BYSCORE', 'LIMIT', 0, left, 'WITHSCORES')
   -- what was read is the lowest-ranked part of the set: drop it by rank
   local k = #due / 2
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, k - 1)

@@ -22,7 +22,7 @@ import (
 // transitions of one shard.
 type Store interface {
 	Adopt(ctx context.Context, shard int, token int64) (int, error)
-	Take(ctx context.Context, shard int, token int64, limit int, lease time.Duration) (redisstore.Taken, error)
+	TakeAhead(ctx context.Context, shard int, token int64, limit int, lease, ahead time.Duration) (redisstore.Taken, error)
 	Settle(ctx context.Context, shard int, token int64, lease string, failed []redisstore.Fired) (fired, released int, err error)
 	SettlePoison(ctx context.Context, shard int, token int64, lease string, tasks []redisstore.Poison) ([]redisstore.PoisonOutcome, error)
 }
@@ -58,6 +58,14 @@ type Config struct {
 	Lease time.Duration
 	// IdlePoll is the longest sleep between takes (default 5s).
 	IdlePoll time.Duration
+	// Ahead is how long before its due time the shard's next task is
+	// taken (0: when due). The take's round trip (the script and, with
+	// appendfsync always, Redis' fsync) then runs while the task is not
+	// due yet, and the batch waits in the process until the due instant
+	// (Redis' clock) to be produced: never early, and on time even when
+	// the take is slow. A task taken ahead is fired: a cancel or a
+	// reschedule in that window answers that it fired.
+	Ahead time.Duration
 	// DefaultTopic is used for tasks without a topic; DeadTopic receives
 	// records that cannot be fired to their own.
 	DefaultTopic, DeadTopic string
@@ -139,6 +147,8 @@ func NewPoller(cfg Config) *Poller {
 	if cfg.PoisonGrace <= 0 {
 		cfg.PoisonGrace = 30 * time.Second
 	}
+	// the take script counts whole milliseconds
+	cfg.Ahead = max(cfg.Ahead.Truncate(time.Millisecond), 0)
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -206,7 +216,7 @@ func (p *Poller) Run(ctx context.Context) (err error) {
 		if p.cfg.Wake != nil {
 			p.cfg.Wake.Disarm()
 		}
-		taken, err := p.cfg.Store.Take(ctx, p.cfg.Shard, p.cfg.Token, p.cfg.Batch, p.cfg.Lease)
+		taken, err := p.cfg.Store.TakeAhead(ctx, p.cfg.Shard, p.cfg.Token, p.cfg.Batch, p.cfg.Lease, p.cfg.Ahead)
 		replyAt := time.Now()
 		if err != nil {
 			if err := p.storeFailed(ctx, "take", err); err != nil {
@@ -378,18 +388,19 @@ func (p *Poller) waitValid(ctx context.Context) error {
 	return nil
 }
 
-// sleep waits until the shard's next due task or lease deadline (Redis
-// time, relative to the take's Now), at most IdlePoll, or a wake-up, or a
-// batch that Kafka failed.
+// sleep waits until Ahead before the shard's next due task or until the
+// next lease deadline (Redis time, relative to the take's Now), at most
+// IdlePoll, or a wake-up, or a batch that Kafka failed.
 func (p *Poller) sleep(ctx context.Context, taken redisstore.Taken, replyAt time.Time, idle bool) error {
 	if p.kafkaFailed {
 		return nil // back off first
 	}
 	d := p.cfg.IdlePoll
-	for _, next := range []time.Time{taken.NextDue, taken.NextLease} {
-		if !next.IsZero() {
-			d = min(d, next.Sub(taken.Now))
-		}
+	if !taken.NextDue.IsZero() {
+		d = min(d, taken.NextDue.Add(-p.cfg.Ahead).Sub(taken.Now))
+	}
+	if !taken.NextLease.IsZero() {
+		d = min(d, taken.NextLease.Sub(taken.Now))
 	}
 	elapsed := time.Since(replyAt)
 	if d-elapsed <= 0 {
@@ -404,7 +415,8 @@ func (p *Poller) sleep(ctx context.Context, taken redisstore.Taken, replyAt time
 	}
 	var wake <-chan struct{}
 	if p.cfg.Wake != nil {
-		p.cfg.Wake.Arm(task.Millis(taken.Now.Add(d)))
+		// a task due before what the sleep's end takes wakes it
+		p.cfg.Wake.Arm(task.Millis(taken.Now.Add(d + p.cfg.Ahead)))
 		wake = p.cfg.Wake.C()
 	}
 	t := time.NewTimer(d - elapsed)
@@ -430,13 +442,10 @@ func (p *Poller) sleep(ctx context.Context, taken redisstore.Taken, replyAt time
 	}
 }
 
-// launch starts a batch: produce, then settle (release what Kafka did not
-// confirm, the rest is fired), on its own goroutine; the result comes back
-// on p.results.
+// launch starts a batch: wait for its due instant when it was taken ahead,
+// produce, then settle (release what Kafka did not confirm, the rest is
+// fired), on its own goroutine; the result comes back on p.results.
 func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, replyAt time.Time) {
-	// The fire time by Redis' clock: the take's TIME plus what passed
-	// since its reply. Never before a due time, whatever the local clock.
-	firedAt := taken.Now.Add(time.Since(replyAt)).Truncate(time.Millisecond)
 	m := p.cfg.Metrics
 	if m != nil {
 		m.BatchSize.Observe(float64(len(taken.Tasks)))
@@ -445,7 +454,35 @@ func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, replyAt tim
 		m.LeaseReclaims.Add(float64(taken.Reclaimed))
 	}
 	p.inflight++
-	go func() { p.results <- p.fire(ctx, taken, firedAt) }()
+	go func() {
+		if !taken.FireAt.IsZero() {
+			// Redis' clock is at least taken.Now plus what passed since
+			// the reply (the script ran before it), so waiting this long
+			// on the local monotonic clock reaches FireAt by Redis' clock
+			// whatever the clocks' offset. A lost leadership cancels
+			// the wait; fire then releases the batch.
+			waitUntil(ctx, replyAt.Add(taken.FireAt.Sub(taken.Now)))
+		}
+		// The fire time by Redis' clock: the take's TIME plus what passed
+		// since its reply. Never before a due time, whatever the local
+		// clock.
+		firedAt := taken.Now.Add(time.Since(replyAt)).Truncate(time.Millisecond)
+		p.results <- p.fire(ctx, taken, firedAt)
+	}()
+}
+
+// waitUntil sleeps until the local time at, or until ctx ends.
+func waitUntil(ctx context.Context, at time.Time) {
+	d := time.Until(at)
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // fire produces one take's tasks, then settles the take: what Kafka did

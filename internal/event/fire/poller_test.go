@@ -490,3 +490,100 @@ func TestPollerDeadLettersWhatCanNeverBeFired(t *testing.T) {
 		t.Errorf("dead_lettered_total = %v, want >= 2", got)
 	}
 }
+
+// With Ahead, the take runs before the due time and the record is produced
+// at it: the task is out of the due set (fired) while nothing is in Kafka
+// yet, and its record is never early.
+func TestPollerTakesAheadAndFiresAtTheDueInstant(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	recs := f.kafka.Collect(t, task.DefaultTopic)
+	cfg := f.config(0, 1)
+	cfg.Ahead = 400 * time.Millisecond
+	runPoller(t, NewPoller(cfg))
+	now, err := f.store.Client().Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := now.Add(2 * time.Second).Truncate(time.Millisecond)
+	tk := &task.Task{ID: "ahead-1", Type: "x", DueAt: due}
+	res, err := f.store.Schedule(t.Context(), []redisstore.Submit{{Task: tk}})
+	if err != nil || res[0].Outcome != redisstore.Created {
+		t.Fatalf("schedule: %+v %v", res, err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "task taken ahead", func() bool {
+		st, err := f.store.Get(t.Context(), tk.ID)
+		return err == nil && st.State == task.StateFired
+	})
+	at, err := f.store.Client().Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !at.Before(due) {
+		t.Fatalf("taken only at %v, due %v: not ahead", at, due)
+	}
+	if n := recs.Distinct(); n != 0 {
+		t.Fatalf("%d records in Kafka %v before the due time %v", n, at, due)
+	}
+	testenv.WaitFor(t, 5*time.Second, "record in Kafka", func() bool { return recs.Distinct() == 1 })
+	r := recs.Get(tk.ID)[0]
+	if fired := hdrInt(t, r, record.HeaderFiredAt); fired < task.Millis(due) || r.Timestamp.UnixMilli() < task.Millis(due) {
+		t.Fatalf("fired early: due %d, dq-fired-at %d, timestamp %d", task.Millis(due), fired, r.Timestamp.UnixMilli())
+	}
+	if got := histCount(f.m.Lag); got != 1 {
+		t.Errorf("lag histogram has %d samples, want 1", got)
+	}
+}
+
+// A leader that loses its leadership while it holds a batch taken ahead
+// produces nothing and releases the batch: the next leader fires it, on
+// time.
+func TestPollerReleasesABatchTakenAheadWhenLeadershipEnds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	recs := f.kafka.Collect(t, task.DefaultTopic)
+	cfg := f.config(0, 1)
+	cfg.Ahead = 3 * time.Second
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- NewPoller(cfg).Run(ctx) }()
+	now, err := f.store.Client().Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := now.Add(4 * time.Second).Truncate(time.Millisecond)
+	tk := &task.Task{ID: "ahead-2", Type: "x", DueAt: due}
+	if _, err := f.store.Schedule(t.Context(), []redisstore.Submit{{Task: tk}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "task taken ahead", func() bool {
+		st, err := f.store.Get(t.Context(), tk.ID)
+		return err == nil && st.State == task.StateFired
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("poller: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the poller did not stop while its batch waited for the due time")
+	}
+	if st, err := f.store.Get(t.Context(), tk.ID); err != nil || st.State != task.StateScheduled {
+		t.Fatalf("after the leadership ended: %+v %v, want scheduled again", st, err)
+	}
+	at, err := f.store.Client().Time(t.Context()).Result()
+	if err != nil || !at.Before(due) {
+		t.Fatalf("the check ran at %v, after the due time %v (%v)", at, due, err)
+	}
+	if n := recs.Distinct(); n != 0 {
+		t.Fatalf("%d records produced by a leader that stopped before the due time", n)
+	}
+	next := f.config(0, 2)
+	runPoller(t, NewPoller(next))
+	testenv.WaitFor(t, 10*time.Second, "fired by the next leader", func() bool { return recs.Distinct() == 1 })
+	r := recs.Get(tk.ID)[0]
+	if r.Timestamp.UnixMilli() < task.Millis(due) {
+		t.Fatalf("fired early: due %d, timestamp %d", task.Millis(due), r.Timestamp.UnixMilli())
+	}
+}
