@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,6 +26,59 @@ func ClusterSlotRanges(masters int) [][2]int {
 	return out
 }
 
+// KeySlot is Redis Cluster's hash slot of key (CRC16/XMODEM of the key, or
+// of its hash tag: the part between the first '{' and the next '}' when
+// not empty), what CLUSTER KEYSLOT answers.
+func KeySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % clusterSlots
+}
+
+// KeySlotRanges splits the hash slots among masters so that each master
+// serves as many of keys as can be (len(keys)/masters, give or take one,
+// unless keys share a slot): contiguous ranges in order, like
+// ClusterSlotRanges, with their bounds between the keys' slots. Even ranges
+// leave a few dozen keys (delayq's shards) unevenly spread: with 128 shards
+// over 8 masters, 24–25 on some and 7–8 on others.
+func KeySlotRanges(masters int, keys []string) [][2]int {
+	if len(keys) < masters {
+		return ClusterSlotRanges(masters)
+	}
+	slots := make([]int, len(keys))
+	for i, k := range keys {
+		slots[i] = KeySlot(k)
+	}
+	slices.Sort(slots)
+	out := make([][2]int, masters)
+	lo := 0
+	for i := range masters {
+		hi := clusterSlots - 1
+		if i < masters-1 {
+			// the next master starts at its first key's slot (or right
+			// after this one's, if keys share slots across the bound)
+			hi = max(slots[(i+1)*len(keys)/masters]-1, lo)
+		}
+		out[i] = [2]int{lo, hi}
+		lo = hi + 1
+	}
+	return out
+}
+
 // StartRedisClusterN starts a Redis Cluster of masters cluster-enabled
 // redis-server processes (no replicas), the same nodes as
 // StartRedisCluster's, and builds it the way `redis-cli --cluster create`
@@ -40,6 +94,27 @@ func StartRedisClusterN(tb testing.TB, masters int, opts ...RedisOptions) *Redis
 	tb.Helper()
 	if masters < 1 || masters > clusterSlots {
 		tb.Fatalf("testenv: StartRedisClusterN: %d masters (want 1..%d)", masters, clusterSlots)
+	}
+	return StartRedisClusterRanges(tb, ClusterSlotRanges(masters), opts...)
+}
+
+// StartRedisClusterRanges is StartRedisClusterN with the slot ranges given:
+// master i serves ranges[i], and the ranges must cover the 16384 slots in
+// order, without gaps (KeySlotRanges makes such ranges).
+func StartRedisClusterRanges(tb testing.TB, ranges [][2]int, opts ...RedisOptions) *RedisCluster {
+	tb.Helper()
+	masters := len(ranges)
+	for i, r := range ranges {
+		want := 0
+		if i > 0 {
+			want = ranges[i-1][1] + 1
+		}
+		if r[0] != want || r[1] < r[0] || (i == masters-1 && r[1] != clusterSlots-1) {
+			tb.Fatalf("testenv: StartRedisClusterRanges: ranges %v do not cover the %d slots in order", ranges, clusterSlots)
+		}
+	}
+	if masters < 1 {
+		tb.Fatalf("testenv: StartRedisClusterRanges: no ranges")
 	}
 	c := &RedisCluster{adminPassword: randomSecret()}
 	if len(opts) > 0 {
@@ -62,7 +137,7 @@ func StartRedisClusterN(tb testing.TB, masters int, opts ...RedisOptions) *Redis
 			_ = cl.Close()
 		}
 	}()
-	for i, rng := range ClusterSlotRanges(masters) {
+	for i, rng := range ranges {
 		cl := clients[i]
 		// a node learns its own address from the first MEET it gets; a
 		// lone master (or the first one, before any MEET) would announce

@@ -43,3 +43,37 @@ func TestStartRedisClusterN(t *testing.T) {
 		})
 	}
 }
+
+// KeySlot answers what CLUSTER KEYSLOT does, and KeySlotRanges gives each
+// master an equal share of the keys: a cluster started with them serves
+// 16 of 128 shard tags from each of 8 masters (even ranges: 24–25 on some,
+// 7–8 on others).
+func TestKeySlotRangesBalanceShards(t *testing.T) {
+	t.Parallel()
+	const masters, shards = 8, 128
+	keys := make([]string, shards)
+	for i := range keys {
+		keys[i] = "{scale:" + strconv.Itoa(i) + "}"
+	}
+	c := StartRedisClusterRanges(t, KeySlotRanges(masters, keys))
+	node := c.Client(t)
+	ctx := t.Context()
+	for _, k := range append(keys, "plain", "a{b}c", "{}x", "x{}{y}", "{y}") {
+		want, err := node.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := KeySlot(k); got != int(want) {
+			t.Fatalf("KeySlot(%q) = %d, CLUSTER KEYSLOT %d", k, got, want)
+		}
+	}
+	per := map[string]int{}
+	for _, k := range keys {
+		per[c.SlotOwner(t, KeySlot(k))]++
+	}
+	for i, a := range c.Addrs {
+		if per[a] != shards/masters {
+			t.Fatalf("master %d serves %d of the %d shards, want %d (all: %v)", i, per[a], shards, shards/masters, per)
+		}
+	}
+}
