@@ -235,7 +235,7 @@ func (w *Worker) admitAndRun(ctx context.Context, ready []*item) {
 		ready = run
 	}
 	for _, it := range ready {
-		w.running.Go(func() { w.runItem(ctx, it) })
+		w.dispatch(ctx, it)
 	}
 	if len(deferred) > 0 {
 		w.deferItems(ctx, deferred)

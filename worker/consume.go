@@ -50,8 +50,11 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 	var dead sync.WaitGroup
 	dead.Go(func() { w.deadq.run(context.WithoutCancel(ctx), stopDead, deadDrain) })
 
-	var handlers sync.WaitGroup
+	var handlers, runners sync.WaitGroup
 	w.running = &handlers
+	w.runners = &runners
+	w.idle = make(chan *item)
+	w.stopRunners = make(chan struct{})
 	w.sem = make(chan struct{}, w.cfg.Concurrency+2*maxBatch)
 	w.slots = make(chan struct{}, w.cfg.Concurrency)
 	w.fetching.Store(true)
@@ -60,12 +63,17 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 
 	// 2. wait for running handlers
 	w.log.Info("worker stopping: waiting for running handlers", "running", w.offs.running(), "timeout", w.cfg.ShutdownTimeout)
-	if !waitTimeout(&handlers, w.cfg.ShutdownTimeout) {
+	ended := waitTimeout(&handlers, w.cfg.ShutdownTimeout)
+	if !ended {
 		w.log.Warn("shutdown timeout: cancelling running handlers; their records stay uncommitted", "running", w.offs.running())
 		abandon()
-		if !waitTimeout(&handlers, abandonGrace) {
+		if ended = waitTimeout(&handlers, abandonGrace); !ended {
 			w.log.Error("handlers did not return after cancellation", "running", w.offs.running())
 		}
+	}
+	close(w.stopRunners)
+	if ended {
+		runners.Wait() // idle, about to return: a handler that never returns keeps its runner
 	}
 	stopBG()
 	bg.Wait()

@@ -329,7 +329,11 @@ type Worker struct {
 	offs     *offsets
 	sem      chan struct{}   // one per record held (fetched, not ended): maxHeld
 	slots    chan struct{}   // one per handler running: Concurrency
-	running  *sync.WaitGroup // every goroutine that holds records
+	running  *sync.WaitGroup // every goroutine and item that holds records
+	idle     chan *item      // hands an item to a waiting runner (runner.go)
+	runners  *sync.WaitGroup // the runners
+	// closed when no item runs any more: the runners exit
+	stopRunners chan struct{}
 }
 
 // New checks cfg and builds a worker. It does not connect to anything.
