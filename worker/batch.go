@@ -320,8 +320,8 @@ func (w *Worker) reclaim(ctx context.Context, it *item, stopRenew func()) bool {
 }
 
 // runItem runs the handler of a claimed, admitted item and stores its
-// outcome.
-func (w *Worker) runItem(ctx context.Context, it *item) {
+// outcome. ht is its runner's: it ends the handler's context.
+func (w *Worker) runItem(ctx context.Context, ht *handlerTimer, it *item) {
 	t, log := it.t, it.log
 	timeout := it.timeout
 	if t.Timeout > 0 && t.Timeout != timeout {
@@ -364,7 +364,7 @@ func (w *Worker) runItem(ctx context.Context, it *item) {
 		return
 	}
 	started := time.Now()
-	herr := w.execute(ctx, log, job)
+	herr := w.execute(ctx, ht, log, job)
 	ran := time.Since(started)
 	fault.Point("after-handle")
 	<-w.slots

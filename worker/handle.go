@@ -20,15 +20,16 @@ import (
 const claimPoll = 200 * time.Millisecond
 
 // execute runs the handler under the task's timeout, recovering a panic.
-func (w *Worker) execute(ctx context.Context, log *slog.Logger, t *Task) error {
+// The handler's context comes from ht (ctx's child).
+func (w *Worker) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger, t *Task) error {
 	h := w.handler(t.Type)
 	start := time.Now()
 	w.met.lag.Observe(max(start.Sub(t.DueAt).Seconds(), 0))
 	if h == nil {
 		return fmt.Errorf("no handler for task type %q", t.Type)
 	}
-	hctx, cancel := context.WithTimeout(ctx, t.Timeout)
-	defer cancel()
+	hctx := ht.start(t.Timeout)
+	defer ht.finish(hctx)
 	err := call(hctx, log, h, t)
 	w.met.observeDuration(t.Type, time.Since(start).Seconds())
 	if err != nil && ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && !IsPermanent(err) {

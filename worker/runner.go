@@ -33,8 +33,10 @@ func (w *Worker) dispatch(ctx context.Context, it *item) {
 // runnerLoop runs it, then every item handed to it, until stopRunners is
 // closed.
 func (w *Worker) runnerLoop(ctx context.Context, it *item) {
+	ht := newHandlerTimer(ctx)
+	defer ht.stop()
 	for {
-		w.runItem(ctx, it)
+		w.runItem(ctx, ht, it)
 		w.running.Done()
 		select {
 		case it = <-w.idle:

@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A handler's context ends at its deadline with DeadlineExceeded, and
+// contexts derived from it follow.
+func TestHandlerCtxEndsAtItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type key struct{}
+		parent := context.WithValue(t.Context(), key{}, "v")
+		ht := newHandlerTimer(parent)
+		defer ht.stop()
+		start := time.Now()
+		c := ht.start(time.Second)
+		if d, ok := c.Deadline(); !ok || !d.Equal(start.Add(time.Second)) {
+			t.Fatalf("Deadline() = %v, %v; want %v", d, ok, start.Add(time.Second))
+		}
+		if c.Value(key{}) != "v" {
+			t.Fatal("the parent's value is lost")
+		}
+		child, cancelChild := context.WithCancel(c)
+		defer cancelChild()
+		afterRan := make(chan struct{})
+		context.AfterFunc(c, func() { close(afterRan) })
+		stopped := context.AfterFunc(c, func() { t.Error("a stopped AfterFunc ran") })
+		if !stopped() {
+			t.Fatal("stop of a pending AfterFunc returned false")
+		}
+
+		time.Sleep(time.Second - time.Nanosecond)
+		synctest.Wait()
+		if c.Err() != nil || child.Err() != nil {
+			t.Fatalf("ended before its deadline: %v, %v", c.Err(), child.Err())
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		select {
+		case <-c.Done():
+		default:
+			t.Fatal("Done not closed at the deadline")
+		}
+		<-afterRan
+		if !errors.Is(c.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(c), context.DeadlineExceeded) {
+			t.Fatalf("Err() = %v, Cause = %v; want DeadlineExceeded", c.Err(), context.Cause(c))
+		}
+		if !errors.Is(child.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(child), context.DeadlineExceeded) {
+			t.Fatalf("derived context: Err() = %v, Cause = %v", child.Err(), context.Cause(child))
+		}
+		ht.finish(c)
+		if !errors.Is(c.Err(), context.DeadlineExceeded) {
+			t.Fatalf("finish changed the error to %v", c.Err())
+		}
+	})
+}
+
+// The timer is reused: a task that returned early leaves nothing behind
+// for the next one on the same runner, whose context is new and ends at
+// its own deadline; the earlier context stays cancelled.
+func TestHandlerCtxReusedTimerKeepsNoState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ht := newHandlerTimer(t.Context())
+		defer ht.stop()
+		c1 := ht.start(time.Second)
+		done1 := c1.Done()
+		time.Sleep(500 * time.Millisecond)
+		ht.finish(c1) // the handler returned
+		select {
+		case <-done1:
+		default:
+			t.Fatal("a finished handler's context is not done")
+		}
+		if !errors.Is(c1.Err(), context.Canceled) {
+			t.Fatalf("finished: Err() = %v, want Canceled", c1.Err())
+		}
+
+		c2 := ht.start(10 * time.Second)
+		if c2 == c1 {
+			t.Fatal("the context of a task was reused")
+		}
+		time.Sleep(time.Second) // past the first task's deadline
+		synctest.Wait()
+		if c2.Err() != nil {
+			t.Fatalf("the first task's deadline ended the second: %v", c2.Err())
+		}
+		if !errors.Is(c1.Err(), context.Canceled) {
+			t.Fatalf("the first context changed to %v", c1.Err())
+		}
+		time.Sleep(9 * time.Second)
+		synctest.Wait()
+		if !errors.Is(c2.Err(), context.DeadlineExceeded) {
+			t.Fatalf("second task at its deadline: Err() = %v", c2.Err())
+		}
+		ht.finish(c2)
+
+		// a shorter timeout after a longer one that returned at once
+		ht.finish(ht.start(time.Hour))
+		c3 := ht.start(time.Second)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !errors.Is(c3.Err(), context.DeadlineExceeded) {
+			t.Fatalf("a deadline before the one armed: Err() = %v at the deadline", c3.Err())
+		}
+		ht.finish(c3)
+
+		// many short tasks in a row, each ended by the timer
+		for i := range 100 {
+			c := ht.start(time.Duration(i+1) * time.Millisecond)
+			<-c.Done()
+			if !errors.Is(c.Err(), context.DeadlineExceeded) {
+				t.Fatalf("task %d: Err() = %v", i, c.Err())
+			}
+			ht.finish(c)
+		}
+	})
+}
+
+// The parent's end ends the running handler's context with the parent's
+// error, and a context started after it is done at once.
+func TestHandlerCtxFollowsItsParent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		parent, cancel := context.WithCancelCause(t.Context())
+		ht := newHandlerTimer(parent)
+		defer ht.stop()
+		c := ht.start(time.Minute)
+		done := c.Done()
+		stop := errors.New("stop")
+		cancel(stop)
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("the parent's end did not end the handler's context")
+		}
+		if !errors.Is(c.Err(), context.Canceled) || !errors.Is(context.Cause(c), stop) {
+			t.Fatalf("Err() = %v, Cause = %v; want Canceled, stop", c.Err(), context.Cause(c))
+		}
+		ht.finish(c)
+
+		c = ht.start(time.Minute)
+		if !errors.Is(c.Err(), context.Canceled) {
+			t.Fatalf("started after the parent ended: Err() = %v", c.Err())
+		}
+		<-c.Done()
+		ht.finish(c)
+	})
+}
+
+// A parent deadline earlier than the task's timeout is the context's
+// deadline, and the parent ends it then.
+func TestHandlerCtxParentDeadlineFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		parent, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		ht := newHandlerTimer(parent)
+		defer ht.stop()
+		want, _ := parent.Deadline()
+		c := ht.start(time.Minute)
+		if d, _ := c.Deadline(); !d.Equal(want) {
+			t.Fatalf("Deadline() = %v, want the parent's %v", d, want)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !errors.Is(c.Err(), context.DeadlineExceeded) {
+			t.Fatalf("Err() = %v, want DeadlineExceeded", c.Err())
+		}
+		ht.finish(c)
+	})
+}
