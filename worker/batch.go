@@ -32,12 +32,23 @@ const (
 type item struct {
 	m       *kafka.Message
 	rec     *record.Fields
-	log     *slog.Logger
+	log     *slog.Logger // &logv
+	logv    slog.Logger
+	logh    recordHandler
 	timeout time.Duration // the claim's timeout (header or default)
 	cl      claim
 	claimed time.Time     // when the claim was (last) taken
 	t       *task.Task    // set once claimed
 	dec     LimitDecision // set once admitted
+}
+
+// initLogger sets it.log: l with the attributes of it's record, without
+// an allocation (see recordHandler).
+func (it *item) initLogger(l *slog.Logger) {
+	m := it.m
+	it.logh = recordHandler{base: l.Handler(), id: it.rec.ID, gen: it.rec.Gen, topic: m.Topic, partition: m.Partition, offset: m.Offset}
+	it.logv = *slog.New(&it.logh)
+	it.log = &it.logv
 }
 
 func (it *item) limitItem() LimitItem {
@@ -57,6 +68,7 @@ func (w *Worker) end(m *kafka.Message, finished bool) {
 // ends exactly once with w.end. ctx is the worker's hard shutdown deadline.
 func (w *Worker) processBatch(ctx context.Context, msgs []kafka.Message) {
 	items := make([]*item, 0, len(msgs))
+	all := make([]item, len(msgs)) // one allocation for the batch's items
 	for i := range msgs {
 		m := &msgs[i]
 		rec, err := record.Parse(m, w.cfg.MaxPayload)
@@ -68,10 +80,10 @@ func (w *Worker) processBatch(ctx context.Context, msgs []kafka.Message) {
 		if timeout <= 0 {
 			timeout = w.cfg.DefaultTimeout
 		}
-		items = append(items, &item{
-			m: m, rec: rec, timeout: timeout, cl: w.claims.newClaim(rec.ID, rec.Gen, rec.Shard),
-			log: recordLogger(w.log, rec.ID, rec.Gen, m.Topic, m.Partition, m.Offset),
-		})
+		it := &all[i]
+		*it = item{m: m, rec: rec, timeout: timeout, cl: w.claims.newClaim(rec.ID, rec.Gen, rec.Shard)}
+		it.initLogger(w.log)
+		items = append(items, it)
 	}
 	ready, held := w.claimItems(ctx, items)
 	for _, it := range held {

@@ -53,7 +53,10 @@ type claim struct {
 
 // newClaim names the claim of (id, gen) for one processing of a record.
 func (c *claims) newClaim(id string, gen uint64, shard int) claim {
-	return claim{value: c.instance + ":" + strconv.FormatUint(c.seq.Add(1), 10), id: id, gen: gen, shard: shard}
+	var buf [96]byte // one allocation (the string) for the usual instance ids
+	b := append(append(buf[:0], c.instance...), ':')
+	b = strconv.AppendUint(b, c.seq.Add(1), 10)
+	return claim{value: string(b), id: id, gen: gen, shard: shard}
 }
 
 // of is the store's Claim for cl (ttl only matters to ExtendClaim).
