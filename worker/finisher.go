@@ -45,9 +45,13 @@ func newFinisher(store *redisstore.Store) *finisher {
 func (c *finisher) finish(ctx context.Context, f redisstore.Finish) (task.State, error) {
 	req := finishReq{f: f, reply: make(chan redisstore.FinishResult, 1)}
 	select {
-	case c.reqs <- req:
-	case <-ctx.Done():
-		return "", ctx.Err()
+	case c.reqs <- req: // the queue has room: no select on ctx as well
+	default:
+		select {
+		case c.reqs <- req:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
 	}
 	select {
 	case r := <-req.reply:
