@@ -33,7 +33,9 @@ func (h *recordHandler) attrs() []slog.Attr {
 	}
 }
 
-func (h *recordHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.base.Enabled(ctx, l) }
+func (h *recordHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.base.Enabled(ctx, l)
+}
 
 func (h *recordHandler) Handle(ctx context.Context, r slog.Record) error {
 	nr := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
