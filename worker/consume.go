@@ -150,7 +150,9 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context, r messageReader) error 
 		}
 		bo.Reset()
 		batch := w.fetchMore(ctx, r, append(make([]kafka.Message, 0, 16), m))
-		w.offs.startBatch(batch)
+		for i := range batch {
+			w.offs.start(batch[i].Topic, batch[i].Partition, batch[i].Offset)
+		}
 		w.met.running.Add(float64(len(batch)))
 		w.running.Go(func() { w.processBatch(workCtx, batch) })
 	}

@@ -3,8 +3,6 @@ package worker
 import (
 	"sort"
 	"sync"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // offsets tracks, per topic partition, which fetched records are still
@@ -51,19 +49,6 @@ func (o *offsets) part(k partKey) *partState {
 func (o *offsets) start(topic string, partition int, offset int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.startLocked(topic, partition, offset)
-}
-
-// startBatch records that fetched records began running, under one lock.
-func (o *offsets) startBatch(msgs []kafka.Message) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for i := range msgs {
-		o.startLocked(msgs[i].Topic, msgs[i].Partition, msgs[i].Offset)
-	}
-}
-
-func (o *offsets) startLocked(topic string, partition int, offset int64) {
 	p := o.part(partKey{topic, partition})
 	p.running[offset]++
 	if offset > p.highest {
