@@ -40,9 +40,6 @@ type item struct {
 	claimed time.Time     // when the claim was (last) taken
 	t       *task.Task    // set once claimed
 	dec     LimitDecision // set once admitted
-	// stopRenew stops the renewals of what the Limiter admitted it with;
-	// set by dispatch
-	stopRenew func()
 }
 
 // initLogger sets it.log: l with the attributes of it's record, without
@@ -335,9 +332,7 @@ func (w *Worker) reclaim(ctx context.Context, it *item, stopRenew func()) bool {
 }
 
 // runItem runs the handler of a claimed, admitted item and stores its
-// outcome, on a runner: ht is the runner's (it ends the handler's
-// context), and runItem calls w.unbusy once, when the handler returned or
-// the item ended before.
+// outcome. ht is its runner's: it ends the handler's context.
 func (w *Worker) runItem(ctx context.Context, ht *handlerTimer, it *item) {
 	t, log := it.t, it.log
 	timeout := it.timeout
@@ -361,12 +356,13 @@ func (w *Worker) runItem(ctx context.Context, ht *handlerTimer, it *item) {
 	if job.FiredAt.IsZero() {
 		job.FiredAt = it.m.Time
 	}
-	stopRenew := it.stopRenew // started by dispatch
+	// what the Limiter admitted it with (a concurrency slot) is renewed
+	// while it waits for a handler slot and runs, and given back after
+	stopRenew := w.renewLimit(ctx, it)
 	defer stopRenew()
 	select {
 	case w.slots <- struct{}{}:
 	case <-ctx.Done():
-		w.unbusy(ctx)
 		stopRenew()
 		w.claims.release(context.WithoutCancel(ctx), it.cl)
 		if l := w.cfg.Limiter; l != nil {
@@ -377,7 +373,6 @@ func (w *Worker) runItem(ctx context.Context, ht *handlerTimer, it *item) {
 	}
 	if time.Since(it.claimed) > (it.timeout+w.cfg.ClaimMargin)/2 && !w.reclaim(ctx, it, stopRenew) {
 		<-w.slots
-		w.unbusy(ctx)
 		return
 	}
 	started := time.Now()
@@ -385,7 +380,6 @@ func (w *Worker) runItem(ctx context.Context, ht *handlerTimer, it *item) {
 	ran := time.Since(started)
 	fault.Point("after-handle")
 	<-w.slots
-	w.unbusy(ctx)
 	stopRenew()
 	if l := w.cfg.Limiter; l != nil {
 		l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)

@@ -330,11 +330,8 @@ type Worker struct {
 	sem      chan struct{}   // one per record held (fetched, not ended): maxHeld
 	slots    chan struct{}   // one per handler running: Concurrency
 	running  *sync.WaitGroup // every goroutine and item that holds records
-	queue    chan *item      // admitted items waiting for a runner (runner.go)
+	idle     chan *item      // hands an item to a waiting runner (runner.go)
 	runners  *sync.WaitGroup // the runners
-	// runners busy (from taking an item until its handler returned) and
-	// idle (waiting for an item)
-	busyRunners, idleRunners atomic.Int32
 	// closed when no item runs any more: the runners exit
 	stopRunners chan struct{}
 }
