@@ -332,8 +332,8 @@ func (w *Worker) reclaim(ctx context.Context, it *item, stopRenew func()) bool {
 }
 
 // runItem runs the handler of a claimed, admitted item and stores its
-// outcome. ht is its runner's: it ends the handler's context.
-func (w *Worker) runItem(ctx context.Context, ht *handlerTimer, it *item) {
+// outcome, on runner r.
+func (w *Worker) runItem(ctx context.Context, r *runner, it *item) {
 	t, log := it.t, it.log
 	timeout := it.timeout
 	if t.Timeout > 0 && t.Timeout != timeout {
@@ -376,7 +376,7 @@ func (w *Worker) runItem(ctx context.Context, ht *handlerTimer, it *item) {
 		return
 	}
 	started := time.Now()
-	herr := w.execute(ctx, ht, log, job)
+	herr := w.execute(ctx, r.ht, log, job)
 	ran := time.Since(started)
 	fault.Point("after-handle")
 	<-w.slots
@@ -391,7 +391,7 @@ func (w *Worker) runItem(ctx context.Context, ht *handlerTimer, it *item) {
 		return
 	}
 	// a stored outcome gives the claim up in the same script call
-	finished := w.report(ctx, log, it.m, job, herr, it.cl, runInfo{shard: t.Shard, started: started, dur: ran})
+	finished := w.report(ctx, log, it.m, job, herr, it.cl, runInfo{shard: t.Shard, started: started, dur: ran, reply: &r.reply})
 	if !finished {
 		w.claims.release(context.WithoutCancel(ctx), it.cl)
 	}

@@ -32,7 +32,7 @@ type finisher struct {
 
 type finishReq struct {
 	f     redisstore.Finish
-	reply chan redisstore.FinishResult // buffered (1)
+	reply chan redisstore.FinishResult // buffered (1), empty
 }
 
 func newFinisher(store *redisstore.Store) *finisher {
@@ -41,9 +41,14 @@ func newFinisher(store *redisstore.Store) *finisher {
 
 // finish stores one outcome through the next pipeline and returns what
 // Store.Finish would. It gives up when ctx ends (the outcome may or may
-// not be stored then).
-func (c *finisher) finish(ctx context.Context, f redisstore.Finish) (task.State, error) {
-	req := finishReq{f: f, reply: make(chan redisstore.FinishResult, 1)}
+// not be stored then). The answer comes through *reply, the caller's
+// channel (buffered, 1), made when nil, and set to nil when finish gave
+// up after queuing the outcome (its answer may still come into it).
+func (c *finisher) finish(ctx context.Context, f redisstore.Finish, reply *chan redisstore.FinishResult) (task.State, error) {
+	if *reply == nil {
+		*reply = make(chan redisstore.FinishResult, 1)
+	}
+	req := finishReq{f: f, reply: *reply}
 	select {
 	case c.reqs <- req: // the queue has room: no select on ctx as well
 	default:
@@ -57,6 +62,7 @@ func (c *finisher) finish(ctx context.Context, f redisstore.Finish) (task.State,
 	case r := <-req.reply:
 		return r.State, r.Err
 	case <-ctx.Done():
+		*reply = nil
 		return "", ctx.Err()
 	}
 }

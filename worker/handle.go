@@ -76,7 +76,7 @@ func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message,
 		log.Debug("task failed; retrying", "type", t.Type, "attempt", t.Attempt, "delay", d, "err", herr)
 	}
 	err := w.retryRedis(ctx, log, "store outcome", func() error {
-		_, err := w.finisher.finish(ctx, f)
+		_, err := w.finisher.finish(ctx, f, run.reply)
 		if err == nil || storeAnswered(err) || ctx.Err() != nil {
 			return err
 		}
@@ -168,7 +168,8 @@ func (w *Worker) deadLetterHostile(m *kafka.Message, reason string) {
 type runInfo struct {
 	shard   int
 	started time.Time
-	dur     time.Duration // how long the handler ran
+	dur     time.Duration                 // how long the handler ran
+	reply   *chan redisstore.FinishResult // the runner's, for the finisher's answer
 }
 
 // notify hands a stored outcome to Config.OnOutcome, recovering a panic.
