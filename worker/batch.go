@@ -42,7 +42,7 @@ type item struct {
 	dec     LimitDecision // set once admitted
 }
 
-// initLogger sets it.log: l with the attributes of it's record, without
+// initLogger sets it.log: l with the attributes of its record, without
 // an allocation (see recordHandler).
 func (it *item) initLogger(l *slog.Logger) {
 	m := it.m
