@@ -66,7 +66,7 @@ func (c *Config) bind(b *config.Binder) {
 	b.Duration(&c.SessionTTL, "session-ttl", "DQ_SESSION_TTL", 3*time.Second, "etcd session lease TTL (whole seconds): a dead process' shards are taken over after about this long")
 	b.Int(&c.FireBatch, "fire-batch", "DQ_FIRE_BATCH", 500, "most tasks per take and Kafka batch")
 	b.Duration(&c.Lease, "lease", "DQ_LEASE", 30*time.Second, "claim lease: a claim not acked within it fires again")
-	b.Duration(&c.FireAhead, "fire-ahead", "DQ_FIRE_AHEAD", 5*time.Millisecond, "how long before its due time a task is taken from Redis (whole ms; 0: when due): the take's round trip happens before the due time, and the task is produced at it; a cancel or reschedule in that window answers that the task fired")
+	b.Duration(&c.FireAhead, "fire-ahead", "DQ_FIRE_AHEAD", 0, "how long before its due time a task is taken from Redis (whole ms; 0, the default: when due): the take's round trip happens before the due time and the task is produced at it (a lower median lag where CPUs are to spare, a longer tail where they are not: docs/benchmarks.md); a cancel or reschedule in that window answers that the task fired")
 	b.Duration(&c.IdlePoll, "idle-poll", "DQ_IDLE_POLL", 5*time.Second, "longest sleep of an idle shard poller (covers lost wake-ups)")
 	b.String(&c.ProcessID, "process-id", "DQ_PROCESS_ID", "", "unique name of this process in etcd (default hostname-pid-random)")
 	b.Bool(&c.KafkaAutoCreate, "kafka-auto-create", "DQ_KAFKA_AUTO_CREATE", false, "create missing topics (the default and dead topics at start, any other on first use) with DQ_PARTITIONS and DQ_REPLICATION")
