@@ -501,20 +501,7 @@ func TestPollerTakesAheadAndFiresAtTheDueInstant(t *testing.T) {
 	cfg := f.config(0, 1)
 	cfg.Ahead = 400 * time.Millisecond
 	runPoller(t, NewPoller(cfg))
-	now, err := f.store.Client().Time(t.Context()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	due := now.Add(2 * time.Second).Truncate(time.Millisecond)
-	tk := &task.Task{ID: "ahead-1", Type: "x", DueAt: due}
-	res, err := f.store.Schedule(t.Context(), []redisstore.Submit{{Task: tk}})
-	if err != nil || res[0].Outcome != redisstore.Created {
-		t.Fatalf("schedule: %+v %v", res, err)
-	}
-	testenv.WaitFor(t, 5*time.Second, "task taken ahead", func() bool {
-		st, err := f.store.Get(t.Context(), tk.ID)
-		return err == nil && st.State == task.StateFired
-	})
+	tk, due := scheduleTakenAhead(t, f, "ahead-1", 2*time.Second)
 	at, err := f.store.Client().Time(t.Context()).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -547,19 +534,7 @@ func TestPollerReleasesABatchTakenAheadWhenLeadershipEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- NewPoller(cfg).Run(ctx) }()
-	now, err := f.store.Client().Time(t.Context()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	due := now.Add(4 * time.Second).Truncate(time.Millisecond)
-	tk := &task.Task{ID: "ahead-2", Type: "x", DueAt: due}
-	if _, err := f.store.Schedule(t.Context(), []redisstore.Submit{{Task: tk}}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 5*time.Second, "task taken ahead", func() bool {
-		st, err := f.store.Get(t.Context(), tk.ID)
-		return err == nil && st.State == task.StateFired
-	})
+	tk, due := scheduleTakenAhead(t, f, "ahead-2", 4*time.Second)
 	cancel()
 	select {
 	case err := <-done:
@@ -586,4 +561,25 @@ func TestPollerReleasesABatchTakenAheadWhenLeadershipEnds(t *testing.T) {
 	if r.Timestamp.UnixMilli() < task.Millis(due) {
 		t.Fatalf("fired early: due %d, timestamp %d", task.Millis(due), r.Timestamp.UnixMilli())
 	}
+}
+
+// scheduleTakenAhead schedules task id due in from Redis' now and waits
+// until a poller took it (fired) before its due time.
+func scheduleTakenAhead(t *testing.T, f *fixture, id string, in time.Duration) (*task.Task, time.Time) {
+	t.Helper()
+	now, err := f.store.Client().Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := now.Add(in).Truncate(time.Millisecond)
+	tk := &task.Task{ID: id, Type: "x", DueAt: due}
+	res, err := f.store.Schedule(t.Context(), []redisstore.Submit{{Task: tk}})
+	if err != nil || res[0].Outcome != redisstore.Created {
+		t.Fatalf("schedule: %+v %v", res, err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "task taken ahead", func() bool {
+		st, err := f.store.Get(t.Context(), tk.ID)
+		return err == nil && st.State == task.StateFired
+	})
+	return tk, due
 }
