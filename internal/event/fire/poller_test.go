@@ -499,9 +499,9 @@ func TestPollerTakesAheadAndFiresAtTheDueInstant(t *testing.T) {
 	f := newFixture(t, 1)
 	recs := f.kafka.Collect(t, task.DefaultTopic)
 	cfg := f.config(0, 1)
-	cfg.Ahead = 400 * time.Millisecond
+	cfg.Ahead = time.Second
 	runPoller(t, NewPoller(cfg))
-	tk, due := scheduleTakenAhead(t, f, "ahead-1", 2*time.Second)
+	tk, due := scheduleTakenAhead(t, f, "ahead-1", 3*time.Second)
 	at, err := f.store.Client().Time(t.Context()).Result()
 	if err != nil {
 		t.Fatal(err)
