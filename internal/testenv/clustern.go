@@ -2,9 +2,7 @@ package testenv
 
 import (
 	"context"
-	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,23 +166,7 @@ func StartRedisClusterRanges(tb testing.TB, ranges [][2]int, opts ...RedisOption
 		}
 	}
 
-	want := "cluster_known_nodes:" + strconv.Itoa(masters)
-	var last string
-	ready := poll(3*startTimeout, func() bool {
-		for _, r := range c.Nodes {
-			info, err := clusterInfo(ctx, r)
-			if err != nil {
-				last = fmt.Sprintf("%s: %v", r.Addr, err)
-				return false
-			}
-			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
-				last = fmt.Sprintf("%s: %s", r.Addr, info)
-				return false
-			}
-		}
-		return true
-	})
-	if !ready {
+	if last, ok := c.waitOK(ctx, 3*startTimeout); !ok {
 		tb.Fatalf("testenv: redis cluster of %d masters %v not ok within %v; last CLUSTER INFO:\n%s", masters, c.Addrs, 3*startTimeout, last)
 	}
 	return c

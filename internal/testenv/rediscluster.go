@@ -73,26 +73,32 @@ func StartRedisCluster(tb testing.TB, opts ...RedisOptions) *RedisCluster {
 		tb.Fatalf("testenv: redis-cli %s: %v\n--- output ---\n%s", strings.Join(args, " "), err, out)
 	}
 
-	var last string
-	ready := poll(startTimeout, func() bool {
+	if last, ok := c.waitOK(ctx, startTimeout); !ok {
+		tb.Fatalf("testenv: redis cluster %v not ok within %v; last CLUSTER INFO:\n%s", c.Addrs, startTimeout, last)
+	}
+	return c
+}
+
+// waitOK waits up to timeout until every node reports cluster_state:ok and
+// knows all of c's nodes; last is the CLUSTER INFO (or error) of the node
+// that was not ready yet.
+func (c *RedisCluster) waitOK(ctx context.Context, timeout time.Duration) (last string, ok bool) {
+	want := "cluster_known_nodes:" + strconv.Itoa(len(c.Nodes))
+	ok = poll(timeout, func() bool {
 		for _, r := range c.Nodes {
 			info, err := clusterInfo(ctx, r)
 			if err != nil {
 				last = fmt.Sprintf("%s: %v", r.Addr, err)
 				return false
 			}
-			if !strings.Contains(info, "cluster_state:ok") ||
-				!strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(clusterSize)) {
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
 				last = fmt.Sprintf("%s: %s", r.Addr, info)
 				return false
 			}
 		}
 		return true
 	})
-	if !ready {
-		tb.Fatalf("testenv: redis cluster %v not ok within %v; last CLUSTER INFO:\n%s", c.Addrs, startTimeout, last)
-	}
-	return c
+	return last, ok
 }
 
 // cliArgs are redis-cli's options to log in to r as testenv does: --tls
@@ -186,23 +192,7 @@ func (c *RedisCluster) AddMaster(tb testing.TB) *Redis {
 	c.Nodes = append(c.Nodes, r)
 	c.Addrs = append(slices.Clip(c.Addrs), r.Addr) // never into an array a client may share
 
-	want := "cluster_known_nodes:" + strconv.Itoa(len(c.Nodes))
-	var last string
-	ready := poll(startTimeout, func() bool {
-		for _, n := range c.Nodes {
-			info, err := clusterInfo(ctx, n)
-			if err != nil {
-				last = fmt.Sprintf("%s: %v", n.Addr, err)
-				return false
-			}
-			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
-				last = fmt.Sprintf("%s: %s", n.Addr, info)
-				return false
-			}
-		}
-		return true
-	})
-	if !ready {
+	if last, ok := c.waitOK(ctx, startTimeout); !ok {
 		tb.Fatalf("testenv: new master %s not known to the cluster %v within %v; last CLUSTER INFO:\n%s",
 			r.Addr, c.Addrs, startTimeout, last)
 	}
