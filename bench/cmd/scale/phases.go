@@ -115,66 +115,79 @@ func (b *run) phaseSchedule() {
 // phaseBurst: M tasks due at one instant T on a topic only the bench's
 // consumer reads; drain = T -> the M-th distinct record seen.
 func (b *run) phaseBurst() {
-	m := b.cfg.burst
-	lead := b.lead(m)
-	at := time.Now().Add(lead).Truncate(time.Millisecond)
-	w := newWatch(fmt.Sprintf("k%d-b-", b.e.k), m)
-	b.e.consumer.cur.Store(w)
-	defer b.e.consumer.cur.Store(nil)
-	c0 := b.e.redisCPU()
-	took, failed := b.schedule(w.prefix, m, burstTopic, func(int) time.Time { return at })
-	r := &b.res.Burst
-	r.Method = fmt.Sprintf("%d tasks due at one instant T (scheduled first, %v ahead), topic %s read by a franz-go consumer in the bench (no group, FetchMaxWait 10ms); drain = T -> the last distinct task's record seen; rate = tasks / drain",
-		m, lead.Round(time.Millisecond), burstTopic)
-	b.drained(r, "burst", w, at, m, failed, took, 0, c0, "in Kafka (consumer)", "tasks/s", "record", "dup copies")
+	b.dueAtOnce(&b.res.Burst, atOnce{
+		phase: "burst", tag: "b", n: b.cfg.burst, tap: b.e.consumer, topic: burstTopic,
+		what: "in Kafka (consumer)", unit: "tasks/s", one: "record", dupName: "dup copies",
+		method: func(lead time.Duration) string {
+			return fmt.Sprintf("%d tasks due at one instant T (scheduled first, %v ahead), topic %s read by a franz-go consumer in the bench (no group, FetchMaxWait 10ms); drain = T -> the last distinct task's record seen; rate = tasks / drain",
+				b.cfg.burst, lead.Round(time.Millisecond), burstTopic)
+		},
+	})
 }
 
 // phaseHandled: H tasks due at one instant T on the work processes' topic;
 // handled = T -> the H-th distinct webhook call.
 func (b *run) phaseHandled() {
-	h := b.cfg.handled
-	lead := b.lead(h)
-	at := time.Now().Add(lead).Truncate(time.Millisecond)
-	w := newWatch(fmt.Sprintf("k%d-h-", b.e.k), h)
-	b.e.hook.cur.Store(w)
-	defer b.e.hook.cur.Store(nil)
-	c0 := b.e.redisCPU()
-	took, failed := b.schedule(w.prefix, h, tasksTopic, func(int) time.Time { return at })
-	r := &b.res.Handled
-	r.Method = fmt.Sprintf("%d tasks due at one instant T (scheduled first, %v ahead) on %s, run by %d work process(es) calling the bench's webhook (answers 200 at once); rate = tasks / (T -> the last distinct task's webhook call); Redis CPU covers schedule, take, claim and finish (read 500ms after the last call)",
-		h, lead.Round(time.Millisecond), tasksTopic, len(b.e.workers))
-	// the finishes of the last calls are in the Redis CPU
-	b.drained(r, "handled", w, at, h, failed, took, 500*time.Millisecond, c0, "webhook", "calls/s", "call", "repeated calls")
+	b.dueAtOnce(&b.res.Handled, atOnce{
+		phase: "handled", tag: "h", n: b.cfg.handled, tap: b.e.hook, topic: tasksTopic,
+		// the finishes of the last calls are in the Redis CPU
+		settle: 500 * time.Millisecond,
+		what:   "webhook", unit: "calls/s", one: "call", dupName: "repeated calls",
+		method: func(lead time.Duration) string {
+			return fmt.Sprintf("%d tasks due at one instant T (scheduled first, %v ahead) on %s, run by %d work process(es) calling the bench's webhook (answers 200 at once); rate = tasks / (T -> the last distinct task's webhook call); Redis CPU covers schedule, take, claim and finish (read 500ms after the last call)",
+				b.cfg.handled, lead.Round(time.Millisecond), tasksTopic, len(b.e.workers))
+		},
+	})
 }
 
-// drained waits until w has seen every one of want tasks due at at (or the
-// phase timeout passed), then fills r with the rate from at to the last
-// one seen, prints it and the Redis CPU per task (read settle after the
-// last one). what names where they are seen, unit the rate, one a sighting
-// and dupName the sightings of a task seen before.
-func (b *run) drained(r *Rate, phase string, w *watch, at time.Time, want, failed int, took, settle time.Duration, c0 []time.Duration, what, unit, one, dupName string) {
-	r.Tasks, r.Failed = want, failed
+// atOnce describes a phase of n tasks due at one instant, seen at tap.
+type atOnce struct {
+	phase, tag string // the phase's name, and its task ids' letter
+	n          int
+	tap        *tap
+	topic      string
+	// settle: how long after the last sighting the Redis CPU is read
+	settle time.Duration
+	// what names where the tasks are seen, unit the rate, one a sighting
+	// and dupName the sightings of a task seen before
+	what, unit, one, dupName string
+	method                   func(lead time.Duration) string
+}
+
+// dueAtOnce schedules p.n tasks due at one instant T, waits until p.tap
+// has seen every one (or the phase timeout passed), then fills r with the
+// rate from T to the last one seen, prints it and the Redis CPU per task.
+func (b *run) dueAtOnce(r *Rate, p atOnce) {
+	lead := b.lead(p.n)
+	at := time.Now().Add(lead).Truncate(time.Millisecond)
+	w := newWatch(fmt.Sprintf("k%d-%s-", b.e.k, p.tag), p.n)
+	p.tap.cur.Store(w)
+	defer p.tap.cur.Store(nil)
+	c0 := b.e.redisCPU()
+	took, failed := b.schedule(w.prefix, p.n, p.topic, func(int) time.Time { return at })
+	r.Method = p.method(lead)
+	r.Tasks, r.Failed = p.n, failed
 	if slack := time.Until(at); slack < 0 {
-		b.note("k=%d %s: scheduling took %v and ended %v after the due time: the rate includes ingress", b.e.k, phase, took.Round(time.Millisecond), -slack.Round(time.Millisecond))
+		b.note("k=%d %s: scheduling took %v and ended %v after the due time: the rate includes ingress", b.e.k, p.phase, took.Round(time.Millisecond), -slack.Round(time.Millisecond))
 	}
 	all := w.wait(time.Until(at) + b.cfg.timeout)
 	n, first, last, _, dups := w.snapshot()
-	time.Sleep(settle)
+	time.Sleep(p.settle)
 	c1 := b.e.redisCPU()
 	r.Seen, r.Dups = n, dups
 	if n == 0 {
-		b.note("k=%d %s: no %s within %v of the due time", b.e.k, phase, one, b.cfg.timeout)
+		b.note("k=%d %s: no %s within %v of the due time", b.e.k, p.phase, p.one, b.cfg.timeout)
 		return
 	}
 	span := last.Sub(at)
 	r.DrainSeconds, r.FirstMs = span.Seconds(), ms(first.Sub(at))
 	r.Rate = float64(n) / span.Seconds()
 	if !all {
-		b.note("k=%d %s: only %d of %d seen within %v of the due time", b.e.k, phase, n, want, b.cfg.timeout)
+		b.note("k=%d %s: only %d of %d seen within %v of the due time", b.e.k, p.phase, n, p.n, b.cfg.timeout)
 	}
 	say("k=%d %-9s %d tasks due at once -> %s in %v: %.0f %s; first %s %.0f ms after T; %s %d [%s]",
-		b.e.k, phase, n, what, span.Round(time.Millisecond), r.Rate, unit, one, r.FirstMs, dupName, dups, r.Method)
-	r.RedisCPU = b.cpuPerTask(phase, c0, c1, n)
+		b.e.k, p.phase, n, p.what, span.Round(time.Millisecond), r.Rate, p.unit, p.one, r.FirstMs, p.dupName, dups, r.Method)
+	r.RedisCPU = b.cpuPerTask(p.phase, c0, c1, n)
 }
 
 // phaseLag: a steady stream, rate tasks/s due over dur, scheduled ahead;
