@@ -25,9 +25,25 @@ type Collector struct {
 // Collect starts a Collector of topics; it stops at the test's cleanup.
 func (k *Kafka) Collect(tb testing.TB, topics ...string) *Collector {
 	tb.Helper()
-	cl := k.Client(tb, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.MetadataMinAge(50*time.Millisecond), kgo.FetchMaxWait(50*time.Millisecond))
 	c := &Collector{byID: map[string][]*kgo.Record{}}
+	k.Consume(tb, func(r *kgo.Record, _ time.Time) {
+		id, _ := Header(r, record.HeaderID)
+		c.mu.Lock()
+		c.recs = append(c.recs, r)
+		c.byID[id] = append(c.byID[id], r)
+		c.mu.Unlock()
+	}, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.MetadataMinAge(50*time.Millisecond), kgo.FetchMaxWait(50*time.Millisecond))
+	return c
+}
+
+// Consume starts a franz-go client with opts (the topics to read, where to
+// start, fetch settings) and hands every record it polls to each, with the
+// time PollFetches returned it, on one goroutine, until the test's cleanup
+// stops it.
+func (k *Kafka) Consume(tb testing.TB, each func(r *kgo.Record, at time.Time), opts ...kgo.Opt) {
+	tb.Helper()
+	cl := k.Client(tb, opts...)
 	// Not tb.Context(): it is cancelled before the cleanups run, and the
 	// client must be stopped first.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -36,17 +52,11 @@ func (k *Kafka) Collect(tb testing.TB, topics ...string) *Collector {
 		defer close(done)
 		for ctx.Err() == nil {
 			fs := cl.PollFetches(ctx)
-			fs.EachRecord(func(r *kgo.Record) {
-				id, _ := Header(r, record.HeaderID)
-				c.mu.Lock()
-				c.recs = append(c.recs, r)
-				c.byID[id] = append(c.byID[id], r)
-				c.mu.Unlock()
-			})
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) { each(r, now) })
 		}
 	}()
 	tb.Cleanup(func() { cancel(); <-done })
-	return c
 }
 
 // Distinct is the number of distinct dq-id values read so far.

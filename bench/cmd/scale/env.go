@@ -235,25 +235,13 @@ func (e *env) checkAlive() {
 // (a plain franz-go consumer, no group; FetchMaxWait 10ms, franz-go's
 // least) and hands each to e.consumer with the time PollFetches returned it.
 func (e *env) startConsumer() {
-	cl := e.kafka.Client(e.scope,
-		kgo.ConsumeTopics(tasksTopic, burstTopic),
+	e.kafka.Consume(e.scope, func(r *kgo.Record, at time.Time) {
+		id, _ := testenv.Header(r, record.HeaderID)
+		due, _ := testenv.Header(r, record.HeaderDueAt)
+		e.consumer.see(id, due, at)
+	}, kgo.ConsumeTopics(tasksTopic, burstTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(10*time.Millisecond))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				id, _ := testenv.Header(r, record.HeaderID)
-				due, _ := testenv.Header(r, record.HeaderDueAt)
-				e.consumer.see(id, due, now)
-			})
-		}
-	}()
-	e.scope.Cleanup(func() { cancel(); <-done })
 }
 
 // startWebhook serves the work processes' webhook (DQ_WEBHOOK_URL): 200 at

@@ -17,6 +17,7 @@ import (
 	"github.com/delayq/delayq/internal/daemon"
 	"github.com/delayq/delayq/internal/event"
 	"github.com/delayq/delayq/internal/record"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // DelayQOptions says what StartDelayQ runs besides the daemon.
@@ -133,32 +134,12 @@ func (d *DelayQ) waitLeaders(scope *tbenv.TB, shards int, timeout time.Duration)
 // consume records every record of the namespace's topic: At = when
 // PollFetches returned it, Stamp = the record timestamp.
 func (d *DelayQ) consume(scope *tbenv.TB, in *Infra, rec *Recorder) {
-	cl := in.Kafka.Client(scope,
-		kgo.ConsumeTopics(d.Topic),
+	in.Kafka.Consume(scope, func(r *kgo.Record, at time.Time) {
+		id, _ := testenv.Header(r, record.HeaderID)
+		rec.Seen(id, Seen{At: at, Stamp: r.Timestamp})
+	}, kgo.ConsumeTopics(d.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(100*time.Millisecond))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				rec.Seen(header(r, record.HeaderID), Seen{At: now, Stamp: r.Timestamp})
-			})
-		}
-	}()
-	scope.Cleanup(func() { cancel(); <-done })
-}
-
-func header(r *kgo.Record, k string) string {
-	for _, h := range r.Headers {
-		if h.Key == k {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // runApp runs fn in a goroutine until scope closes and waits (bounded) for
