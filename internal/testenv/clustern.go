@@ -102,6 +102,9 @@ func StartRedisClusterN(tb testing.TB, masters int, opts ...RedisOptions) *Redis
 func StartRedisClusterRanges(tb testing.TB, ranges [][2]int, opts ...RedisOptions) *RedisCluster {
 	tb.Helper()
 	masters := len(ranges)
+	if masters < 1 {
+		tb.Fatalf("testenv: StartRedisClusterRanges: no ranges")
+	}
 	for i, r := range ranges {
 		want := 0
 		if i > 0 {
@@ -111,18 +114,7 @@ func StartRedisClusterRanges(tb testing.TB, ranges [][2]int, opts ...RedisOption
 			tb.Fatalf("testenv: StartRedisClusterRanges: ranges %v do not cover the %d slots in order", ranges, clusterSlots)
 		}
 	}
-	if masters < 1 {
-		tb.Fatalf("testenv: StartRedisClusterRanges: no ranges")
-	}
-	c := &RedisCluster{adminPassword: randomSecret()}
-	if len(opts) > 0 {
-		c.opts = opts[0]
-	}
-	for range masters {
-		r := c.startNode(tb)
-		c.Nodes = append(c.Nodes, r)
-		c.Addrs = append(c.Addrs, r.Addr)
-	}
+	c := startClusterNodes(tb, masters, opts)
 
 	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
 	defer cancel()

@@ -51,15 +51,7 @@ func StartRedisCluster(tb testing.TB, opts ...RedisOptions) *RedisCluster {
 	if err != nil {
 		tb.Fatalf("testenv: redis-cli not found in PATH: apt-get install redis-server (redis-tools) (%v)", err)
 	}
-	c := &RedisCluster{adminPassword: randomSecret()}
-	if len(opts) > 0 {
-		c.opts = opts[0]
-	}
-	for range clusterSize {
-		r := c.startNode(tb)
-		c.Nodes = append(c.Nodes, r)
-		c.Addrs = append(c.Addrs, r.Addr)
-	}
+	c := startClusterNodes(tb, clusterSize, opts)
 
 	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
 	defer cancel()
@@ -75,6 +67,22 @@ func StartRedisCluster(tb testing.TB, opts ...RedisOptions) *RedisCluster {
 
 	if last, ok := c.waitOK(ctx, startTimeout); !ok {
 		tb.Fatalf("testenv: redis cluster %v not ok within %v; last CLUSTER INFO:\n%s", c.Addrs, startTimeout, last)
+	}
+	return c
+}
+
+// startClusterNodes starts n cluster-enabled nodes, not yet a cluster
+// (no slots, no MEET), with the first of opts.
+func startClusterNodes(tb testing.TB, n int, opts []RedisOptions) *RedisCluster {
+	tb.Helper()
+	c := &RedisCluster{adminPassword: randomSecret()}
+	if len(opts) > 0 {
+		c.opts = opts[0]
+	}
+	for range n {
+		r := c.startNode(tb)
+		c.Nodes = append(c.Nodes, r)
+		c.Addrs = append(c.Addrs, r.Addr)
 	}
 	return c
 }
