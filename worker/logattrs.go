@@ -21,11 +21,6 @@ type recordHandler struct {
 	offset    int64
 }
 
-// recordLogger returns l with the attributes of one fetched record.
-func recordLogger(l *slog.Logger, id string, gen uint64, topic string, partition int, offset int64) *slog.Logger {
-	return slog.New(&recordHandler{base: l.Handler(), id: id, gen: gen, topic: topic, partition: partition, offset: offset})
-}
-
 func (h *recordHandler) attrs() []slog.Attr {
 	return []slog.Attr{
 		slog.String("task_id", h.id), slog.Uint64("gen", h.gen), slog.String("topic", h.topic),

@@ -5,12 +5,18 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/record"
 )
 
 func TestRecordLoggerAddsItsAttributesOnlyWhenLogging(t *testing.T) {
 	var buf bytes.Buffer
 	base := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "worker")
-	l := recordLogger(base, "t-1", 7, "dq.tasks", 3, 42)
+	it := &item{m: &kafka.Message{Topic: "dq.tasks", Partition: 3, Offset: 42}, rec: &record.Fields{ID: "t-1", Gen: 7}}
+	it.initLogger(base)
+	l := it.log
 	l.Debug("not shown")
 	if buf.Len() != 0 {
 		t.Fatalf("a disabled level wrote %q", buf.String())
