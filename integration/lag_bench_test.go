@@ -322,21 +322,21 @@ func lagRun(b *testing.B, c *localCluster, api *client.Client, w *rawWriter, top
 
 	// fired records
 	rdb := c.redis.Client(b)
-	var c0, u0 map[string]int64
+	var s0 map[string]testenv.CommandStat
 	var cpu0 time.Duration
 	redisAt := time.AfterFunc(time.Until(start.Add(-100*time.Millisecond)), func() {
-		c0, u0, cpu0 = redisCommands(b, rdb)
+		s0, cpu0 = redisCommands(b, rdb)
 	})
 	var redisDone sync.WaitGroup
 	redisDone.Add(1)
 	time.AfterFunc(time.Until(res.to), func() {
 		defer redisDone.Done()
-		c1, u1, cpu1 := redisCommands(b, rdb)
+		s1, cpu1 := redisCommands(b, rdb)
 		cpu := cpu1 - cpu0
 		var parts []string
-		for _, name := range slices.Sorted(maps.Keys(c1)) {
-			if d := c1[name] - c0[name]; d > 0 {
-				parts = append(parts, fmt.Sprintf("%s %d calls %.1fus/call", name, d, float64(u1[name]-u0[name])/float64(d)))
+		for _, name := range slices.Sorted(maps.Keys(s1)) {
+			if d := s1[name].Calls - s0[name].Calls; d > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d calls %.1fus/call", name, d, float64(s1[name].Usec-s0[name].Usec)/float64(d)))
 			}
 		}
 		res.redis = fmt.Sprintf("CPU %v (%.0f%% of one core over %v); %s", cpu.Round(time.Millisecond),
@@ -688,13 +688,12 @@ func gcSummary(out string, procStart, from, to time.Time) string {
 // benchmark's goroutine, so it reports errors with Error only.
 func redisCommands(b *testing.B, rdb interface {
 	Info(context.Context, ...string) *redis.StringCmd
-}) (calls, usec map[string]int64, cpu time.Duration) {
+}) (stats map[string]testenv.CommandStat, cpu time.Duration) {
 	info, err := rdb.Info(context.WithoutCancel(b.Context()), "commandstats", "cpu").Result()
 	if err != nil {
 		b.Error(err)
-		return nil, nil, 0
+		return nil, 0
 	}
-	calls, usec = map[string]int64{}, map[string]int64{}
 	for line := range strings.SplitSeq(info, "\r\n") {
 		for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
 			if v, ok := strings.CutPrefix(line, k); ok {
@@ -702,19 +701,6 @@ func redisCommands(b *testing.B, rdb interface {
 				cpu += time.Duration(f * float64(time.Second))
 			}
 		}
-		rest, ok := strings.CutPrefix(line, "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, fields, _ := strings.Cut(rest, ":")
-		for f := range strings.SplitSeq(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				calls[name], _ = strconv.ParseInt(v, 10, 64)
-			}
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				usec[name], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
 	}
-	return calls, usec, cpu
+	return testenv.ParseCommandStats(info), cpu
 }

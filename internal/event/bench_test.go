@@ -105,7 +105,7 @@ func benchSteady(b *testing.B) {
 	ctx := b.Context()
 	payload := []byte(strings.Repeat("x", 100))
 	cpu0 := testenv.RedisCPU(b, w.store.Client())
-	_, sc0, su0 := commandStats(b, w.store.Client())
+	_, sc0 := commandStats(b, w.store.Client())
 	ticker := time.NewTicker(tick)
 	start := time.Now()
 	var n int
@@ -132,7 +132,7 @@ func benchSteady(b *testing.B) {
 	ticker.Stop()
 	scheduled := time.Since(start)
 	redisBusy := testenv.RedisCPU(b, w.store.Client()) - cpu0
-	_, sc1, su1 := commandStats(b, w.store.Client())
+	_, sc1 := commandStats(b, w.store.Client())
 	// Read everything back with an independent client.
 	lags := readLags(b, w, task.DefaultTopic, n)
 	p50, p99, mx := quantiles(lags)
@@ -148,7 +148,7 @@ func benchSteady(b *testing.B) {
 		p50, p99, mx, 100*float64(over5)/float64(len(lags)))
 	say(b, "(a) lag distribution: %s", lagHistogram(lags))
 	say(b, "(a) redis-server CPU: %v in %v (%.0f%% of one core, scheduling included)", redisBusy.Round(time.Millisecond), scheduled.Round(time.Millisecond), 100*redisBusy.Seconds()/scheduled.Seconds())
-	say(b, "(a) redis by command: %s", commandDelta(sc0, su0, sc1, su1))
+	say(b, "(a) redis by command: %s", commandDelta(sc0, sc1))
 	say(b, "(a) takes with tasks %v, mean batch %.1f, mean produce %.2fms",
 		metric(b, a.Addr(), "delayq_fire_batch_size_count"),
 		metric(b, a.Addr(), "delayq_fire_batch_size_sum")/max(1, metric(b, a.Addr(), "delayq_fire_batch_size_count")),
@@ -262,7 +262,7 @@ func benchBurst(b *testing.B) {
 		scheduled := time.Since(t0)
 
 		cpu0 := testenv.RedisCPU(b, w.store.Client())
-		_, bc0, bu0 := commandStats(b, w.store.Client())
+		_, bc0 := commandStats(b, w.store.Client())
 		stopProfile := func() {}
 		if r == 0 {
 			stopProfile = profileDrain(b)
@@ -289,7 +289,7 @@ func benchBurst(b *testing.B) {
 		stopProfile()
 		drain := end.Sub(time.Unix(0, first.Load()))
 		redisBusy, procBusy := testenv.RedisCPU(b, w.store.Client())-cpu0, testenv.ProcessCPU()-time.Duration(pcpu0.Load())
-		_, bc1, bu1 := commandStats(b, w.store.Client())
+		_, bc1 := commandStats(b, w.store.Client())
 		drainRate := float64(n) / drain.Seconds()
 		batches := metric(b, a.Addr(), "delayq_fire_batch_size_count")
 		a.stop(b)
@@ -304,7 +304,7 @@ func benchBurst(b *testing.B) {
 		say(b, "(b) round %d, CPU per task: drain %.2fus (redis-server %.2f + this process %.2f: event process, kafka-go, kfake), raw %.2fus per record (kafka-go, kfake); 50%% of raw (%.0f tasks/s) would need %.1f cores at the drain's cost (this machine: %d)",
 			r+1, us(drainCPU), us(redisBusy/n), us(procBusy/n), us(rawCPU), raw/2, cores[r], runtime.NumCPU())
 		if r == 0 {
-			say(b, "(b) round 1, redis by command: %s", commandDelta(bc0, bu0, bc1, bu1))
+			say(b, "(b) round 1, redis by command: %s", commandDelta(bc0, bc1))
 		}
 	}
 	raw1, _ := rawRate(1, "bench.raw.one")
@@ -430,19 +430,15 @@ func benchIdle(b *testing.B) {
 	rdb := w.redis.Client(b)
 	settle := time.NewTimer(2 * time.Second) // let campaigns and adopts pass
 	<-settle.C
-	stat := func() (int64, map[string]int64) {
-		total, per, _ := commandStats(b, rdb)
-		return total, per
-	}
 	const window = 10 * time.Second
-	t0, c0 := stat()
+	t0, c0 := commandStats(b, rdb)
 	timer := time.NewTimer(window)
 	<-timer.C
-	t1, c1 := stat()
+	t1, c1 := commandStats(b, rdb)
 	total := t1 - t0 - 1 // minus our first INFO
 	var parts []string
 	for name, v := range c1 {
-		if d := v - c0[name]; d > 0 {
+		if d := v.Calls - c0[name].Calls; d > 0 {
 			parts = append(parts, fmt.Sprintf("%s=%d", name, d))
 		}
 	}
@@ -473,46 +469,34 @@ func lagHistogram(lags []time.Duration) string {
 }
 
 // commandStats reads INFO stats and commandstats: total commands processed,
-// calls per command and microseconds spent per command.
+// and calls and microseconds per command.
 func commandStats(tb testing.TB, rdb interface {
 	Info(context.Context, ...string) *redis.StringCmd
-}) (int64, map[string]int64, map[string]int64) {
+}) (int64, map[string]testenv.CommandStat) {
 	info, err := rdb.Info(tb.Context(), "stats", "commandstats").Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var total int64
-	calls, usec := map[string]int64{}, map[string]int64{}
-	for _, line := range strings.Split(info, "\r\n") {
+	for line := range strings.SplitSeq(info, "\r\n") {
 		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
 			total, _ = strconv.ParseInt(v, 10, 64)
 		}
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
-			name, fields, _ := strings.Cut(rest, ":")
-			for _, f := range strings.Split(fields, ",") {
-				if v, ok := strings.CutPrefix(f, "calls="); ok {
-					calls[name], _ = strconv.ParseInt(v, 10, 64)
-				}
-				if v, ok := strings.CutPrefix(f, "usec="); ok {
-					usec[name], _ = strconv.ParseInt(v, 10, 64)
-				}
-			}
-		}
 	}
-	return total, calls, usec
+	return total, testenv.ParseCommandStats(info)
 }
 
 // commandDelta formats calls and time per command between two reads,
 // busiest first.
-func commandDelta(c0, u0, c1, u1 map[string]int64) string {
+func commandDelta(before, after map[string]testenv.CommandStat) string {
 	type row struct {
 		name        string
 		calls, usec int64
 	}
 	var rows []row
-	for name, c := range c1 {
-		if d := c - c0[name]; d > 0 {
-			rows = append(rows, row{name, d, u1[name] - u0[name]})
+	for name, a := range after {
+		if d := a.Calls - before[name].Calls; d > 0 {
+			rows = append(rows, row{name, d, a.Usec - before[name].Usec})
 		}
 	}
 	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.usec, a.usec) })

@@ -28,8 +28,14 @@ func CommandStats(tb testing.TB, rdb redis.UniversalClient) map[string]CommandSt
 	if err != nil {
 		tb.Fatalf("testenv: INFO commandstats: %v", err)
 	}
+	return ParseCommandStats(info)
+}
+
+// ParseCommandStats reads the cmdstat_ lines of an INFO answer (which may
+// hold other sections too).
+func ParseCommandStats(info string) map[string]CommandStat {
 	out := map[string]CommandStat{}
-	for _, line := range strings.Split(info, "\r\n") {
+	for line := range strings.SplitSeq(info, "\r\n") {
 		rest, ok := strings.CutPrefix(line, "cmdstat_")
 		if !ok {
 			continue
@@ -39,7 +45,7 @@ func CommandStats(tb testing.TB, rdb redis.UniversalClient) map[string]CommandSt
 			continue
 		}
 		var s CommandStat
-		for _, f := range strings.Split(fields, ",") {
+		for f := range strings.SplitSeq(fields, ",") {
 			k, v, _ := strings.Cut(f, "=")
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
