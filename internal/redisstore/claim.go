@@ -90,8 +90,8 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 	res := make([]ClaimResult, len(cs))
 	calls := s.groupCalls(len(cs), func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) },
 		func(sh int, idx []int) ([]string, []any) {
-			keys := make([]string, 0, 1+len(idx))
-			keys = append(keys, s.k.runs(sh))
+			keys := make([]string, 0, 2+len(idx))
+			keys = append(keys, s.k.runs(sh), s.k.done(sh))
 			args := make([]any, 0, 5*len(idx))
 			for _, i := range idx {
 				c := cs[i]
@@ -221,14 +221,21 @@ type FinishResult struct {
 func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
 	res := make([]FinishResult, len(fs))
 	calls := s.groupCalls(len(fs), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) }, func(sh int, idx []int) ([]string, []any) {
-		keys := make([]string, 0, 5+len(idx))
-		keys = append(keys, s.k.runs(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
-		args := make([]any, 0, 3+6*len(idx))
-		args = append(args, s.retention.Milliseconds(), s.k.wake, sh)
+		keys := []string{s.k.runs(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh)}
+		args := make([]any, 0, 4+4*len(idx))
+		args = append(args, s.retention.Milliseconds(), s.k.wake, sh, s.k.prefix[sh])
 		for _, i := range idx {
 			f := fs[i]
-			keys = append(keys, s.k.bucket(sh, f.ID))
-			args = append(args, f.ID, f.Gen, string(f.Kind), dueArg(f.Due, f.Delay, f.Relative), truncate(f.Error, 2048), f.Owner)
+			// a success needs four values; the other outcomes their due
+			// time and error text too (see finish.lua)
+			args = append(args, f.ID, f.Gen, f.Owner, string(f.Kind))
+			if f.Kind != Succeeded {
+				due := ""
+				if f.Kind != Dead {
+					due = dueArg(f.Due, f.Delay, f.Relative)
+				}
+				args = append(args, due, truncate(f.Error, 2048))
+			}
 		}
 		return keys, args
 	})

@@ -1,7 +1,7 @@
 -- claim: a worker claims the execution of fired tasks ("fired -> running"),
 -- for tasks of one shard.
 -- KEYS[1] the shard's claims hash (see claim_holder in common.lua),
--- KEYS[1+i] bucket hash of task i
+-- KEYS[2] the done set, KEYS[2+i] bucket hash of task i
 -- ARGV[5i-4] id, ARGV[5i-3] gen, ARGV[5i-2] claim TTL ms, ARGV[5i-1] owner
 --   (the value that names this claimer; a retry with the same owner finds
 --   its own claim and succeeds again), ARGV[5i] the copy's due time in ms
@@ -9,20 +9,26 @@
 -- Returns, per task, {code, state, record}: 1 claimed (record = the stored
 -- record), 0 not found, 5 stale generation, 6 not in a fired state (its
 -- outcome is stored), 7 held by another owner; record is '' unless claimed.
--- The generation tells the current firing (see is_fired in common.lua).
+-- The generation tells the current firing (see is_fired in common.lua);
+-- a waiting-state record whose id is in the done set succeeded (a lean
+-- success, see common.lua): code 6, state S.
 -- Per task: one HGET of the record; the claims of the whole call are read
--- with one HMGET and written with one HSET.
+-- with one HMGET and written with one HSET, the done set with one ZMSCORE.
 local runs = KEYS[1]
-local n = #KEYS - 1
+local n = #KEYS - 2
 local now = now_ms()
-local fields = {}
-for i = 1, n do fields[i] = claim_field(ARGV[5 * i - 4], ARGV[5 * i - 3]) end
+local fields, ids = {}, {}
+for i = 1, n do
+  ids[i] = ARGV[5 * i - 4]
+  fields[i] = claim_field(ids[i], ARGV[5 * i - 3])
+end
 local cur = redis.call('HMGET', runs, unpack(fields))
+local fin = redis.call('ZMSCORE', KEYS[2], unpack(ids))
 local set, mine, deadlines = {}, {}, {}
 local out = {}
 for i = 1, n do
   local id, g, ttl, owner, cdue = ARGV[5 * i - 4], tonumber(ARGV[5 * i - 3]), tonumber(ARGV[5 * i - 2]), ARGV[5 * i - 1], tonumber(ARGV[5 * i])
-  local v = redis.call('HGET', KEYS[1 + i], id)
+  local v = redis.call('HGET', KEYS[2 + i], id)
   if not v then
     out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = ''
   else
@@ -32,6 +38,8 @@ for i = 1, n do
       out[#out + 1] = 5; out[#out + 1] = st; out[#out + 1] = ''
     elseif not is_fired(st) then
       out[#out + 1] = 6; out[#out + 1] = st; out[#out + 1] = ''
+    elseif fin[i] and is_waiting(st) then
+      out[#out + 1] = 6; out[#out + 1] = 'S'; out[#out + 1] = ''
     else
       -- a copy claimed earlier in this call holds it too
       local f = fields[i]

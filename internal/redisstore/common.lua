@@ -92,18 +92,44 @@ local function head(due_key)
 end
 
 -- taken tells whether a waiting-state record (s or r) is out of the due
--- set, i.e. a leader took it: it is reported as fired ('F').
+-- set, i.e. a leader took it: it is reported as fired ('F'), or as
+-- succeeded when its id is in the done set (see lean success below).
 local function taken(due_key, id, st)
   return is_waiting(st) and not redis.call('ZSCORE', due_key, id)
 end
 
+-- Lean success. A worker that still holds the execution claim of the copy
+-- it ran records a success without reading or rewriting the record: the
+-- id goes into the done set (which holds it for the retention purge
+-- anyway) and out of the due set, and the record keeps its waiting state.
+-- A waiting-state record whose id is in the done set is succeeded; one
+-- that is also out of the due set, always (a lean success leaves the due
+-- set, and nothing puts a task back into it without taking it out of the
+-- done set or first checking the done set). What makes trusting the claim
+-- safe: a claim "<id>:<gen>" held by its owner means the record still has
+-- generation gen and no outcome, because every script that changes a
+-- fired or requeued record without holding its claim drops the claim
+-- (drop_claim): finish (another owner's outcome), park, cancel,
+-- reschedule, schedule's update, firepoison, movestart.
+local function lean_done(done_key, id)
+  return redis.call('ZSCORE', done_key, id) ~= false
+end
+
+-- taken_state is the state a by-id script answers for a waiting-state
+-- record out of the due set: 'S' after a lean success, else 'F' (fired).
+local function taken_state(done_key, id)
+  if lean_done(done_key, id) then return 'S' end
+  return 'F'
+end
+
 -- requeue puts a taken task back into the due set at its due time: what a
--- settle and an adopt do with a claim Kafka did not confirm. The record is
--- not touched. Only a task still in a waiting state with generation g (the
--- header's 4 bytes, see gen_bytes) is put back: a worker may have finished
--- or retried it meanwhile. Returns whether it did.
-local function requeue(due_key, bkey, id, v, g)
+-- settle does with a take Kafka did not confirm. The record is not
+-- touched. Only a task still in a waiting state with generation g (the
+-- header's 4 bytes, see gen_bytes) and no lean success is put back: a
+-- worker may have finished or retried it meanwhile. Returns whether it did.
+local function requeue(due_key, done_key, bkey, id, v, g)
   if not is_waiting(string.sub(v, 1, 1)) or string.sub(v, 2, 5) ~= g then return false end
+  if lean_done(done_key, id) then return false end
   local due = struct.unpack('>I6', v, 8)
   redis.call('ZADD', due_key, due_score(due, bkey), id)
   return true
@@ -209,6 +235,13 @@ end
 -- claim_field names the claim of generation g of id.
 local function claim_field(id, g)
   return id .. ':' .. g
+end
+
+-- drop_claim deletes the claim of generation g of id, whoever holds it:
+-- what a script does that changes a record without holding its claim (see
+-- lean success above).
+local function drop_claim(runs_key, id, g)
+  redis.call('HDEL', runs_key, claim_field(id, string.format('%d', g)))
 end
 
 -- claim_holder is the owner of a claim value that is still held at now,

@@ -88,7 +88,7 @@ func truncate(s string, n int) string {
 // Redrive schedules a dead task again now with a fresh set of attempts.
 func (s *Store) Redrive(ctx context.Context, id string) (time.Time, error) {
 	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {
-		return s.run(ctx, redriveScript, []string{s.k.dead(sh), s.k.due(sh), s.k.bucket(sh, id), s.k.errs(sh), s.k.stamp(sh)},
+		return s.run(ctx, redriveScript, []string{s.k.dead(sh), s.k.due(sh), s.k.bucket(sh, id), s.k.errs(sh), s.k.stamp(sh), s.k.done(sh)},
 			id, s.k.wake, sh, stamp(m))
 	})
 	if err != nil {

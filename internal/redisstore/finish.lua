@@ -1,15 +1,17 @@
 -- finish: workers report the outcomes of fired tasks of one shard.
 -- KEYS[1] the shard's claims hash (see claim_holder in common.lua),
--- KEYS[2] due, KEYS[3] done, KEYS[4] dead, KEYS[5] err hash,
--- KEYS[5+i] bucket hash of task i
--- ARGV[1] retention ms, ARGV[2] wake channel, ARGV[3] shard, then per task
--- 6 values: id, gen, outcome (S succeeded | r retry (attempt+1) |
--- w wait (defer without using an attempt) | d dead), due for r/w (absolute
--- ms, or "+<ms>" from Redis TIME), error text, owner of the execution
--- claim ('' none): the claim is deleted if it holds owner, whatever the
--- code (the worker is done with its claim either way).
+-- KEYS[2] due, KEYS[3] done, KEYS[4] dead, KEYS[5] err hash
+-- ARGV[1] retention ms, ARGV[2] wake channel, ARGV[3] shard, ARGV[4] the
+-- shard's key prefix (bucket hashes are named from it, see bucket), then
+-- per task: id, gen, owner of the execution claim ('' none), outcome
+-- (S succeeded | r retry (attempt+1) | w wait (defer without using an
+-- attempt) | d dead), and for r, w and d two more: due for r/w (absolute
+-- ms, or "+<ms>" from Redis TIME; '' for d) and error text. The claim is
+-- deleted if it holds owner, whatever the code (the worker is done with
+-- its claim either way).
 -- Returns per task {code, state, due}: 1 done, 0 not found, 5 stale
--- generation, 6 not in a fired state (already finished).
+-- generation, 6 not in a fired state (already finished); due is 0 for a
+-- lean success (the record is not read).
 -- One call per shard and batch: the fixed cost of a script call is paid
 -- once for all the outcomes a worker has ready, and the done-set and error
 -- writes of successes go out in one command each.
@@ -18,78 +20,145 @@
 -- to the due set with the next generation, so that a Kafka copy of this
 -- firing is stale from then on. A task that a stray copy finished while it
 -- waited in the due set to fire again is dropped from there by the take.
+-- A success whose claim the caller still holds is a lean success (see
+-- common.lua): the claim proves the record's generation and that it has
+-- no outcome yet, so the record is neither read nor rewritten; the id goes
+-- into the done set and out of the due set. Every other outcome reads the
+-- record (its bucket named here, see bucket: a success needs no key per
+-- task), and drops the claim of that generation whoever holds it.
+local prefix = ARGV[4]
+-- the outcomes, one entry per task
+local ids, gens, owners, outcomes, specs, errtexts = {}, {}, {}, {}, {}, {}
+local n = 0
+local a = 5
+while a <= #ARGV do
+  n = n + 1
+  ids[n], gens[n], owners[n], outcomes[n] = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  if outcomes[n] == 'S' then
+    a = a + 4
+  else
+    specs[n], errtexts[n] = ARGV[a + 4], ARGV[a + 5]
+    a = a + 6
+  end
+end
+-- the claims the callers hold: one HMGET for the call
+local cfields, cidx = {}, {}
+local field = {}
+for i = 1, n do
+  if owners[i] ~= '' then
+    local f = claim_field(ids[i], gens[i])
+    field[i] = f
+    cfields[#cfields + 1] = f
+    cidx[#cidx + 1] = i
+  end
+end
+local mine = {}
+local drop, del = {}, {} -- the claim fields to delete: as a set, and a list
+if #cfields > 0 then
+  local cur = redis.call('HMGET', KEYS[1], unpack(cfields))
+  for j = 1, #cfields do
+    local v = cur[j]
+    if v then
+      local sep = string.find(v, '|', 1, true)
+      local i = cidx[j]
+      if sep and string.sub(v, sep + 1) == owners[i] then
+        mine[i] = true
+        drop[cfields[j]] = true
+        del[#del + 1] = cfields[j]
+      end
+    end
+  end
+end
 -- the due set's head before this call, read only when a retry or a
 -- deferral is about to change it (most calls store successes only)
 local old_head, head_read = nil, false
 local now, expiry = nil, nil
+local function stamp()
+  if not now then
+    now = now_ms()
+    -- the done set's score, formatted once: a Lua number passed to
+    -- redis.call is printed with %.17g, which costs more than the ZADD
+    expiry = string.format('%d', now + tonumber(ARGV[1]))
+  end
+end
 local min_new = nil
 local out = {}
 local done, ndone = {}, 0
 local cleared = {}
-local n = (#ARGV - 3) / 6
-local rfields, rowners = {}, {}
+local lean, lz = {}, {} -- the lean successes: as a set of claim fields, and their ids
 for i = 1, n do
-  local a = 6 * i - 2
-  if ARGV[a + 5] ~= '' then
-    rfields[#rfields + 1] = claim_field(ARGV[a], ARGV[a + 1])
-    rowners[#rowners + 1] = ARGV[a + 5]
-  end
-end
-release_claims(KEYS[1], rfields, rowners)
-for i = 1, n do
-  local a = 6 * i - 2
-  local id, g, outcome, spec, errtext = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local bkey = KEYS[5 + i]
+  local id, outcome = ids[i], outcomes[i]
   local code, state, rdue = 1, '', 0
-  local v = redis.call('HGET', bkey, id)
-  if not v then
-    code = 0
-  else
-    -- the header only: the body is copied only when the record is
-    -- rewritten with a new header (a success or a death changes only the
-    -- state byte)
-    local st = string.sub(v, 1, 1)
-    local gen, att, due = struct.unpack('>I4I2I6', v, 2)
-    state, rdue = st, due
-    if gen ~= g then
-      code = 5
-    elseif not is_fired(st) then
-      code = 6
+  if outcome == 'S' and mine[i] then
+    -- a second copy of the same claim in this call finds it finished
+    local f = field[i]
+    if lean[f] then
+      code, state = 6, 'S'
     else
-      if not now then
-        now = now_ms()
-        -- the done set's score, formatted once: a Lua number passed to
-        -- redis.call is printed with %.17g, which costs more than the ZADD
-        expiry = string.format('%d', now + tonumber(ARGV[1]))
-      end
-      if outcome == 'S' then
-        state = 'S'
-        redis.call('HSET', bkey, id, 'S' .. string.sub(v, 2))
-        done[ndone + 1] = expiry
-        done[ndone + 2] = id
-        ndone = ndone + 2
-        cleared[#cleared + 1] = id
-      elseif outcome == 'd' then
-        state = 'd'
-        redis.call('HSET', bkey, id, 'd' .. string.sub(v, 2))
-        redis.call('ZADD', KEYS[4], now, id)
-        redis.call('HSET', KEYS[5], id, errtext)
+      lean[f] = true
+      lz[#lz + 1] = id
+      stamp()
+      state = 'S'
+      done[ndone + 1] = expiry
+      done[ndone + 2] = id
+      ndone = ndone + 2
+      cleared[#cleared + 1] = id
+    end
+  else
+    local g = tonumber(gens[i])
+    local bkey = bucket(prefix, id)
+    local v = redis.call('HGET', bkey, id)
+    if not v then
+      code = 0
+    else
+      -- the header only: the body is copied only when the record is
+      -- rewritten with a new header (a success or a death changes only the
+      -- state byte)
+      local st = string.sub(v, 1, 1)
+      local gen, att, due = struct.unpack('>I4I2I6', v, 2)
+      state, rdue = st, due
+      if gen ~= g then
+        code = 5
+      elseif not is_fired(st) then
+        code = 6
+      elseif is_waiting(st) and lean_done(KEYS[3], id) then
+        code, state = 6, 'S'
       else
-        local ndue
-        if string.sub(spec, 1, 1) == '+' then
-          ndue = now + tonumber(string.sub(spec, 2))
+        stamp()
+        local f = field[i] or claim_field(id, gens[i])
+        if not drop[f] then
+          drop[f] = true
+          del[#del + 1] = f
+        end
+        if outcome == 'S' then
+          state = 'S'
+          redis.call('HSET', bkey, id, 'S' .. string.sub(v, 2))
+          done[ndone + 1] = expiry
+          done[ndone + 2] = id
+          ndone = ndone + 2
+          cleared[#cleared + 1] = id
+        elseif outcome == 'd' then
+          state = 'd'
+          redis.call('HSET', bkey, id, 'd' .. string.sub(v, 2))
+          redis.call('ZADD', KEYS[4], now, id)
+          redis.call('HSET', KEYS[5], id, errtexts[i])
         else
-          ndue = tonumber(spec)
+          local spec, ndue = specs[i], nil
+          if string.sub(spec, 1, 1) == '+' then
+            ndue = now + tonumber(string.sub(spec, 2))
+          else
+            ndue = tonumber(spec)
+          end
+          if outcome == 'r' then
+            att = att + 1
+            redis.call('HSET', KEYS[5], id, errtexts[i])
+          end
+          state, rdue = waiting(att), ndue
+          redis.call('HSET', bkey, id, record(state, gen + 1, att, ndue, string.sub(v, 14)))
+          if not head_read then old_head, head_read = head(KEYS[2]), true end
+          redis.call('ZADD', KEYS[2], due_score(ndue, bkey), id)
+          if min_new == nil or ndue < min_new then min_new = ndue end
         end
-        if outcome == 'r' then
-          att = att + 1
-          redis.call('HSET', KEYS[5], id, errtext)
-        end
-        state, rdue = waiting(att), ndue
-        redis.call('HSET', bkey, id, record(state, gen + 1, att, ndue, string.sub(v, 14)))
-        if not head_read then old_head, head_read = head(KEYS[2]), true end
-        redis.call('ZADD', KEYS[2], due_score(ndue, bkey), id)
-        if min_new == nil or ndue < min_new then min_new = ndue end
       end
     end
   end
@@ -97,9 +166,14 @@ for i = 1, n do
   out[#out + 1] = state
   out[#out + 1] = rdue
 end
+-- the claims the callers held, and those of the records changed here
+if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
 if ndone > 0 then
   zadd_all(KEYS[3], done)
   redis.call('HDEL', KEYS[5], unpack(cleared))
 end
+-- a lean success leaves the due set: its record may have been put back
+-- there (a take Kafka did not confirm, whose copy the worker ran)
+if #lz > 0 then redis.call('ZREM', KEYS[2], unpack(lz)) end
 if min_new ~= nil then wake(KEYS[2], ARGV[2], ARGV[3], min_new, old_head) end
 return out

@@ -178,7 +178,7 @@ func (s *Store) Settle(ctx context.Context, shard int, token int64, lease string
 	for _, f := range failed {
 		args = append(args, f.ID, f.Gen)
 	}
-	v, err := s.run(ctx, settleScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard)}, args...)
+	v, err := s.run(ctx, settleScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard), s.k.done(shard)}, args...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("settle shard %d: %w", shard, err)
 	}

@@ -61,7 +61,7 @@ func (s *Store) SettlePoison(ctx context.Context, shard int, token int64, lease 
 			args = append(args, p.ID, p.Gen, nb, max(p.Park.Milliseconds(), 1), truncate(p.Reason, 2048))
 		}
 		v, err := s.run(ctx, firePoisonScript,
-			[]string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard), s.k.dead(shard), s.k.errs(shard)}, args...)
+			[]string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard), s.k.dead(shard), s.k.errs(shard), s.k.done(shard), s.k.runs(shard)}, args...)
 		if err != nil {
 			return out, fmt.Errorf("settle poison shard %d: %w", shard, err)
 		}

@@ -5,13 +5,17 @@
 -- grace runs) or, once its grace is over, made dead exactly as a worker's
 -- dead outcome writes it (state d, the dead set, the error hash), so that
 -- GET, the dead listing and redrive see it. Fenced.
--- KEYS[1] inflight, KEYS[2] due, KEYS[3] fence, KEYS[4] dead, KEYS[5] err
+-- KEYS[1] inflight, KEYS[2] due, KEYS[3] fence, KEYS[4] dead, KEYS[5] err,
+-- KEYS[6] done, KEYS[7] claims hash
 -- ARGV[1] token, ARGV[2] key prefix, ARGV[3] the take's lease member,
 -- ARGV[4] wake channel, ARGV[5] shard, then per task 5 values: id, gen,
 -- dead-not-before (ms by Redis' clock; 0: park only), park ms, reason.
 -- Returns {-1, stored_token} when fenced, else one code per task:
 -- 1 dead, 2 parked, 0 left alone (the take's lease is gone, or the record
--- is gone, in another state, of another generation or back in the due set).
+-- is gone, in another state, of another generation, back in the due set,
+-- or succeeded: a worker ran a copy that reached Kafka before, see lean
+-- success in common.lua). A task made dead loses the claim of its
+-- generation.
 -- A task is never made dead before its dead-not-before time by Redis'
 -- clock: it is parked instead.
 local stale = fence(KEYS[3], tonumber(ARGV[1]))
@@ -32,11 +36,12 @@ for i = 1, n do
   local code = 0
   if v then
     local st, gen, att, due, body = parse(v)
-    if gen == g and taken(KEYS[2], id, st) then
+    if gen == g and taken(KEYS[2], id, st) and not lean_done(KEYS[6], id) then
       if not_before > 0 and now >= not_before then
         redis.call('HSET', bkey, id, record('d', gen, att, due, body))
         redis.call('ZADD', KEYS[4], now, id)
         redis.call('HSET', KEYS[5], id, reason)
+        drop_claim(KEYS[7], id, gen)
         code = 1
       else
         local at = now + park

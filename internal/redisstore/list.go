@@ -204,6 +204,7 @@ type walk struct {
 	lo, hi float64             // the score range [lo, hi)
 	accept func(t *task.Task) bool
 	due    bool // the set is the due set (its scores tell parked tasks)
+	done   bool // the set is the done set (a waiting-state record in it succeeded)
 	dead   bool // the set's score is the time the task died
 }
 
@@ -238,7 +239,7 @@ func (s *Store) walkOf(q ListQuery) (walk, error) {
 	case task.StateDead:
 		return walk{set: s.k.dead, lo: math.Inf(-1), hi: math.Inf(1), accept: is(task.StateDead), dead: true}, nil
 	case task.StateSucceeded, task.StateCancelled:
-		return walk{set: s.k.done, lo: math.Inf(-1), hi: math.Inf(1), accept: is(q.State)}, nil
+		return walk{set: s.k.done, lo: math.Inf(-1), hi: math.Inf(1), accept: is(q.State), done: true}, nil
 	case task.StateFired:
 		return walk{accept: is(task.StateFired)}, nil
 	}
@@ -369,7 +370,7 @@ func (l *lister) sorted(ctx context.Context, c *listCursor) (bool, error) {
 			if i < len(errs) {
 				le, _ = errs[i].(string)
 			}
-			t, err := readRecord(l.m, sh, z.id, v, z.score, l.w.due, le)
+			t, err := readRecord(l.m, sh, z.id, v, z.score, l.w.due, l.w.done, le)
 			if err != nil {
 				continue // unreadable: Get tells more
 			}
@@ -492,10 +493,14 @@ func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (boo
 	}
 	scores := make([]*redis.FloatCmd, len(ids))
 	var errs *redis.SliceCmd
+	var done *redis.FloatSliceCmd
 	_, err := l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			scores[i] = p.ZScore(ctx, l.s.k.due(c.Sh), id)
 		}
+		// a waiting-state record out of the due set and in the done set
+		// succeeded (a lean success, see common.lua)
+		done = p.ZMScore(ctx, l.s.k.done(c.Sh), ids...)
 		errs = p.HMGet(ctx, l.s.k.errs(c.Sh), ids...)
 		return nil
 	})
@@ -510,7 +515,11 @@ func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (boo
 			le, _ = ev[i].(string)
 		}
 		score, serr := scores[i].Result()
-		t, err := readRecord(l.m, c.Sh, r.id, r.v, score, serr == nil, le)
+		inDone := false
+		if ds := done.Val(); i < len(ds) {
+			inDone = ds[i] != 0
+		}
+		t, err := readRecord(l.m, c.Sh, r.id, r.v, score, serr == nil, inDone, le)
 		if err != nil {
 			continue
 		}

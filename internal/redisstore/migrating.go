@@ -125,7 +125,7 @@ func retryMigrating(ctx context.Context, op func() (any, error)) (any, error) {
 // prefix (see the comment at the top of this file); runScript guards them.
 // TestPrefixScriptsAreGuarded keeps the list in step with the *.lua files.
 func prefixScripts() []*redis.Script {
-	return []*redis.Script{takeScript, settleScript, firePoisonScript}
+	return []*redis.Script{takeScript, settleScript, firePoisonScript, finishScript}
 }
 
 // guarded holds the hashes of prefixScripts.

@@ -192,8 +192,8 @@ func (s *Store) MoveBuckets(ctx context.Context, m shardmap.Map, o int, buckets 
 	for len(foreign) > 0 {
 		chunk := foreign[:min(len(foreign), maxPerCall)]
 		foreign = foreign[len(chunk):]
-		keys := make([]string, 0, 5+len(chunk))
-		keys = append(keys, s.k.due(o), s.k.done(o), s.k.dead(o), s.k.errs(o), s.k.fence(o))
+		keys := make([]string, 0, 6+len(chunk))
+		keys = append(keys, s.k.due(o), s.k.done(o), s.k.dead(o), s.k.errs(o), s.k.fence(o), s.k.runs(o))
 		args := make([]any, 0, 1+len(chunk))
 		args = append(args, token)
 		for _, it := range chunk {

@@ -3,9 +3,12 @@
 -- record (see is_moving in common.lua) that keeps everything movein needs:
 -- no take of this shard can fire it any more, and every by-id script
 -- answers "moved". A task in flight (taken, not finished) is left alone:
--- its worker finishes it here; it moves once finished or retried.
+-- its worker finishes it here; it moves once finished or retried. A taken
+-- task with a lean success (see common.lua) moves as a succeeded one, with
+-- its done-set score. A waiting task loses the claim of its generation (a
+-- worker may run a copy of it that Kafka did not confirm).
 -- KEYS[1] due, KEYS[2] done, KEYS[3] dead, KEYS[4] err hash, KEYS[5] fence,
--- KEYS[5+i] bucket hash of task i
+-- KEYS[6] claims hash, KEYS[6+i] bucket hash of task i
 -- ARGV[1] token, ARGV[1+i] id of task i
 -- Returns {-1, stored token} when fenced, else per id {code, moving value
 -- or false, last error or false}: 1 moving (now or already), 0 gone,
@@ -14,7 +17,7 @@ local stale = fence(KEYS[5], tonumber(ARGV[1]))
 if stale then return {-1, stale} end
 local out = {}
 for i = 2, #ARGV do
-  local id, bkey = ARGV[i], KEYS[4 + i]
+  local id, bkey = ARGV[i], KEYS[5 + i]
   local v = redis.call('HGET', bkey, id)
   local code, mv = 0, false
   if v and is_moving(v) then
@@ -27,6 +30,13 @@ for i = 2, #ARGV do
       if score then
         kind = 'q'
         redis.call('ZREM', KEYS[1], id)
+        drop_claim(KEYS[6], id, struct.unpack('>I4', v, 2))
+      else
+        score = redis.call('ZSCORE', KEYS[2], id)
+        if score then
+          kind = 'o'
+          redis.call('ZREM', KEYS[2], id)
+        end
       end
     elseif st == 'S' or st == 'c' then
       score = redis.call('ZSCORE', KEYS[2], id)

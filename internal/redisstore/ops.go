@@ -57,7 +57,7 @@ func (s *Store) byID(ctx context.Context, id string, call func(m shardmap.Map, s
 // ErrNotFound, or a *StateError when the task is no longer waiting.
 func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time, delay time.Duration, relative bool) (time.Time, error) {
 	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {
-		return s.run(ctx, rescheduleScript, []string{s.k.due(sh), s.k.bucket(sh, id), s.k.stamp(sh)},
+		return s.run(ctx, rescheduleScript, []string{s.k.due(sh), s.k.bucket(sh, id), s.k.stamp(sh), s.k.done(sh), s.k.runs(sh)},
 			id, dueArg(dueAt, delay, relative), s.k.wake, sh, stamp(m))
 	})
 	if err != nil {
@@ -70,7 +70,7 @@ func (s *Store) Reschedule(ctx context.Context, id string, dueAt time.Time, dela
 // retention period. ErrNotFound, or a *StateError when it is no longer waiting.
 func (s *Store) Cancel(ctx context.Context, id string) error {
 	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {
-		return s.run(ctx, cancelScript, []string{s.k.due(sh), s.k.bucket(sh, id), s.k.done(sh), s.k.stamp(sh)},
+		return s.run(ctx, cancelScript, []string{s.k.due(sh), s.k.bucket(sh, id), s.k.done(sh), s.k.stamp(sh), s.k.runs(sh)},
 			id, s.retention.Milliseconds(), stamp(m))
 	})
 	if err != nil {
@@ -111,11 +111,12 @@ func (s *Store) get(ctx context.Context, m shardmap.Map, id string) (*task.Task,
 // task not found on a shard stamped by a newer map may have moved.
 func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*task.Task, error) {
 	var rec, lastErr, st *redis.StringCmd
-	var due *redis.FloatCmd
+	var due, done *redis.FloatCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		rec = p.HGet(ctx, s.k.bucket(sh, id), id)
 		lastErr = p.HGet(ctx, s.k.errs(sh), id)
 		due = p.ZScore(ctx, s.k.due(sh), id)
+		done = p.ZScore(ctx, s.k.done(sh), id)
 		st = p.Get(ctx, s.k.stamp(sh))
 		return nil
 	})
@@ -134,17 +135,18 @@ func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*
 	}
 	score, serr := due.Result()
 	le, _ := lastErr.Result()
-	return readRecord(m, sh, id, v, score, serr == nil, le)
+	return readRecord(m, sh, id, v, score, serr == nil, done.Err() == nil, le)
 }
 
 // readRecord turns a record read from shard sh into a task as Get answers
-// it: the state its due-set presence tells (score, when inDue), the last
+// it: the state its due-set presence tells (score, when inDue) and its
+// done-set presence (inDone: a lean success, see common.lua), the last
 // error, and a moving record as it will be on its new shard.
-func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue bool, lastErr string) (*task.Task, error) {
+func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue, inDone bool, lastErr string) (*task.Task, error) {
 	if v != "" && v[0] == 'M' && len(v) > 8 {
 		// on its way to its new shard: as it will be there, where its
 		// due-set score is recomputed from the record (not parked)
-		inDue, score = v[1] == 'q', 0
+		inDue, inDone, score = v[1] == 'q', v[1] == 'o', 0
 		v = v[8:]
 		sh = m.Shard(id)
 	}
@@ -155,6 +157,9 @@ func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue bool,
 	t.LastError = lastErr
 	if t.State == task.StateScheduled || t.State == task.StateRetrying {
 		switch {
+		case !inDue && inDone:
+			// a success recorded in the done set alone (a lean success)
+			t.State = task.StateSucceeded
 		case !inDue:
 			// A take leaves the record as it is and only drops it from
 			// the due set (see common.lua).

@@ -72,8 +72,8 @@ type Park struct {
 func (s *Store) ParkMany(ctx context.Context, ps []Park) (int, error) {
 	calls := s.groupCalls(len(ps), func(i int) int { return s.firedShard(ps[i].ID, ps[i].Shard, true) },
 		func(sh int, idx []int) ([]string, []any) {
-			keys := make([]string, 0, 3+2*len(idx))
-			keys = append(keys, s.k.due(sh), s.k.ptypes(sh), s.k.runs(sh))
+			keys := make([]string, 0, 4+2*len(idx))
+			keys = append(keys, s.k.due(sh), s.k.ptypes(sh), s.k.runs(sh), s.k.done(sh))
 			args := make([]any, 0, 1+4*len(idx))
 			args = append(args, int64(ParkOffset))
 			for _, i := range idx {

@@ -186,9 +186,9 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 	}
 	st := stamp(m)
 	for _, c := range calls {
-		keys := make([]string, 0, 3+len(c.idx))
+		keys := make([]string, 0, 4+len(c.idx))
 		args := make([]any, 0, 4+3*len(c.idx))
-		keys = append(keys, s.k.due(c.shard), s.k.stamp(c.shard), s.k.done(c.shard))
+		keys = append(keys, s.k.due(c.shard), s.k.stamp(c.shard), s.k.done(c.shard), s.k.runs(c.shard))
 		args = append(args, s.k.wake, c.shard, st, modes[c])
 		for _, i := range c.idx {
 			t := subs[i].Task

@@ -1,5 +1,6 @@
 -- schedule: create or upsert tasks of one shard.
--- KEYS[1]  due zset;  KEYS[2] stamp; KEYS[3] done zset; KEYS[3+i] bucket hash of task i
+-- KEYS[1]  due zset;  KEYS[2] stamp; KEYS[3] done zset; KEYS[4] claims hash;
+-- KEYS[4+i] bucket hash of task i
 -- ARGV[1]  wake channel; ARGV[2] shard; ARGV[3] the caller's map (see check_map);
 -- ARGV[4]  mode, letters: 'x' existing tasks only (the old shard of a
 --          growing map: an absent task is created on its new shard);
@@ -10,7 +11,10 @@
 -- Returns per task {code, state, due}: code 1 created, 2 unchanged,
 -- 3 updated (upsert of a waiting task, with the next generation), 4 conflict
 -- (task exists in another state with different content; state F when a
--- leader took it), 7 on its way to another shard, 8 absent (mode 'x').
+-- leader took it, S after its lean success), 7 on its way to another
+-- shard, 8 absent (mode 'x'). An update drops the claim of the generation
+-- it replaces (a task Kafka did not confirm is waiting again, and a worker
+-- may run a copy that reached the topic: see lean success in common.lua).
 local due_key = KEYS[1]
 check_map(KEYS[2], ARGV[3])
 local existing_only = string.find(ARGV[4], 'x', 1, true) ~= nil
@@ -24,7 +28,7 @@ local queued = {}
 local n = (#ARGV - 4) / 3
 for i = 1, n do
   local id, spec, body = ARGV[3 * i + 2], ARGV[3 * i + 3], ARGV[3 * i + 4]
-  local bkey = KEYS[3 + i]
+  local bkey = KEYS[4 + i]
   local relative = string.sub(spec, 1, 1) == '+'
   local due
   if relative then
@@ -47,7 +51,7 @@ for i = 1, n do
   elseif cur then
     local st, gen, att, odue, obody = parse(cur)
     -- (an id written earlier in this call is not in the due set yet)
-    if not queued[id] and taken(due_key, id, st) then st = 'F' end
+    if not queued[id] and taken(due_key, id, st) then st = taken_state(KEYS[3], id) end
     state = st
     if revive and st == 'c' then
       -- off the done set first: its purge would delete the new record
@@ -59,6 +63,7 @@ for i = 1, n do
     elseif is_waiting(st) then
       code = 3
       redis.call('HSET', bkey, id, record(st, gen + 1, att, due, body))
+      drop_claim(KEYS[4], id, gen)
     else
       code, due = 4, odue
     end

@@ -41,7 +41,9 @@ if purge > 0 then
     local v = redis.call('HGET', bkey, id)
     if v then
       local st = string.sub(v, 1, 1)
-      if st == 'S' or st == 'c' then
+      -- succeeded (S, or a lean success: waiting state, out of the due
+      -- set) or cancelled
+      if st == 'S' or st == 'c' or (is_waiting(st) and not redis.call('ZSCORE', KEYS[1], id)) then
         redis.call('HDEL', bkey, id)
         redis.call('HDEL', KEYS[5], id)
       end
@@ -68,8 +70,9 @@ if l[2] and tonumber(l[2]) <= now then
   for _, member in ipairs(expired) do
     if #claims >= max then break end
     drop_lease(KEYS[2], prefix, member, function(id, _, v, g)
-      -- still taken, same generation: Kafka may never have had it
-      if string.sub(v, 2, 5) == g and taken(KEYS[1], id, string.sub(v, 1, 1)) then
+      -- still taken, same generation, no lean success: Kafka may never
+      -- have had it
+      if string.sub(v, 2, 5) == g and taken(KEYS[1], id, string.sub(v, 1, 1)) and not lean_done(KEYS[4], id) then
         claim(id, v)
       end
     end)
