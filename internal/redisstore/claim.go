@@ -88,22 +88,35 @@ type ClaimResult struct {
 // error is the first group error (those results carry it too).
 func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error) {
 	res := make([]ClaimResult, len(cs))
-	calls := s.groupCalls(len(cs), func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) },
-		func(sh int, idx []int) ([]string, []any) {
-			keys := make([]string, 0, 2+len(idx))
-			keys = append(keys, s.k.runs(sh), s.k.done(sh))
-			args := make([]any, 0, 5*len(idx))
-			for _, i := range idx {
-				c := cs[i]
-				due := int64(-1)
-				if !c.Due.IsZero() {
-					due = task.Millis(c.Due)
+	// one TTL per script call (claim.lua): the claims are grouped by TTL,
+	// then by shard; a worker's batch mostly shares one TTL
+	var calls []*shardCall
+	for _, group := range byTTL(cs) {
+		ttl := max(cs[group[0]].TTL.Milliseconds(), 1)
+		gc := s.groupCalls(len(group), func(j int) int { c := cs[group[j]]; return s.firedShard(c.ID, c.Shard, c.ShardSet) },
+			func(sh int, jdx []int) ([]string, []any) {
+				keys := make([]string, 0, 2+len(jdx))
+				keys = append(keys, s.k.runs(sh), s.k.done(sh))
+				args := make([]any, 0, 1+4*len(jdx))
+				args = append(args, ttl)
+				for _, j := range jdx {
+					c := cs[group[j]]
+					due := int64(-1)
+					if !c.Due.IsZero() {
+						due = task.Millis(c.Due)
+					}
+					keys = append(keys, s.k.bucket(sh, c.ID))
+					args = append(args, c.ID, c.Gen, c.Owner, due)
 				}
-				keys = append(keys, s.k.bucket(sh, c.ID))
-				args = append(args, c.ID, c.Gen, max(c.TTL.Milliseconds(), 1), c.Owner, due)
+				return keys, args
+			})
+		for _, c := range gc {
+			for k, j := range c.idx {
+				c.idx[k] = group[j]
 			}
-			return keys, args
-		})
+		}
+		calls = append(calls, gc...)
+	}
 	s.execCalls(ctx, claimScript, calls)
 	var firstErr error
 	for _, c := range calls {
@@ -122,6 +135,42 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 		}
 	}
 	return res, firstErr
+}
+
+// byTTL groups the indexes of cs by their TTL in milliseconds, in order
+// of first appearance.
+func byTTL(cs []Claim) [][]int {
+	if len(cs) == 0 {
+		return nil
+	}
+	first := cs[0].TTL.Milliseconds()
+	same := true
+	for _, c := range cs[1:] {
+		if c.TTL.Milliseconds() != first {
+			same = false
+			break
+		}
+	}
+	if same {
+		all := make([]int, len(cs))
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	}
+	var groups [][]int
+	at := make(map[int64]int)
+	for i, c := range cs {
+		ms := c.TTL.Milliseconds()
+		g, ok := at[ms]
+		if !ok {
+			g = len(groups)
+			at[ms] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }
 
 func (s *Store) fillClaims(res []ClaimResult, idx []int, shard int, cs []Claim, v any) error {

@@ -2,10 +2,11 @@
 -- for tasks of one shard.
 -- KEYS[1] the shard's claims hash (see claim_holder in common.lua),
 -- KEYS[2] the done set, KEYS[2+i] bucket hash of task i
--- ARGV[5i-4] id, ARGV[5i-3] gen, ARGV[5i-2] claim TTL ms, ARGV[5i-1] owner
---   (the value that names this claimer; a retry with the same owner finds
---   its own claim and succeeds again), ARGV[5i] the copy's due time in ms
---   (-1: not checked; a record with another due time is stale, code 5)
+-- ARGV[1] the claims' TTL ms (one per call: the caller groups its claims
+-- by TTL), then ARGV[4i-2] id, ARGV[4i-1] gen, ARGV[4i] owner (the value
+-- that names this claimer; a retry with the same owner finds its own claim
+-- and succeeds again), ARGV[4i+1] the copy's due time in ms (-1: not
+-- checked; a record with another due time is stale, code 5)
 -- Returns, per task, {code, state, record}: 1 claimed (record = the stored
 -- record), 0 not found, 5 stale generation, 6 not in a fired state (its
 -- outcome is stored), 7 held by another owner; record is '' unless claimed.
@@ -19,15 +20,17 @@ local n = #KEYS - 2
 local now = now_ms()
 local fields, ids = {}, {}
 for i = 1, n do
-  ids[i] = ARGV[5 * i - 4]
-  fields[i] = claim_field(ids[i], ARGV[5 * i - 3])
+  ids[i] = ARGV[4 * i - 2]
+  fields[i] = claim_field(ids[i], ARGV[4 * i - 1])
 end
 local cur = redis.call('HMGET', runs, unpack(fields))
 local fin = redis.call('ZMSCORE', KEYS[2], unpack(ids))
-local set, mine, deadlines = {}, {}, {}
+local set, mine = {}, {}
+-- the claims' deadline, formatted once
+local dl = string.format('%d', now + tonumber(ARGV[1])) .. '|'
 local out = {}
 for i = 1, n do
-  local id, g, ttl, owner, cdue = ARGV[5 * i - 4], tonumber(ARGV[5 * i - 3]), tonumber(ARGV[5 * i - 2]), ARGV[5 * i - 1], tonumber(ARGV[5 * i])
+  local id, g, owner, cdue = ids[i], tonumber(ARGV[4 * i - 1]), ARGV[4 * i], tonumber(ARGV[4 * i + 1])
   local v = redis.call('HGET', KEYS[2 + i], id)
   if not v then
     out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = ''
@@ -49,13 +52,6 @@ for i = 1, n do
       else
         mine[f] = owner
         set[#set + 1] = f
-        -- one deadline string per distinct TTL (a call's tasks mostly
-        -- share one)
-        local dl = deadlines[ttl]
-        if not dl then
-          dl = string.format('%d', now + ttl) .. '|'
-          deadlines[ttl] = dl
-        end
         set[#set + 1] = dl .. owner
         out[#out + 1] = 1; out[#out + 1] = st; out[#out + 1] = v
       end

@@ -323,3 +323,32 @@ func TestLeanSuccess(t *testing.T) {
 		}
 	})
 }
+
+// ClaimMany sends one TTL per script call: claims with different TTLs in
+// one batch each get their own deadline, and their results stay in order.
+func TestClaimManyMixedTTLs(t *testing.T) {
+	r := testenv.StartRedis(t)
+	s := newStore(t, r.Client(t), Options{})
+	ids, gen := fireN(t, s, "m", 6)
+	cs := make([]Claim, len(ids))
+	for i, id := range ids {
+		ttl := time.Minute
+		if i%2 == 1 {
+			ttl = time.Hour
+		}
+		cs[i] = Claim{ID: id, Gen: gen[id], TTL: ttl, Owner: "o:" + id}
+	}
+	res, err := s.ClaimMany(t.Context(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cs {
+		if res[i].Code != Claimed || res[i].Task == nil || res[i].Task.ID != c.ID {
+			t.Fatalf("claim %d: %+v", i, res[i])
+		}
+		who, left, err := s.ClaimHolder(t.Context(), c.ID, c.Gen)
+		if err != nil || who != c.Owner || left > c.TTL || left < c.TTL-10*time.Second {
+			t.Fatalf("claim %d (TTL %s): held by %q for %s (%v)", i, c.TTL, who, left, err)
+		}
+	}
+}
