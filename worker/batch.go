@@ -37,9 +37,10 @@ type item struct {
 	logh    recordHandler
 	timeout time.Duration // the claim's timeout (header or default)
 	cl      claim
-	claimed time.Time     // when the claim was (last) taken
-	t       *task.Task    // set once claimed
-	dec     LimitDecision // set once admitted
+	claimed time.Time      // when the claim was (last) taken
+	t       *task.Task     // set once claimed
+	dec     LimitDecision  // set once admitted
+	out     pendingOutcome // set once its handler returned
 }
 
 // initLogger sets it.log: l with the attributes of its record, without
@@ -390,10 +391,8 @@ func (w *Worker) runItem(ctx context.Context, r *runner, it *item) {
 		w.end(it.m, false)
 		return
 	}
-	// a stored outcome gives the claim up in the same script call
-	finished := w.report(ctx, log, it.m, job, herr, it.cl, runInfo{shard: t.Shard, started: started, dur: ran, reply: &r.reply})
-	if !finished {
-		w.claims.release(context.WithoutCancel(ctx), it.cl)
-	}
-	w.end(it.m, finished)
+	// a stored outcome gives the claim up in the same script call; the
+	// item ends once it is stored, while this runner goes on
+	w.decide(it, job, herr, runInfo{shard: t.Shard, started: started, dur: ran})
+	w.report(ctx, it)
 }

@@ -141,7 +141,8 @@
 // execution whose outcome the worker stored: [OutcomeSucceeded],
 // [OutcomeFailed] (the task waits for its next attempt; Outcome.RetryIn
 // says how long) and [OutcomeDead]. It runs right after the outcome is in
-// Redis, on the handler's goroutine, so it must not block; the work binary
+// Redis, on the worker's goroutine that received Redis' answer for a
+// batch of outcomes, so it must not block; the work binary
 // hands each outcome to a bounded queue that an outcome publisher writes
 // to the outcomes topic. An outcome is reported at most once: not for a
 // duplicate delivery of a finished execution (skipped before its handler

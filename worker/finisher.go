@@ -28,15 +28,40 @@ const (
 type finisher struct {
 	store *redisstore.Store
 	reqs  chan finishReq
+	// answered is given the answer about each outcome queued with queue,
+	// on the goroutine of its pipeline; it must not block
+	answered func(ctx context.Context, it *item, err error)
 }
 
+// finishReq is one outcome to store, and who takes the answer: finish's
+// reply channel, or answered for the item of queue.
 type finishReq struct {
-	f     redisstore.Finish
-	reply chan redisstore.FinishResult // buffered (1), empty
+	f     *redisstore.Finish
+	reply chan redisstore.FinishResult // finish's: buffered (1), empty
+	ctx   context.Context              // queue's: the item's
+	it    *item                        // queue's
 }
 
-func newFinisher(store *redisstore.Store) *finisher {
-	return &finisher{store: store, reqs: make(chan finishReq, maxFinishBatch)}
+func newFinisher(store *redisstore.Store, answered func(ctx context.Context, it *item, err error)) *finisher {
+	return &finisher{store: store, reqs: make(chan finishReq, maxFinishBatch), answered: answered}
+}
+
+// queue stores the outcome of it (it.out.f) through the next pipeline,
+// without waiting for the answer: c.answered gets it. It reports false,
+// having queued nothing, when ctx ended while the queue was full.
+func (c *finisher) queue(ctx context.Context, it *item) bool {
+	req := finishReq{f: &it.out.f, ctx: ctx, it: it}
+	select {
+	case c.reqs <- req: // the queue has room: no select on ctx as well
+		return true
+	default:
+	}
+	select {
+	case c.reqs <- req:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // finish stores one outcome through the next pipeline and returns what
@@ -48,7 +73,7 @@ func (c *finisher) finish(ctx context.Context, f redisstore.Finish, reply *chan 
 	if *reply == nil {
 		*reply = make(chan redisstore.FinishResult, 1)
 	}
-	req := finishReq{f: f, reply: *reply}
+	req := finishReq{f: &f, reply: *reply}
 	select {
 	case c.reqs <- req: // the queue has room: no select on ctx as well
 	default:
@@ -95,15 +120,19 @@ func (c *finisher) run(ctx context.Context, stop <-chan struct{}) {
 			}
 		}
 		pipes.Go(func() {
-			defer func() { <-slots }()
 			fs := make([]redisstore.Finish, len(reqs))
 			for i, r := range reqs {
-				fs[i] = r.f
+				fs[i] = *r.f
 			}
 			fault.Point("before-finish")
 			res, _ := c.store.FinishMany(ctx, fs) // per-task errors in res
+			<-slots                               // the answers are handed out after the round trip
 			for i, r := range reqs {
-				r.reply <- res[i]
+				if r.it != nil {
+					c.answered(r.ctx, r.it, res[i].Err)
+				} else {
+					r.reply <- res[i]
+				}
 			}
 		})
 	}

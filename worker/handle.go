@@ -48,60 +48,128 @@ func call(ctx context.Context, log *slog.Logger, h HandlerFunc, t *Task) (err er
 	return h(ctx, t)
 }
 
-// report stores the outcome of a run: succeeded, retry with backoff, or
-// dead. A dead task's state is stored in Redis first (the record of truth:
-// the dead listing shows it at once, and the record may be committed); its
-// dead letter is then queued for the dead topic (see deadLetters), which
-// never holds the record back. It returns false only when ctx ended before
-// the outcome was stored.
-func (w *Worker) report(ctx context.Context, log *slog.Logger, m *kafka.Message, t *Task, herr error, cl claim, run runInfo) bool {
-	f := redisstore.Finish{ID: t.ID, Gen: t.Gen, Owner: cl.value, Shard: cl.shard, ShardSet: cl.shard >= 0}
-	var label, why string
+// pendingOutcome is the outcome of an item's run on its way to Redis:
+// set by decide once the handler returned, stored by the finisher.
+type pendingOutcome struct {
+	job   *Task // the execution as its handler saw it
+	herr  error // the handler's error
+	f     redisstore.Finish
+	label string // of delayq_work_handled_total
+	why   string // why a dead task died
+	run   runInfo
+}
+
+// decide sets it.out to the outcome of its run of job: succeeded, retry
+// with backoff, or dead.
+func (w *Worker) decide(it *item, job *Task, herr error, run runInfo) {
+	o := &it.out
+	*o = pendingOutcome{job: job, herr: herr, run: run,
+		f: redisstore.Finish{ID: job.ID, Gen: job.Gen, Owner: it.cl.value, Shard: it.cl.shard, ShardSet: it.cl.shard >= 0}}
 	switch {
 	case herr == nil:
-		f.Kind, label = redisstore.Succeeded, outSucceeded
-	case IsPermanent(herr) || t.LastAttempt():
-		f.Kind, label, f.Error = redisstore.Dead, outDead, herr.Error()
-		why = "permanent failure"
+		o.f.Kind, o.label = redisstore.Succeeded, outSucceeded
+	case IsPermanent(herr) || job.LastAttempt():
+		o.f.Kind, o.label, o.f.Error = redisstore.Dead, outDead, herr.Error()
+		o.why = "permanent failure"
 		if !IsPermanent(herr) {
-			why = fmt.Sprintf("attempt %d of %d failed", t.Attempt, t.MaxAttempts)
+			o.why = fmt.Sprintf("attempt %d of %d failed", job.Attempt, job.MaxAttempts)
 		}
 	default:
 		d, ok := RetryDelay(herr)
 		if !ok {
-			d = w.cfg.Backoff.next(t.Attempt)
+			d = w.cfg.Backoff.next(job.Attempt)
 		}
-		f.Kind, label, f.Error = redisstore.Retry, outRetry, herr.Error()
-		f.Relative, f.Delay = true, d
-		log.Debug("task failed; retrying", "type", t.Type, "attempt", t.Attempt, "delay", d, "err", herr)
+		o.f.Kind, o.label, o.f.Error = redisstore.Retry, outRetry, herr.Error()
+		o.f.Relative, o.f.Delay = true, d
+		it.log.Debug("task failed; retrying", "type", job.Type, "attempt", job.Attempt, "delay", d, "err", herr)
 	}
-	err := w.retryRedis(ctx, log, "store outcome", func() error {
-		_, err := w.finisher.finish(ctx, f, run.reply)
+}
+
+// report stores the outcome of an item's run (it.out, see decide) and
+// then ends the item, without waiting for it: the finisher stores the
+// outcome in its next pipeline and hands the answer to outcomeAnswered
+// on its own goroutine, while the runner goes on with its next item
+// (waiting for the answer parked the runner and woke it again for every
+// task). The item counts in w.running until it ended.
+//
+// A dead task's state is stored in Redis first (the record of truth: the
+// dead listing shows it at once, and the record may be committed); its
+// dead letter is then queued for the dead topic (see deadLetters), which
+// never holds the record back.
+func (w *Worker) report(ctx context.Context, it *item) {
+	w.running.Add(1) // the caller's item counts: the count is above 0
+	if !w.finisher.queue(ctx, it) {
+		w.outcomeAnswered(ctx, it, ctx.Err())
+	}
+}
+
+// outcomeAnswered ends an item once the store answered about its outcome
+// (err: nil when it was stored), on the finisher's goroutine. An error of
+// Redis, or ctx's end, goes on in a goroutine of its own (storeOutcome),
+// which stores the outcome again with backoff, so that the finisher never
+// waits for Redis on an item's behalf.
+func (w *Worker) outcomeAnswered(ctx context.Context, it *item, err error) {
+	if err != nil && (!storeAnswered(err) || ctx.Err() != nil) {
+		go func() {
+			defer w.running.Done()
+			w.storeOutcome(ctx, it, err)
+		}()
+		return
+	}
+	w.stored(ctx, it, err)
+	w.end(it.m, true) // the finish gave the claim up
+	w.running.Done()
+}
+
+// storeOutcome stores it.out again after the first try failed with
+// firstErr, retrying while Redis is unreachable, and ends the item; a
+// record whose outcome was not stored before ctx ended stays uncommitted.
+func (w *Worker) storeOutcome(ctx context.Context, it *item, firstErr error) {
+	var reply chan redisstore.FinishResult
+	err := w.retryRedis(ctx, it.log, "store outcome", func() error {
+		err := firstErr
+		if firstErr != nil {
+			firstErr = nil
+		} else {
+			_, err = w.finisher.finish(ctx, it.out.f, &reply)
+		}
 		if err == nil || storeAnswered(err) || ctx.Err() != nil {
 			return err
 		}
 		w.met.redisRetries.WithLabelValues("finish").Inc()
 		return &retryable{err} // any Redis error: the outcome is stored again
 	})
+	finished := w.stored(ctx, it, err)
+	if !finished {
+		w.claims.release(context.WithoutCancel(ctx), it.cl)
+	}
+	w.end(it.m, finished)
+}
+
+// stored completes the report of it.out once the store answered (err:
+// nil when the outcome was stored): the dead letter, OnOutcome, metrics.
+// It returns false only when ctx ended before the outcome was stored.
+func (w *Worker) stored(ctx context.Context, it *item, err error) bool {
+	o, log := &it.out, it.log
 	switch {
-	case err == nil && f.Kind == redisstore.Dead:
-		log.Warn("task dead", "type", t.Type, "attempt", t.Attempt, "why", why, "err", herr)
-		w.deadq.enqueue(record.DeadLetter(m, herr.Error(), t.Attempt, time.Now(), w.cfg.MaxPayload))
-		w.notify(log, f, t, herr, run)
+	case err == nil && o.f.Kind == redisstore.Dead:
+		log.Warn("task dead", "type", o.job.Type, "attempt", o.job.Attempt, "why", o.why, "err", o.herr)
+		w.deadq.enqueue(record.DeadLetter(it.m, o.herr.Error(), o.job.Attempt, time.Now(), w.cfg.MaxPayload))
+		w.notify(log, o.f, o.job, o.herr, o.run)
 	case err == nil:
-		w.notify(log, f, t, herr, run)
+		w.notify(log, o.f, o.job, o.herr, o.run)
 	case ctx.Err() != nil:
-		log.Warn("outcome not stored before shutdown; the record stays uncommitted", "outcome", label)
+		log.Warn("outcome not stored before shutdown; the record stays uncommitted", "outcome", o.label)
 		return false
 	default:
 		// Fired again, cancelled, or finished by someone else meanwhile:
 		// nothing of ours to store.
-		log.Warn("outcome not stored", "outcome", label, "err", err)
+		log.Warn("outcome not stored", "outcome", o.label, "err", err)
 	}
-	if label == outRetry {
+	if o.label == outRetry {
 		w.met.retries.Inc()
 	}
-	w.met.handledInc(t.Type, label)
+	w.met.handledInc(o.job.Type, o.label)
 	return true
 }
 
@@ -168,8 +236,7 @@ func (w *Worker) deadLetterHostile(m *kafka.Message, reason string) {
 type runInfo struct {
 	shard   int
 	started time.Time
-	dur     time.Duration                 // how long the handler ran
-	reply   *chan redisstore.FinishResult // the runner's, for the finisher's answer
+	dur     time.Duration // how long the handler ran
 }
 
 // notify hands a stored outcome to Config.OnOutcome, recovering a panic.

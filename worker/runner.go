@@ -1,10 +1,6 @@
 package worker
 
-import (
-	"context"
-
-	"github.com/delayq/delayq/internal/redisstore"
-)
+import "context"
 
 // Runners: admitted items run on long-lived goroutines, one item at a
 // time each. A goroutine started per record cost, per task, its creation
@@ -24,14 +20,10 @@ import (
 // task.
 type runner struct {
 	ht *handlerTimer // ends its handlers' contexts
-	// reply receives the finisher's answers (a channel made per outcome
-	// cost ~0.7 us per task); nil after an answer was given up, which may
-	// still come into it
-	reply chan redisstore.FinishResult
 }
 
 // dispatch runs it on a runner. Each item counts in w.running until
-// runItem returned. ctx is the worker's hard shutdown context (workCtx),
+// runItem returned, then until its outcome is stored (see report). ctx is the worker's hard shutdown context (workCtx),
 // the same for every item.
 func (w *Worker) dispatch(ctx context.Context, it *item) {
 	w.running.Add(1) // the caller holds records: the count is above 0

@@ -120,15 +120,16 @@ type Config struct {
 
 	// OnOutcome, when set, is called with the outcome of every execution
 	// (succeeded; failed and to be retried; dead) right after it was
-	// stored in Redis, on the goroutine that ran the handler (the handler
-	// slot is already free), before the record may be committed. It must
-	// not block: hand the outcome to a queue (the work binary's outcome
-	// publisher drops what its bounded queue cannot hold). A panic is
-	// recovered and logged. It is not called for an outcome that was not
-	// stored (the task was cancelled, fired again or finished elsewhere
-	// meanwhile), nor for a duplicate delivery of a finished execution, so
-	// each execution is reported at most once: a crash between storing
-	// the outcome and the call loses the call.
+	// stored in Redis, on the worker's goroutine that received Redis'
+	// answer (not the handler's: its runner is on to the next task),
+	// before the record may be committed. It must not block (the outcomes
+	// stored with it wait for it): hand the outcome to a queue (the work
+	// binary's outcome publisher drops what its bounded queue cannot
+	// hold). A panic is recovered and logged. It is not called for an
+	// outcome that was not stored (the task was cancelled, fired again or
+	// finished elsewhere meanwhile), nor for a duplicate delivery of a
+	// finished execution, so each execution is reported at most once: a
+	// crash between storing the outcome and the call loses the call.
 	OnOutcome OnOutcomeFunc
 }
 
@@ -444,7 +445,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.store = store
 	w.parker = store
 	w.claims = newClaims(store, w.cfg.InstanceID)
-	w.finisher = newFinisher(store)
+	w.finisher = newFinisher(store, w.outcomeAnswered)
 	writer := w.cfg.deadWriter()
 	w.deadq = newDeadLetters(writer, w.cfg.DeadTopic, w.cfg.DeadLetterQueue, w.cfg.DeadLetterMaxAge, w.log, w.met)
 	reader := kafka.NewReader(w.cfg.readerConfig())
