@@ -37,10 +37,13 @@ type item struct {
 	logh    recordHandler
 	timeout time.Duration // the claim's timeout (header or default)
 	cl      claim
-	claimed time.Time      // when the claim was (last) taken
-	t       *task.Task     // set once claimed
-	dec     LimitDecision  // set once admitted
-	out     pendingOutcome // set once its handler returned
+	claimed time.Time     // when the claim was (last) taken
+	t       *task.Task    // set once claimed
+	dec     LimitDecision // set once admitted
+	// stopRenew stops the renewals of what the Limiter admitted it with
+	// (see renewLimit); set by dispatch
+	stopRenew func()
+	out       pendingOutcome // set once its handler returned
 }
 
 // initLogger sets it.log: l with the attributes of its record, without
@@ -357,13 +360,10 @@ func (w *Worker) runItem(ctx context.Context, r *runner, it *item) {
 	if job.FiredAt.IsZero() {
 		job.FiredAt = it.m.Time
 	}
-	// what the Limiter admitted it with (a concurrency slot) is renewed
-	// while it waits for a handler slot and runs, and given back after
-	stopRenew := w.renewLimit(ctx, it)
+	stopRenew := it.stopRenew // started by dispatch
 	defer stopRenew()
-	select {
-	case w.slots <- struct{}{}:
-	case <-ctx.Done():
+	if ctx.Err() != nil {
+		// the worker's hard shutdown came while it waited for a handler slot
 		stopRenew()
 		w.claims.release(context.WithoutCancel(ctx), it.cl)
 		if l := w.cfg.Limiter; l != nil {
@@ -373,14 +373,12 @@ func (w *Worker) runItem(ctx context.Context, r *runner, it *item) {
 		return
 	}
 	if time.Since(it.claimed) > (it.timeout+w.cfg.ClaimMargin)/2 && !w.reclaim(ctx, it, stopRenew) {
-		<-w.slots
 		return
 	}
 	started := time.Now()
 	herr := w.execute(ctx, r.ht, log, job)
 	ran := time.Since(started)
 	fault.Point("after-handle")
-	<-w.slots
 	stopRenew()
 	if l := w.cfg.Limiter; l != nil {
 		l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)

@@ -53,10 +53,9 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 	var handlers, runners sync.WaitGroup
 	w.running = &handlers
 	w.runners = &runners
-	w.idle = make(chan *item)
 	w.stopRunners = make(chan struct{})
 	w.sem = make(chan struct{}, w.cfg.Concurrency+2*maxBatch)
-	w.slots = make(chan struct{}, w.cfg.Concurrency)
+	w.queue = make(chan *item, cap(w.sem)) // never full: at most one item per record held
 	w.fetching.Store(true)
 	fetchErr := w.fetchLoop(ctx, workCtx, r)
 	w.fetching.Store(false)

@@ -8,13 +8,17 @@ import "context"
 // each doubling): about 2 us of the worker's CPU per task in
 // BenchmarkThroughput, more than any other part of the worker's own path.
 //
-// dispatch hands an item to a runner that waits for one, or starts a new
-// runner when none does; a runner that finished its item waits for the
-// next. Items still wait for a handler slot (Config.Concurrency) inside
-// runItem, as before, so there are as many runners as items were ever
-// admitted at once (at most the records held, w.sem's capacity), each of
-// which ran on its own goroutine before. Runners exit when the worker
-// stops (stopRunners).
+// A runner is a handler slot: there are at most Config.Concurrency of
+// them. dispatch queues an admitted item (w.queue, never full: the
+// records held bound it); a runner takes the queued items one after the
+// other, and waits for the next when none is queued. A runner is started
+// when an item is queued or taken while more wait, none is idle and
+// fewer than Concurrency run, so a handler slot is never left unused
+// while an item waits. Sending to the queue wakes an idle runner when
+// there is one, so that a micro-batch wakes at most as many runners as
+// are idle; an item handed to a runner of its own woke one per task, and
+// the items that waited for a handler slot were each parked and woken
+// again. Runners exit when the worker stops (stopRunners).
 
 // runner is what a runner keeps from one item to the next: nothing of a
 // task.
@@ -22,30 +26,53 @@ type runner struct {
 	ht *handlerTimer // ends its handlers' contexts
 }
 
-// dispatch runs it on a runner. Each item counts in w.running until
-// runItem returned, then until its outcome is stored (see report). ctx is the worker's hard shutdown context (workCtx),
-// the same for every item.
+// dispatch queues it for a runner. Each item counts in w.running until
+// runItem returned, then until its outcome is stored (see report). ctx
+// is the worker's hard shutdown context (workCtx), the same for every
+// item.
 func (w *Worker) dispatch(ctx context.Context, it *item) {
 	w.running.Add(1) // the caller holds records: the count is above 0
-	select {
-	case w.idle <- it:
-	default:
-		w.runners.Go(func() { w.runnerLoop(ctx, it) })
+	// what the Limiter admitted it with (a concurrency slot) is renewed
+	// while it waits for a handler slot and runs, and given back after
+	it.stopRenew = w.renewLimit(ctx, it)
+	w.queue <- it
+	w.spawnRunner(ctx)
+}
+
+// spawnRunner starts a runner if items wait, no runner is idle and fewer
+// than Concurrency run.
+func (w *Worker) spawnRunner(ctx context.Context) {
+	for len(w.queue) > 0 && w.idleRunners.Load() == 0 {
+		n := w.nRunners.Load()
+		if n >= int64(w.cfg.Concurrency) {
+			return
+		}
+		if w.nRunners.CompareAndSwap(n, n+1) {
+			w.runners.Go(func() { w.runnerLoop(ctx) })
+			return
+		}
 	}
 }
 
-// runnerLoop runs it, then every item handed to it, until stopRunners is
-// closed.
-func (w *Worker) runnerLoop(ctx context.Context, it *item) {
+// runnerLoop runs queued items until stopRunners is closed.
+func (w *Worker) runnerLoop(ctx context.Context) {
 	r := &runner{ht: newHandlerTimer(ctx)}
 	defer r.ht.stop()
 	for {
+		var it *item
+		select {
+		case it = <-w.queue:
+		default:
+			w.idleRunners.Add(1)
+			select {
+			case it = <-w.queue:
+				w.idleRunners.Add(-1)
+			case <-w.stopRunners:
+				return
+			}
+		}
+		w.spawnRunner(ctx) // more items may wait
 		w.runItem(ctx, r, it)
 		w.running.Done()
-		select {
-		case it = <-w.idle:
-		case <-w.stopRunners:
-			return
-		}
 	}
 }

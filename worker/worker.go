@@ -329,10 +329,11 @@ type Worker struct {
 	deadq    *deadLetters
 	offs     *offsets
 	sem      chan struct{}   // one per record held (fetched, not ended): maxHeld
-	slots    chan struct{}   // one per handler running: Concurrency
 	running  *sync.WaitGroup // every goroutine and item that holds records
-	idle     chan *item      // hands an item to a waiting runner (runner.go)
+	queue    chan *item      // admitted items waiting for a runner (runner.go)
 	runners  *sync.WaitGroup // the runners
+	// how many runners there are, and how many wait for an item
+	nRunners, idleRunners atomic.Int64
 	// closed when no item runs any more: the runners exit
 	stopRunners chan struct{}
 }
