@@ -134,6 +134,7 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 		}
 		var again []*item
 		var retryErr error
+		now := time.Now() // the claims' time
 		for i, r := range res {
 			it := items[i]
 			switch {
@@ -152,7 +153,10 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 					retryErr = r.Err
 				}
 			case r.Code == redisstore.Claimed:
-				it.t, it.claimed = r.Task, time.Now()
+				it.t, it.claimed = r.Task, now
+				if ready == nil {
+					ready = make([]*item, 0, len(items))
+				}
 				ready = append(ready, it)
 			case r.Code == redisstore.ClaimHeld:
 				held = append(held, it)
@@ -372,12 +376,14 @@ func (w *Worker) runItem(ctx context.Context, r *runner, it *item) {
 		w.end(it.m, false)
 		return
 	}
-	if time.Since(it.claimed) > (it.timeout+w.cfg.ClaimMargin)/2 && !w.reclaim(ctx, it, stopRenew) {
-		return
-	}
 	started := time.Now()
-	herr := w.execute(ctx, r.ht, log, job)
-	ran := time.Since(started)
+	if started.Sub(it.claimed) > (it.timeout+w.cfg.ClaimMargin)/2 {
+		if !w.reclaim(ctx, it, stopRenew) {
+			return
+		}
+		started = time.Now()
+	}
+	ran, herr := w.execute(ctx, r.ht, log, job, started)
 	fault.Point("after-handle")
 	stopRenew()
 	if l := w.cfg.Limiter; l != nil {

@@ -19,23 +19,24 @@ import (
 // again.
 const claimPoll = 200 * time.Millisecond
 
-// execute runs the handler under the task's timeout, recovering a panic.
-// The handler's context comes from ht (ctx's child).
-func (w *Worker) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger, t *Task) error {
+// execute runs the handler under the task's timeout, recovering a panic,
+// from start (now), and returns how long it ran. The handler's context
+// comes from ht (ctx's child).
+func (w *Worker) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger, t *Task, start time.Time) (time.Duration, error) {
 	h := w.handler(t.Type)
-	start := time.Now()
 	w.met.lag.Observe(max(start.Sub(t.DueAt).Seconds(), 0))
 	if h == nil {
-		return fmt.Errorf("no handler for task type %q", t.Type)
+		return time.Since(start), fmt.Errorf("no handler for task type %q", t.Type)
 	}
-	hctx := ht.start(t.Timeout)
+	hctx := ht.startAt(start, t.Timeout)
 	defer ht.finish(hctx)
 	err := call(hctx, log, h, t)
-	w.met.observeDuration(t.Type, time.Since(start).Seconds())
+	ran := time.Since(start)
+	w.met.observeDuration(t.Type, ran.Seconds())
 	if err != nil && ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && !IsPermanent(err) {
 		err = fmt.Errorf("timed out after %s: %w", t.Timeout, err)
 	}
-	return err
+	return ran, err
 }
 
 func call(ctx context.Context, log *slog.Logger, h HandlerFunc, t *Task) (err error) {
