@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -125,6 +126,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 // which outlives ctx so that running handlers finish after a stop.
 func (w *Worker) fetchLoop(ctx, workCtx context.Context, r messageReader) error {
 	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second, NoJitter: true}
+	buf := make([]kafka.Message, 0, maxBatch)
 	for {
 		select {
 		case w.sem <- struct{}{}:
@@ -148,7 +150,13 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context, r messageReader) error 
 			continue
 		}
 		bo.Reset()
-		batch := w.fetchMore(ctx, r, append(make([]kafka.Message, 0, 16), m))
+		// the batch is collected in buf, reused, and copied out at its
+		// size: one allocation, where growing it from a small slice
+		// allocated and copied it about twice over
+		buf = w.fetchMore(ctx, r, append(buf, m))
+		batch := slices.Clone(buf)
+		clear(buf) // keeps no record's bytes from the GC
+		buf = buf[:0]
 		for i := range batch {
 			w.offs.start(batch[i].Topic, batch[i].Partition, batch[i].Offset)
 		}
