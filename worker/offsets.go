@@ -63,11 +63,15 @@ func (o *offsets) done(topic string, partition int, offset int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	p := o.parts[partKey{topic, partition}]
-	if p == nil || p.running[offset] == 0 {
+	if p == nil {
 		return
 	}
-	if p.running[offset]--; p.running[offset] == 0 {
+	switch n := p.running[offset]; n {
+	case 0:
+	case 1:
 		delete(p.running, offset)
+	default:
+		p.running[offset] = n - 1
 	}
 }
 
