@@ -56,7 +56,6 @@ func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) err
 	w.runners = &runners
 	w.stopRunners = make(chan struct{})
 	w.sem = make(chan struct{}, w.cfg.Concurrency+2*maxBatch)
-	w.queue = make(chan *item, cap(w.sem)) // never full: at most one item per record held
 	w.fetching.Store(true)
 	fetchErr := w.fetchLoop(ctx, workCtx, r)
 	w.fetching.Store(false)

@@ -1,6 +1,9 @@
 package worker
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // Runners: admitted items run on long-lived goroutines, one item at a
 // time each. A goroutine started per record cost, per task, its creation
@@ -9,21 +12,35 @@ import "context"
 // BenchmarkThroughput, more than any other part of the worker's own path.
 //
 // A runner is a handler slot: there are at most Config.Concurrency of
-// them. dispatch queues an admitted item (w.queue, never full: the
-// records held bound it); a runner takes the queued items one after the
-// other, and waits for the next when none is queued. A runner is started
-// when an item is queued or taken while more wait, none is idle and
-// fewer than Concurrency run, so a handler slot is never left unused
-// while an item waits. Sending to the queue wakes an idle runner when
-// there is one, so that a micro-batch wakes at most as many runners as
-// are idle; an item handed to a runner of its own woke one per task, and
-// the items that waited for a handler slot were each parked and woken
-// again. Runners exit when the worker stops (stopRunners).
+// them. dispatch queues an admitted item (runQueue) and wakes one idle
+// runner, or starts one when none is idle and fewer than Concurrency run;
+// a runner takes the queued items one after the other, and waits for a
+// wake-up when none is queued. Runners are woken one at a time: only when
+// no woken runner has yet to take an item, a runner that takes an item
+// while more wait wakes the next, so that every handler slot is used while
+// items wait (within a wake-up's latency per runner), but a burst of items
+// that the busy runners take quickly wakes few others. (Idle runners that
+// waited on a channel of the items were each woken by the next item sent
+// to it, so a micro-batch woke as many runners as were idle: up to one
+// per task at a high Concurrency.) Runners exit when the worker stops
+// (stopRunners).
 
 // runner is what a runner keeps from one item to the next: nothing of a
 // task.
 type runner struct {
-	ht *handlerTimer // ends its handlers' contexts
+	ht   *handlerTimer // ends its handlers' contexts
+	wake chan struct{} // buffered (1): a wake-up is never lost
+}
+
+// runQueue holds the admitted items that wait for a runner, and the idle
+// runners.
+type runQueue struct {
+	mu     sync.Mutex
+	items  []*item // items[head:] wait, oldest first
+	head   int
+	idle   []*runner
+	n      int  // runners started
+	waking bool // a runner was woken or started and has not taken an item yet
 }
 
 // dispatch queues it for a runner. Each item counts in w.running until
@@ -35,43 +52,74 @@ func (w *Worker) dispatch(ctx context.Context, it *item) {
 	// what the Limiter admitted it with (a concurrency slot) is renewed
 	// while it waits for a handler slot and runs, and given back after
 	it.stopRenew = w.renewLimit(ctx, it)
-	w.queue <- it
-	w.spawnRunner(ctx)
+	q := &w.queue
+	q.mu.Lock()
+	q.items = append(q.items, it)
+	w.wakeRunner(ctx)
+	q.mu.Unlock()
 }
 
-// spawnRunner starts a runner if items wait, no runner is idle and fewer
-// than Concurrency run.
-func (w *Worker) spawnRunner(ctx context.Context) {
-	for len(w.queue) > 0 && w.idleRunners.Load() == 0 {
-		n := w.nRunners.Load()
-		if n >= int64(w.cfg.Concurrency) {
-			return
-		}
-		if w.nRunners.CompareAndSwap(n, n+1) {
-			w.runners.Go(func() { w.runnerLoop(ctx) })
-			return
-		}
+// wakeRunner wakes an idle runner, or starts one if none is idle and
+// fewer than Concurrency run, unless a runner woken before has yet to
+// take an item (it wakes the next itself if items are left then). The
+// queue's lock is held.
+func (w *Worker) wakeRunner(ctx context.Context) {
+	q := &w.queue
+	switch {
+	case q.waking:
+	case len(q.idle) > 0:
+		r := q.idle[len(q.idle)-1]
+		q.idle = q.idle[:len(q.idle)-1]
+		q.waking = true
+		r.wake <- struct{}{}
+	case q.n < w.cfg.Concurrency:
+		q.n++
+		q.waking = true
+		w.runners.Go(func() { w.runnerLoop(ctx) })
 	}
+}
+
+// next returns the next queued item for runner r, waiting for one while
+// none is queued; nil when the worker stops. woken says whether r was
+// just woken or started.
+func (w *Worker) next(ctx context.Context, r *runner, woken bool) *item {
+	q := &w.queue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if woken {
+		q.waking = false
+	}
+	for q.head == len(q.items) {
+		q.idle = append(q.idle, r)
+		q.mu.Unlock()
+		select {
+		case <-r.wake:
+		case <-w.stopRunners:
+			q.mu.Lock()
+			return nil
+		}
+		q.mu.Lock()
+		q.waking = false
+	}
+	it := q.items[q.head]
+	q.items[q.head] = nil
+	if q.head++; q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else {
+		w.wakeRunner(ctx) // more wait: the next runner
+	}
+	return it
 }
 
 // runnerLoop runs queued items until stopRunners is closed.
 func (w *Worker) runnerLoop(ctx context.Context) {
-	r := &runner{ht: newHandlerTimer(ctx)}
+	r := &runner{ht: newHandlerTimer(ctx), wake: make(chan struct{}, 1)}
 	defer r.ht.stop()
-	for {
-		var it *item
-		select {
-		case it = <-w.queue:
-		default:
-			w.idleRunners.Add(1)
-			select {
-			case it = <-w.queue:
-				w.idleRunners.Add(-1)
-			case <-w.stopRunners:
-				return
-			}
+	for woken := true; ; woken = false {
+		it := w.next(ctx, r, woken)
+		if it == nil {
+			return
 		}
-		w.spawnRunner(ctx) // more items may wait
 		w.runItem(ctx, r, it)
 		w.running.Done()
 	}

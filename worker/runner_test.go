@@ -101,3 +101,45 @@ func TestRunnersKeepNoStateBetweenTasks(t *testing.T) {
 		t.Errorf("the slow task's context ended with %v, want DeadlineExceeded", slowErr)
 	}
 }
+
+// Every handler slot is used while items wait: Concurrency handlers that
+// each wait for the others all run at once (runners are woken one after
+// the other, each by the one before).
+func TestRunnersFillEveryHandlerSlot(t *testing.T) {
+	e := newEnv(t)
+	cfg, reg := e.config(t, "w1")
+	cfg.Concurrency = 6
+	var (
+		mu       sync.Mutex
+		inFlight int
+		all      = make(chan struct{})
+	)
+	start(t, cfg, reg, func(w *worker.Worker) {
+		w.Handle("together", func(ctx context.Context, tk *worker.Task) error {
+			mu.Lock()
+			if inFlight++; inFlight == cfg.Concurrency {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+				return nil
+			case <-ctx.Done():
+				mu.Lock()
+				defer mu.Unlock()
+				return fmt.Errorf("only %d handlers ran at once", inFlight)
+			}
+		})
+	})
+	var tasks []*task.Task
+	var ids []string
+	for i := range cfg.Concurrency {
+		id := fmt.Sprintf("together-%d", i)
+		tk := newTask(id, "together")
+		tk.Timeout, tk.MaxAttempts = 20*time.Second, 1
+		tasks = append(tasks, tk)
+		ids = append(ids, id)
+	}
+	worktest.Fire(t, e.Firer, tasks...)
+	e.WaitState(t, 60*time.Second, task.StateSucceeded, ids...)
+}

@@ -330,10 +330,8 @@ type Worker struct {
 	offs     *offsets
 	sem      chan struct{}   // one per record held (fetched, not ended): maxHeld
 	running  *sync.WaitGroup // every goroutine and item that holds records
-	queue    chan *item      // admitted items waiting for a runner (runner.go)
+	queue    runQueue        // admitted items waiting for a runner (runner.go)
 	runners  *sync.WaitGroup // the runners
-	// how many runners there are, and how many wait for an item
-	nRunners, idleRunners atomic.Int64
 	// closed when no item runs any more: the runners exit
 	stopRunners chan struct{}
 }
