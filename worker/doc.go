@@ -142,9 +142,9 @@
 // [OutcomeFailed] (the task waits for its next attempt; Outcome.RetryIn
 // says how long) and [OutcomeDead]. It runs right after the outcome is in
 // Redis, on the worker's goroutine that received Redis' answer for a
-// batch of outcomes, so it must not block; the work binary
-// hands each outcome to a bounded queue that an outcome publisher writes
-// to the outcomes topic. An outcome is reported at most once: not for a
+// batch of outcomes (not the handler's), so it must not block; the work
+// binary hands each outcome to a bounded queue that an outcome publisher
+// writes to the outcomes topic. An outcome is reported at most once: not for a
 // duplicate delivery of a finished execution (skipped before its handler
 // runs), and not at all when the worker crashes between storing the
 // outcome and the call.
