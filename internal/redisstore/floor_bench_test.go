@@ -217,7 +217,7 @@ func BenchmarkRedisFloor(b *testing.B) {
 		finishFloor := measure("finish/record+marker+done", func() { probe(s, ids, "finish/record+marker+done") })
 		// the real claim and finish run on fired tasks (taken, out of the
 		// due set), as a worker meets them
-		s, ids = fresh(past)
+		sched := measure("schedule/Store.Schedule", func() { s, ids = fresh(past) })
 		drain(func(sh int) int {
 			t, err := s.Take(b.Context(), sh, 1, batch, time.Hour)
 			if err != nil {
@@ -261,6 +261,7 @@ func BenchmarkRedisFloor(b *testing.B) {
 		doneMark := measure("done-marker/zadd", func() { probe(s, ids, "done-marker/zadd") })
 		doneCheck := measure("done-check/zmscore", func() { probe(s, ids, "done-check/zmscore") })
 
+		fmt.Printf("  write path: schedule %.2f us per task (batches of 1000)\n", sched)
 		fmt.Printf("  fire path: take %.2f us per task; its floor %.2f us (the due set alone %.2f)\n", take, takeFloor, dueSet)
 		fmt.Printf("  work path: claim + finish %.2f us per task; their floor (record, run marker, done set) %.2f us; a done-marker and its check alone %.2f us\n",
 			claim+finish, claimFloor+finishFloor, doneMark+doneCheck)

@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -349,6 +352,27 @@ func TestClaimManyMixedTTLs(t *testing.T) {
 		who, left, err := s.ClaimHolder(t.Context(), c.ID, c.Gen)
 		if err != nil || who != c.Owner || left > c.TTL || left < c.TTL-10*time.Second {
 			t.Fatalf("claim %d (TTL %s): held by %q for %s (%v)", i, c.TTL, who, left, err)
+		}
+	}
+}
+
+// schedule.lua takes an absolute due time as its due-set score, formatted
+// in Go (dueScoreArg); it must be the very string due_score formats in
+// Lua, ties of the fourth decimal (bucket 32: .03125) included.
+func TestDueScoreArgMatchesTheScripts(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.Client(t)
+	sc := redis.NewScript(commonLua + "\nreturn due_score(tonumber(ARGV[1]), KEYS[1])")
+	dues := []int64{0, 1, 999, 1_700_000_000_000, 1_799_999_999_999, 8_796_093_022_207} // up to 2^43 - 1
+	for _, due := range dues {
+		for b := range BucketsPerShard {
+			want, err := sc.Run(t.Context(), rdb, []string{"dq:{x:0}:t:" + strconv.Itoa(b)}, due).Text()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := dueScoreArg(due, b); got != want {
+				t.Fatalf("due %d bucket %d: Go %q, Lua %q", due, b, got, want)
+			}
 		}
 	}
 }

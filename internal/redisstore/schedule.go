@@ -192,8 +192,15 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		args = append(args, s.k.wake, c.shard, st, modes[c])
 		for _, i := range c.idx {
 			t := subs[i].Task
-			keys = append(keys, s.k.bucket(c.shard, t.ID))
-			args = append(args, t.ID, dueArg(t.DueAt, subs[i].Delay, subs[i].Relative), task.EncodeBody(t))
+			b := bucketOf(t.ID)
+			keys = append(keys, s.k.prefix[c.shard]+"t:"+strconv.Itoa(b))
+			due := ""
+			if subs[i].Relative {
+				due = dueArg(t.DueAt, subs[i].Delay, true)
+			} else {
+				due = dueScoreArg(task.Millis(t.DueAt), b)
+			}
+			args = append(args, t.ID, due, task.EncodeBody(t))
 		}
 		c.keys, c.args = keys, args
 	}

@@ -7,7 +7,8 @@
 --          'r' revive: a cancelled task becomes waiting again with the new
 --          content (the scheduler re-materializing a tick it cancelled)
 -- ARGV[3i+2], ARGV[3i+3], ARGV[3i+4] (i = 1..n): id, due, body
---   due is absolute unix ms, or "+<ms>" relative to Redis TIME.
+--   due is "+<ms>" relative to Redis TIME, or absolute: the due-set score
+--   (due_score), which the caller formats so that this script does not.
 -- Returns per task {code, state, due}: code 1 created, 2 unchanged,
 -- 3 updated (upsert of a waiting task, with the next generation), 4 conflict
 -- (task exists in another state with different content; state F when a
@@ -30,12 +31,13 @@ for i = 1, n do
   local id, spec, body = ARGV[3 * i + 2], ARGV[3 * i + 3], ARGV[3 * i + 4]
   local bkey = KEYS[4 + i]
   local relative = string.sub(spec, 1, 1) == '+'
-  local due
+  local due, score
   if relative then
     now = now or now_ms()
     due = now + tonumber(string.sub(spec, 2))
   else
-    due = tonumber(spec)
+    score = spec
+    due = math.floor(tonumber(spec))
   end
   local code, state = 1, 's'
   local cur = nil
@@ -70,7 +72,7 @@ for i = 1, n do
   end
   if code == 1 or code == 3 then
     queued[id] = true
-    zadd[#zadd + 1] = due_score(due, bkey)
+    zadd[#zadd + 1] = score or due_score(due, bkey)
     zadd[#zadd + 1] = id
     if min_new == nil or due < min_new then min_new = due end
   end

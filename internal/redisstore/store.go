@@ -192,6 +192,16 @@ func dueArg(at time.Time, delay time.Duration, relative bool) string {
 	return strconv.FormatInt(task.Millis(at), 10)
 }
 
+// dueScoreArg is an absolute due time (ms) of a task of bucket b as
+// schedule.lua takes it: its due-set score, due + b/1024 with four
+// decimals, the same number as due_score in common.lua formats (the sum
+// is exact in a float64 before the year 2248, and both round it
+// correctly), so that the script does not parse the bucket and format a
+// float per task.
+func dueScoreArg(ms int64, b int) string {
+	return strconv.FormatFloat(float64(ms)+float64(b)/BucketsPerShard, 'f', 4, 64)
+}
+
 func conflict(id string, r reply) error {
 	return &StateError{ID: id, State: r.state}
 }
