@@ -348,6 +348,62 @@ func growSuite(t *testing.T, rdb redis.UniversalClient) {
 		}
 	})
 
+	// a success recorded in the done set alone (see lean success in
+	// common.lua) moves as a succeeded task, with its done-set entry
+	t.Run("LeanSuccessesMoveAsSucceeded", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t, rdb, Options{Shards: 1})
+		ctx := t.Context()
+		now := redisNow(t, s).Truncate(time.Millisecond)
+		var ids []string
+		for i := range 20 {
+			id := fmt.Sprintf("l-%d", i)
+			ids = append(ids, id)
+			schedule1(t, s, mk(id, now.Add(-time.Second)))
+		}
+		tk, err := s.Take(ctx, 0, 1, 100, time.Minute)
+		if err != nil || len(tk.Tasks) != 20 {
+			t.Fatalf("take: %d tasks, %v", len(tk.Tasks), err)
+		}
+		cs := make([]Claim, len(tk.Tasks))
+		fs := make([]Finish, len(tk.Tasks))
+		for i, x := range tk.Tasks {
+			cs[i] = Claim{ID: x.ID, Gen: x.Gen, TTL: time.Minute, Owner: "w:" + x.ID, Shard: 0, ShardSet: true}
+			fs[i] = Finish{ID: x.ID, Gen: x.Gen, Kind: Succeeded, Owner: "w:" + x.ID, Shard: 0, ShardSet: true}
+		}
+		if _, err := s.ClaimMany(ctx, cs); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.FinishMany(ctx, fs); err != nil {
+			t.Fatal(err)
+		}
+		m := grow(t, s, 4)
+		foreign := 0
+		for _, id := range ids {
+			if m.Shard(id) != 0 {
+				foreign++
+			}
+		}
+		if moved := moveAll(t, s, m, 1); moved != foreign || foreign == 0 {
+			t.Fatalf("moved %d, want %d", moved, foreign)
+		}
+		for _, id := range ids {
+			got, err := s.Get(ctx, id)
+			if err != nil || got.State != task.StateSucceeded || got.Shard != m.Shard(id) {
+				t.Fatalf("%s after the move: %+v %v", id, got, err)
+			}
+			if w := where(t, s, id); len(w) != 1 || w[0] != m.Shard(id) {
+				t.Fatalf("%s is on shards %v", id, w)
+			}
+		}
+		// nothing fires again on the new shards
+		for sh := range m.Count {
+			if tk := mustTake(t, s, sh, 1); len(tk.Tasks) != 0 {
+				t.Fatalf("shard %d fired %d tasks again", sh, len(tk.Tasks))
+			}
+		}
+	})
+
 	t.Run("DueTasksFireOnceWhileMoving", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, rdb, Options{Shards: 2})
