@@ -40,6 +40,18 @@ func TestConsoleSchedules(t *testing.T) {
 	p.waitJS("the sign-in form", `!document.getElementById('login').hidden`)
 	p.do(chromedp.SendKeys(chromedp.CSS("#token-input"), consoleToken), chromedp.Click(chromedp.CSS("#token-submit")))
 	p.waitJS("the overview", `document.getElementById('view').dataset.page === 'overview'`)
+	// The header's text that arrives with a refresh (the namespace) must not
+	// move the nav's links: a click aimed at Schedules while the namespace
+	// was being filled in once landed on Types (chromedp clicks at the
+	// coordinates it measured, as a pointer would).
+	p.waitJS("the nav links stay put when the namespace changes", `(() => {
+		const n = document.getElementById('namespace'), a = document.getElementById('nav-schedules');
+		const x = a.getBoundingClientRect().x, old = n.textContent;
+		n.textContent = 'a-much-longer-namespace-than-before';
+		const still = a.getBoundingClientRect().x === x;
+		n.textContent = old;
+		return still;
+	})()`)
 	p.do(chromedp.Click(chromedp.CSS("#nav-schedules")))
 
 	row := func(id string) string {
