@@ -92,6 +92,24 @@ func where(t *testing.T, s *Store, id string) []int {
 	return out
 }
 
+// fired20 makes a one-shard store with 20 tasks (ids prefix-0..19) due a
+// second ago, and takes them all in one take.
+func fired20(t *testing.T, rdb redis.UniversalClient, prefix string) (*Store, []string, Taken) {
+	t.Helper()
+	s := newStore(t, rdb, Options{Shards: 1})
+	now := redisNow(t, s).Truncate(time.Millisecond)
+	ids := make([]string, 20)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		schedule1(t, s, mk(ids[i], now.Add(-time.Second)))
+	}
+	tk, err := s.Take(t.Context(), 0, 1, 100, time.Minute)
+	if err != nil || len(tk.Tasks) != 20 {
+		t.Fatalf("take: %d tasks, %v", len(tk.Tasks), err)
+	}
+	return s, ids, tk
+}
+
 func growSuite(t *testing.T, rdb redis.UniversalClient) {
 	t.Run("MoveUnderConcurrentOperations", func(t *testing.T) {
 		t.Parallel()
@@ -304,19 +322,8 @@ func growSuite(t *testing.T, rdb redis.UniversalClient) {
 
 	t.Run("InFlightTasksMoveOnceFinished", func(t *testing.T) {
 		t.Parallel()
-		s := newStore(t, rdb, Options{Shards: 1})
+		s, ids, tk := fired20(t, rdb, "f")
 		ctx := t.Context()
-		now := redisNow(t, s).Truncate(time.Millisecond)
-		var ids []string
-		for i := range 20 {
-			id := fmt.Sprintf("f-%d", i)
-			ids = append(ids, id)
-			schedule1(t, s, mk(id, now.Add(-time.Second)))
-		}
-		tk, err := s.Take(ctx, 0, 1, 100, time.Minute)
-		if err != nil || len(tk.Tasks) != 20 {
-			t.Fatalf("take: %d tasks, %v", len(tk.Tasks), err)
-		}
 		m := grow(t, s, 4)
 		var foreign, inflight int
 		for b := range BucketsPerShard {
@@ -352,19 +359,8 @@ func growSuite(t *testing.T, rdb redis.UniversalClient) {
 	// common.lua) moves as a succeeded task, with its done-set entry
 	t.Run("LeanSuccessesMoveAsSucceeded", func(t *testing.T) {
 		t.Parallel()
-		s := newStore(t, rdb, Options{Shards: 1})
+		s, ids, tk := fired20(t, rdb, "l")
 		ctx := t.Context()
-		now := redisNow(t, s).Truncate(time.Millisecond)
-		var ids []string
-		for i := range 20 {
-			id := fmt.Sprintf("l-%d", i)
-			ids = append(ids, id)
-			schedule1(t, s, mk(id, now.Add(-time.Second)))
-		}
-		tk, err := s.Take(ctx, 0, 1, 100, time.Minute)
-		if err != nil || len(tk.Tasks) != 20 {
-			t.Fatalf("take: %d tasks, %v", len(tk.Tasks), err)
-		}
 		cs := make([]Claim, len(tk.Tasks))
 		fs := make([]Finish, len(tk.Tasks))
 		for i, x := range tk.Tasks {
