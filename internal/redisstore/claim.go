@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,35 +139,16 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 }
 
 // byTTL groups the indexes of cs by their TTL in milliseconds, in order
-// of first appearance.
+// of first appearance (a batch has few distinct TTLs: a linear search).
 func byTTL(cs []Claim) [][]int {
-	if len(cs) == 0 {
-		return nil
-	}
-	first := cs[0].TTL.Milliseconds()
-	same := true
-	for _, c := range cs[1:] {
-		if c.TTL.Milliseconds() != first {
-			same = false
-			break
-		}
-	}
-	if same {
-		all := make([]int, len(cs))
-		for i := range all {
-			all[i] = i
-		}
-		return [][]int{all}
-	}
+	var ttls []int64
 	var groups [][]int
-	at := make(map[int64]int)
 	for i, c := range cs {
-		ms := c.TTL.Milliseconds()
-		g, ok := at[ms]
-		if !ok {
-			g = len(groups)
-			at[ms] = g
-			groups = append(groups, nil)
+		g := slices.Index(ttls, c.TTL.Milliseconds())
+		if g < 0 {
+			g = len(ttls)
+			ttls = append(ttls, c.TTL.Milliseconds())
+			groups = append(groups, make([]int, 0, len(cs)-i))
 		}
 		groups[g] = append(groups[g], i)
 	}

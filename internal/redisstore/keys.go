@@ -63,7 +63,12 @@ func claimField(id string, gen uint64) string { return id + ":" + strconv.Format
 // bucket is the hash that holds the record of id. The Lua scripts compute
 // the same function (see bucketLua) when they only know the id.
 func (k keys) bucket(shard int, id string) string {
-	return k.prefix[shard] + "t:" + strconv.Itoa(bucketOf(id))
+	return k.bucketKey(shard, bucketOf(id))
+}
+
+// bucketKey names bucket hash b of a shard.
+func (k keys) bucketKey(shard, b int) string {
+	return k.prefix[shard] + "t:" + strconv.Itoa(b)
 }
 
 // ShardOf is the shard of a task id among n (see shardmap.ShardOf).

@@ -439,7 +439,7 @@ func (l *lister) fired(ctx context.Context, c *listCursor) (bool, error) {
 		scans := make([]*redis.ScanCmd, nb)
 		_, err := l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range nb {
-				scans[i] = p.HScan(ctx, l.s.k.prefix[sh]+"t:"+strconv.Itoa(c.B+i), c.C, "", listChunk)
+				scans[i] = p.HScan(ctx, l.s.k.bucketKey(sh, c.B+i), c.C, "", listChunk)
 			}
 			return nil
 		})
@@ -507,7 +507,7 @@ func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (boo
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
 	}
-	ev := errs.Val()
+	ev, ds := errs.Val(), done.Val()
 	for i, r := range cand {
 		c.ID = r.id
 		var le string
@@ -515,10 +515,7 @@ func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (boo
 			le, _ = ev[i].(string)
 		}
 		score, serr := scores[i].Result()
-		inDone := false
-		if ds := done.Val(); i < len(ds) {
-			inDone = ds[i] != 0
-		}
+		inDone := i < len(ds) && ds[i] != 0
 		t, err := readRecord(l.m, c.Sh, r.id, r.v, score, serr == nil, inDone, le)
 		if err != nil {
 			continue

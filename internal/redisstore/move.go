@@ -168,7 +168,7 @@ func (s *Store) MoveBuckets(ctx context.Context, m shardmap.Map, o int, buckets 
 	lists := make([]*redis.StringSliceCmd, len(buckets))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, b := range buckets {
-			lists[i] = p.HKeys(ctx, s.k.prefix[o]+"t:"+strconv.Itoa(b))
+			lists[i] = p.HKeys(ctx, s.k.bucketKey(o, b))
 		}
 		return nil
 	})

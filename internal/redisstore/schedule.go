@@ -193,7 +193,7 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		for _, i := range c.idx {
 			t := subs[i].Task
 			b := bucketOf(t.ID)
-			keys = append(keys, s.k.prefix[c.shard]+"t:"+strconv.Itoa(b))
+			keys = append(keys, s.k.bucketKey(c.shard, b))
 			due := ""
 			if subs[i].Relative {
 				due = dueArg(t.DueAt, subs[i].Delay, true)

@@ -43,7 +43,7 @@ if purge > 0 then
       local st = string.sub(v, 1, 1)
       -- succeeded (S, or a lean success: waiting state, out of the due
       -- set) or cancelled
-      if st == 'S' or st == 'c' or (is_waiting(st) and not redis.call('ZSCORE', KEYS[1], id)) then
+      if st == 'S' or st == 'c' or taken(KEYS[1], id, st) then
         redis.call('HDEL', bkey, id)
         redis.call('HDEL', KEYS[5], id)
       end
