@@ -157,6 +157,8 @@ func (b *bench) finishSteady(system, config string, rate int, l loop, rec *syste
 	if len(res.Stamp) > 0 {
 		s := stats.Summarize(res.Stamp)
 		lg.RecordTS = &s
+		t := stats.Summarize(res.Transit)
+		lg.Transit = &t
 	}
 	b.r.Steady = append(b.r.Steady, lg)
 	fmt.Printf("%-6s %-8s %5d/s (achieved %.0f/s, %d sends after due, %s): lag p50 %.1fms p99 %.1fms p99.9 %.1fms max %.1fms, early %.2f%% (max %.0fms), missing %d, dups %d\n",
@@ -164,6 +166,8 @@ func (b *bench) finishSteady(system, config string, rate int, l loop, rec *syste
 	if lg.RecordTS != nil {
 		fmt.Printf("       at the Kafka record timestamp instead: p50 %.1fms p99 %.1fms max %.1fms, early %.2f%%\n",
 			lg.RecordTS.P50ms, lg.RecordTS.P99ms, lg.RecordTS.MaxMs, 100*lg.RecordTS.EarlyShare)
+		fmt.Printf("       record timestamp -> consumer (the produce call and the fetch): p50 %.1fms p99 %.1fms p99.9 %.1fms max %.1fms\n",
+			lg.Transit.P50ms, lg.Transit.P99ms, lg.Transit.P999ms, lg.Transit.MaxMs)
 	}
 	if l.errs > 0 {
 		b.note("steady %s %s %d/s: %d tasks could not be scheduled, first error: %v", system, config, rate, l.errs, l.firstErr)

@@ -83,6 +83,7 @@ type Lag struct {
 	MeasuredAt   string         `json:"lag_measured_at"`
 	Lag          stats.Summary  `json:"lag"`
 	RecordTS     *stats.Summary `json:"lag_at_record_timestamp,omitempty"`
+	Transit      *stats.Summary `json:"transit_record_timestamp_to_consumer,omitempty"`
 	Missing      int            `json:"missing"`
 	Duplicates   int            `json:"duplicates"`
 	CDF          []stats.Point  `json:"cdf"`

@@ -109,7 +109,8 @@ func (r *Recorder) SeenSpan() (first, last time.Time) {
 // Result is what a recorder saw for the expected tasks.
 type Result struct {
 	Visible    []time.Duration // first delivery (consumer clock) - due
-	Stamp      []time.Duration // record timestamp - due (delayq only)
+	Stamp      []time.Duration // record timestamp - due (delayq only): the take
+	Transit    []time.Duration // first delivery - record timestamp (delayq only): the produce call and the fetch
 	Expected   int
 	Missing    int // expected, never seen
 	Duplicates int // deliveries beyond the first
@@ -131,6 +132,7 @@ func (r *Recorder) Result() Result {
 		res.Visible = append(res.Visible, s.At.Sub(due))
 		if !s.Stamp.IsZero() {
 			res.Stamp = append(res.Stamp, s.Stamp.Sub(due))
+			res.Transit = append(res.Transit, s.At.Sub(s.Stamp))
 		}
 	}
 	for id := range r.first {

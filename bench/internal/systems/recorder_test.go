@@ -29,6 +29,9 @@ func TestRecorderResult(t *testing.T) {
 	if len(res.Stamp) != 1 || res.Stamp[0] != time.Millisecond {
 		t.Fatalf("stamp lags %v", res.Stamp)
 	}
+	if len(res.Transit) != 1 || res.Transit[0] != 4*time.Millisecond {
+		t.Fatalf("transits %v", res.Transit)
+	}
 	if s, n := r.Lookup("a"); n != 2 || !s.At.Equal(due.Add(5*time.Millisecond)) {
 		t.Fatalf("lookup a: %+v %d", s, n)
 	}
