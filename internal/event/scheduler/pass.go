@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/schedule"
@@ -24,6 +25,8 @@ const (
 	// looked up in one pass (a dead leader may have materialized them);
 	// later ones are taken as not materialized.
 	maxLookups = 1000
+	// lookupsInFlight bounds the missed-tick lookups in flight at once.
+	lookupsInFlight = 32
 	// maxCounted bounds how many skipped ticks of one schedule one pass
 	// counts (a long outage of a dense schedule).
 	maxCounted = 100_000
@@ -337,15 +340,33 @@ func (s *Scheduler) skipMissed(ctx context.Context, p *plan, after, through time
 		return nil
 	}
 	ticks, more := p.c.Between(after, through, maxLookups)
-	for _, t := range ticks {
-		_, err := s.cfg.Store.Get(ctx, schedule.TaskID(p.id, t))
-		switch {
-		case err == nil || errors.Is(err, task.ErrCorrupt):
+	// the lookups go out lookupsInFlight at a time (one after the other,
+	// a long outage of a dense schedule cost up to maxLookups round trips
+	// in a row); found keeps the ticks' order
+	exists := make([]bool, len(ticks))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(lookupsInFlight)
+	for i, t := range ticks {
+		g.Go(func() error {
+			_, err := s.cfg.Store.Get(gctx, schedule.TaskID(p.id, t))
+			switch {
+			case err == nil || errors.Is(err, task.ErrCorrupt):
+				exists[i] = true
+			case errors.Is(err, redisstore.ErrNotFound):
+			default:
+				return err
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return s.fail(opLookup, err)
+	}
+	for i, t := range ticks {
+		if exists[i] {
 			p.found = append(p.found, t.UnixMilli())
-		case errors.Is(err, redisstore.ErrNotFound):
+		} else {
 			p.skipped++
-		default:
-			return s.fail(opLookup, err)
 		}
 	}
 	if more {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -452,6 +453,86 @@ func TestCatchup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCatchupLookupsOverlap: the missed ticks' tasks are looked up
+// concurrently (a long outage of a dense schedule cost one round trip per
+// tick in a row), and the outcome is what sequential lookups give.
+func TestCatchupLookupsOverlap(t *testing.T) {
+	e := newEnv(t)
+	var ov *overlapStore
+	s := e.scheduler("p1", func(ts taskStore) taskStore { ov = &overlapStore{taskStore: ts, met: make(chan struct{})}; return ov })
+	spec := everySecond("it.overlap")
+	spec.Catchup = schedule.CatchupNone
+	sch := e.put("ov", spec)
+	now := sch.UpdatedAt.Add(100 * time.Second)
+	through := now.Add(-60 * time.Second)
+	if err := e.sched.WriteStates(t.Context(), e.open(), map[string]schedule.State{
+		"ov": {SpecRev: sch.Revision, Through: through.UnixMilli()},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	missed := ticks(through, now)
+	c, err := schedule.Compile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a dead leader materialized every third missed tick
+	var subs []redisstore.Submit
+	for i := 0; i < len(missed); i += 3 {
+		subs = append(subs, redisstore.Submit{Task: c.Task("ov", missed[i])})
+	}
+	if _, err := e.store.Schedule(t.Context(), subs); err != nil {
+		t.Fatal(err)
+	}
+	e.pass(s, now)
+	if n := ov.max.Load(); n < 2 {
+		t.Errorf("at most %d lookup in flight, want them concurrent", n)
+	}
+	if got, want := counter(t, s.m.Ticks, outcomeSkipped), len(missed)-len(subs); got != want {
+		t.Errorf("skipped %d, want %d", got, want)
+	}
+	st, _ := e.state("ov")
+	var recent []int64
+	for i := 0; i < len(missed); i += 3 {
+		recent = append(recent, missed[i].UnixMilli())
+	}
+	// the recent ticks up to now are the latest materialized missed ones
+	var past []int64
+	for _, r := range st.Recent {
+		if r <= now.UnixMilli() {
+			past = append(past, r)
+		}
+	}
+	if len(past) == 0 || !slices.Equal(past, recent[len(recent)-len(past):]) {
+		t.Errorf("recent ticks %v, want the latest of the materialized missed ones %v", past, recent)
+	}
+}
+
+// overlapStore records how many Gets run at once; the first Get waits (up
+// to 5 s) for a second one to start, so that sequential lookups show as 1.
+type overlapStore struct {
+	taskStore
+	in, max atomic.Int64
+	first   atomic.Bool
+	once    sync.Once
+	met     chan struct{}
+}
+
+func (o *overlapStore) Get(ctx context.Context, id string) (*task.Task, error) {
+	n := o.in.Add(1)
+	defer o.in.Add(-1)
+	for m := o.max.Load(); n > m && !o.max.CompareAndSwap(m, n); m = o.max.Load() {
+	}
+	if n >= 2 {
+		o.once.Do(func() { close(o.met) })
+	} else if o.first.CompareAndSwap(false, true) {
+		select {
+		case <-o.met:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return o.taskStore.Get(ctx, id)
 }
 
 // failingStore fails every Schedule call while fail is set.
