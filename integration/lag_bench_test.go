@@ -141,7 +141,7 @@ func BenchmarkLag(b *testing.B) {
 	if len(all) > 0 {
 		var p99s []float64
 		for _, r := range all {
-			p99s = append(p99s, ms(quantile(r.total, 0.99)))
+			p99s = append(p99s, ms(testenv.Quantile(r.total, 0.99)))
 		}
 		slices.Sort(p99s)
 		b.ReportMetric(p99s[len(p99s)/2], "median-p99-total-ms")
@@ -350,17 +350,17 @@ func lagRun(b *testing.B, c *localCluster, api *client.Client, w *rawWriter, top
 			b.Fatalf("run %s: %d of %d fired records consumed by %v after the last due time", tag, len(seen), n, 30*time.Second)
 		}
 		for _, rec := range cons.next(ctx, time.Second) {
-			if rec.r.Topic != topic {
+			if rec.R.Topic != topic {
 				continue
 			}
-			id := header(rec.r, record.HeaderID)
+			id := header(rec.R, record.HeaderID)
 			if seen[id] {
 				res.dups++
 				continue
 			}
 			seen[id] = true
-			due, ok1 := headerMillis(rec.r, record.HeaderDueAt)
-			fired, ok2 := headerMillis(rec.r, record.HeaderFiredAt)
+			due, ok1 := headerMillis(rec.R, record.HeaderDueAt)
+			fired, ok2 := headerMillis(rec.R, record.HeaderFiredAt)
 			if !ok1 || !ok2 {
 				b.Fatalf("record of %s without %s/%s", id, record.HeaderDueAt, record.HeaderFiredAt)
 			}
@@ -368,10 +368,10 @@ func lagRun(b *testing.B, c *localCluster, api *client.Client, w *rawWriter, top
 				res.early++
 			}
 			res.take = append(res.take, fired.Sub(due))
-			res.produce = append(res.produce, rec.r.Timestamp.Sub(fired))
-			res.transit = append(res.transit, rec.at.Sub(rec.r.Timestamp))
-			res.total = append(res.total, rec.at.Sub(due))
-			res.lastConsumed = rec.at.Sub(start)
+			res.produce = append(res.produce, rec.R.Timestamp.Sub(fired))
+			res.transit = append(res.transit, rec.At.Sub(rec.R.Timestamp))
+			res.total = append(res.total, rec.At.Sub(due))
+			res.lastConsumed = rec.At.Sub(start)
 		}
 	}
 
@@ -408,16 +408,16 @@ func lagRun(b *testing.B, c *localCluster, api *client.Client, w *rawWriter, top
 			b.Fatalf("run %s: %d of %d raw records consumed", tag, len(rawSeen), n)
 		}
 		for _, rec := range cons.next(ctx, time.Second) {
-			if rec.r.Topic != raw {
+			if rec.R.Topic != raw {
 				continue
 			}
-			k := string(rec.r.Key)
+			k := string(rec.R.Key)
 			if rawSeen[k] {
 				res.rawDups++
 				continue
 			}
 			rawSeen[k] = true
-			res.raw = append(res.raw, rec.at.Sub(rec.r.Timestamp))
+			res.raw = append(res.raw, rec.At.Sub(rec.R.Timestamp))
 		}
 	}
 	return res
@@ -453,19 +453,11 @@ func (w *rawWriter) close() {
 	w.tr.CloseIdleConnections()
 }
 
-// consumed is a record and the local time PollFetches returned it.
-type consumed struct {
-	r  *kgo.Record
-	at time.Time
-}
-
-// lagConsumer polls on its own goroutine, stamping each fetch as it
-// returns, so that the benchmark's bookkeeping never delays a poll.
+// lagConsumer reads the fired and the raw topics with an independent
+// franz-go client, stamping each fetch as it returns (testenv.StampPolls).
 type lagConsumer struct {
-	cl     *kgo.Client
-	ch     chan []consumed
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cl    *kgo.Client
+	polls *testenv.Polls
 }
 
 func startLagConsumer(b *testing.B, c *localCluster, topics ...string) *lagConsumer {
@@ -479,28 +471,15 @@ func startLagConsumer(b *testing.B, c *localCluster, topics ...string) *lagConsu
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(b.Context()))
-	lc := &lagConsumer{cl: cl, ch: make(chan []consumed, 1<<16), cancel: cancel}
-	lc.wg.Go(func() {
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			at := time.Now()
-			var batch []consumed
-			fs.EachRecord(func(r *kgo.Record) { batch = append(batch, consumed{r, at}) })
-			if len(batch) > 0 {
-				lc.ch <- batch
-			}
-		}
-	})
-	return lc
+	return &lagConsumer{cl: cl, polls: testenv.StampPolls(cl)}
 }
 
 // next returns the next fetch's records, or nil after wait.
-func (lc *lagConsumer) next(ctx context.Context, wait time.Duration) []consumed {
+func (lc *lagConsumer) next(ctx context.Context, wait time.Duration) []testenv.Stamped {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case recs := <-lc.ch:
+	case recs := <-lc.polls.C:
 		return recs
 	case <-t.C:
 		return nil
@@ -510,36 +489,20 @@ func (lc *lagConsumer) next(ctx context.Context, wait time.Duration) []consumed 
 }
 
 func (lc *lagConsumer) stop() {
-	lc.cancel()
-	lc.wg.Wait()
+	lc.polls.Stop()
 	lc.cl.Close()
-}
-
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func dist(ds []time.Duration) string {
-	return fmt.Sprintf("p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f ms",
-		ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(quantile(ds, 0.999)), ms(quantile(ds, 1)))
-}
-
 func (r lagResult) print(say func(string, ...any), run int) {
 	say("run %d: %d tasks scheduled in %v (%v left before the first due time); consumed %d, duplicates %d, fired early %d; last consumed %v after the first due time",
 		run, r.n, r.scheduled.Round(time.Millisecond), r.slack.Round(time.Millisecond), len(r.total), r.dups, r.early, r.lastConsumed.Round(time.Millisecond))
-	say("run %d: take     due -> fired-at            %s", run, dist(r.take))
-	say("run %d: produce  fired-at -> record ts      %s", run, dist(r.produce))
-	say("run %d: transit  record ts -> consumer      %s", run, dist(r.transit))
-	say("run %d: TOTAL    due -> consumer            %s", run, dist(r.total))
-	say("run %d: raw      kafka-go record ts -> consumer %s (duplicates %d)", run, dist(r.raw), r.rawDups)
+	say("run %d: take     due -> fired-at            %s", run, testenv.LagDist(r.take))
+	say("run %d: produce  fired-at -> record ts      %s", run, testenv.LagDist(r.produce))
+	say("run %d: transit  record ts -> consumer      %s", run, testenv.LagDist(r.transit))
+	say("run %d: TOTAL    due -> consumer            %s", run, testenv.LagDist(r.total))
+	say("run %d: raw      kafka-go record ts -> consumer %s (duplicates %d)", run, testenv.LagDist(r.raw), r.rawDups)
 	var over15 int
 	for _, d := range r.total {
 		if d > 15*time.Millisecond {
@@ -563,7 +526,7 @@ func summarize(say func(string, ...any), all []lagResult) {
 		var cols [4][]float64
 		for _, r := range all {
 			for j, q := range []float64{0.5, 0.99, 0.999, 1} {
-				cols[j] = append(cols[j], ms(quantile(p.get(r), q)))
+				cols[j] = append(cols[j], ms(testenv.Quantile(p.get(r), q)))
 			}
 		}
 		var out []string

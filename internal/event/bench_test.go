@@ -154,10 +154,10 @@ func benchSteady(b *testing.B) {
 	say(b, "(a) steady: %d tasks scheduled at %.0f tasks/s over %v (%d ticks with a schedule call slower than the tick); 1 event process, 16 shards",
 		n, float64(n)/scheduled.Seconds(), scheduled.Round(time.Millisecond), lateTicks)
 	say(b, "(a) consumed %d of %d tasks (duplicate copies %d, fired early %d) with an independent franz-go consumer", len(lv.total), n, lv.dups, lv.early)
-	say(b, "(a) take     due -> record ts       %s", dist(lv.take))
+	say(b, "(a) take     due -> record ts       %s", testenv.LagDist(lv.take))
 	say(b, "(a) produce  the produce call     %s (delayq_produce_duration_seconds: the bucket that holds each quantile)", histQuantiles(b, a.Addr(), "delayq_produce_duration_seconds"))
-	say(b, "(a) transit  record ts -> consumer %s", dist(lv.transit))
-	say(b, "(a) TOTAL    due -> consumer       %s", dist(lv.total))
+	say(b, "(a) transit  record ts -> consumer %s", testenv.LagDist(lv.transit))
+	say(b, "(a) TOTAL    due -> consumer       %s", testenv.LagDist(lv.total))
 	say(b, "(a) firing lag at the Kafka record timestamp (the take): p50=%v p99=%v max=%v; %.2f%% over 5ms (target p99 <= 5ms)",
 		p50, p99, mx, 100*float64(over5)/float64(len(lags)))
 	say(b, "(a) take distribution: %s", lagHistogram(lags))
@@ -168,25 +168,17 @@ func benchSteady(b *testing.B) {
 		metric(b, a.Addr(), "delayq_fire_batch_size_sum")/max(1, metric(b, a.Addr(), "delayq_fire_batch_size_count")),
 		1000*metric(b, a.Addr(), "delayq_produce_duration_seconds_sum")/max(1, metric(b, a.Addr(), "delayq_produce_duration_seconds_count")))
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-lag-ms")
-	b.ReportMetric(float64(quantile(lv.total, 0.99).Microseconds())/1000, "p99-consumer-lag-ms")
+	b.ReportMetric(float64(testenv.Quantile(lv.total, 0.99).Microseconds())/1000, "p99-consumer-lag-ms")
 	a.stop(b)
 }
 
 // liveLags is an independent franz-go consumer of a topic that reads the
-// records while they are fired: its poll runs on a goroutine of its own
-// and stamps each fetch as PollFetches returns (FetchMaxWait 10ms is
-// franz-go's minimum and adds nothing: kfake answers a waiting fetch as
-// soon as a record is appended).
+// records while they are fired (testenv.StampPolls: each fetch stamped as
+// PollFetches returns; FetchMaxWait 10ms is franz-go's minimum and adds
+// nothing: kfake answers a waiting fetch as soon as a record is appended).
 type liveLags struct {
-	cl   *kgo.Client
-	ch   chan []stamped
-	stop context.CancelFunc
-	wg   sync.WaitGroup
-}
-
-type stamped struct {
-	r  *kgo.Record
-	at time.Time
+	cl    *kgo.Client
+	polls *testenv.Polls
 }
 
 // lagParts is what liveLags measured, per task's first record.
@@ -198,73 +190,41 @@ type lagParts struct {
 func startLiveLags(tb testing.TB, w *world, topic string) *liveLags {
 	cl := w.kafka.Client(tb, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(10*time.Millisecond), kgo.FetchMinBytes(1))
-	ctx, cancel := context.WithCancel(context.WithoutCancel(tb.Context()))
-	l := &liveLags{cl: cl, ch: make(chan []stamped, 1<<16), stop: cancel}
-	// the consumer has its partitions and offsets before the first task fires
-	if err := cl.Ping(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	l.wg.Go(func() {
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			at := time.Now()
-			var batch []stamped
-			fs.EachRecord(func(r *kgo.Record) { batch = append(batch, stamped{r, at}) })
-			if len(batch) > 0 {
-				l.ch <- batch
-			}
-		}
-	})
-	return l
+	return &liveLags{cl: cl, polls: testenv.StampPolls(cl)}
 }
 
-// wait collects the records until n distinct tasks were seen or nothing
-// came for idle, then stops the consumer.
+// wait collects the records until n distinct tasks were seen (or fails
+// when nothing came for idle), then stops the consumer.
 func (l *liveLags) wait(tb testing.TB, n int, idle time.Duration) lagParts {
-	defer func() { l.stop(); l.wg.Wait() }()
+	defer l.polls.Stop()
 	var p lagParts
 	seen := make(map[string]bool, n)
 	t := time.NewTimer(idle)
 	defer t.Stop()
 	for len(seen) < n {
 		select {
-		case batch := <-l.ch:
+		case batch := <-l.polls.C:
 			t.Reset(idle)
 			for _, s := range batch {
-				id := hdr(s.r, record.HeaderID)
+				id := hdr(s.R, record.HeaderID)
 				if seen[id] {
 					p.dups++
 					continue
 				}
 				seen[id] = true
-				due := time.UnixMilli(hdrInt(s.r, record.HeaderDueAt))
-				if s.r.Timestamp.Before(due) {
+				due := time.UnixMilli(hdrInt(s.R, record.HeaderDueAt))
+				if s.R.Timestamp.Before(due) {
 					p.early++
 				}
-				p.take = append(p.take, s.r.Timestamp.Sub(due))
-				p.transit = append(p.transit, s.at.Sub(s.r.Timestamp))
-				p.total = append(p.total, s.at.Sub(due))
+				p.take = append(p.take, s.R.Timestamp.Sub(due))
+				p.transit = append(p.transit, s.At.Sub(s.R.Timestamp))
+				p.total = append(p.total, s.At.Sub(due))
 			}
 		case <-t.C:
 			tb.Fatalf("the consumer saw %d of %d tasks; nothing more for %v", len(seen), n, idle)
 		}
 	}
 	return p
-}
-
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[max(0, min(len(s)-1, int(math.Ceil(q*float64(len(s))))-1))]
-}
-
-func dist(ds []time.Duration) string {
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return fmt.Sprintf("p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f ms",
-		ms(quantile(ds, 0.5)), ms(quantile(ds, 0.99)), ms(quantile(ds, 0.999)), ms(quantile(ds, 1)))
 }
 
 // histQuantiles reads histogram name from an app's /metrics and names the

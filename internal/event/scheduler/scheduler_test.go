@@ -381,6 +381,26 @@ func TestPauseResumeDelete(t *testing.T) {
 	}
 }
 
+// handledThrough puts schedule id and records that a leader handled it
+// through missedFor before now = its creation + age, then died: it
+// returns now, the missed ticks and the compiled spec.
+func (e *env) handledThrough(id string, spec schedule.Spec, age, missedFor time.Duration) (time.Time, []time.Time, *schedule.Compiled) {
+	e.t.Helper()
+	sch := e.put(id, spec)
+	now := sch.UpdatedAt.Add(age)
+	through := now.Add(-missedFor)
+	if err := e.sched.WriteStates(e.t.Context(), e.open(), map[string]schedule.State{
+		id: {SpecRev: sch.Revision, Through: through.UnixMilli()},
+	}, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	c, err := schedule.Compile(spec)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return now, ticks(through, now), c
+}
+
 // TestCatchup: a leader handled the schedule through ten seconds ago,
 // materialized two more ticks and died before it wrote its state; the
 // next leader's pass applies the catch-up policy to the rest.
@@ -398,19 +418,7 @@ func TestCatchup(t *testing.T) {
 			s := e.scheduler("p1", nil)
 			spec := everySecond("it.catchup")
 			spec.Catchup = tc.policy
-			sch := e.put("cu", spec)
-			now := sch.UpdatedAt.Add(20 * time.Second)
-			through := now.Add(-10 * time.Second)
-			if err := e.sched.WriteStates(t.Context(), e.open(), map[string]schedule.State{
-				"cu": {SpecRev: sch.Revision, Through: through.UnixMilli()},
-			}, nil); err != nil {
-				t.Fatal(err)
-			}
-			missed := ticks(through, now)
-			c, err := schedule.Compile(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
+			now, missed, c := e.handledThrough("cu", spec, 20*time.Second, 10*time.Second)
 			if _, err := e.store.Schedule(t.Context(), []redisstore.Submit{{Task: c.Task("cu", missed[0])}, {Task: c.Task("cu", missed[1])}}); err != nil {
 				t.Fatal(err)
 			}
@@ -464,19 +472,7 @@ func TestCatchupLookupsOverlap(t *testing.T) {
 	s := e.scheduler("p1", func(ts taskStore) taskStore { ov = &overlapStore{taskStore: ts, met: make(chan struct{})}; return ov })
 	spec := everySecond("it.overlap")
 	spec.Catchup = schedule.CatchupNone
-	sch := e.put("ov", spec)
-	now := sch.UpdatedAt.Add(100 * time.Second)
-	through := now.Add(-60 * time.Second)
-	if err := e.sched.WriteStates(t.Context(), e.open(), map[string]schedule.State{
-		"ov": {SpecRev: sch.Revision, Through: through.UnixMilli()},
-	}, nil); err != nil {
-		t.Fatal(err)
-	}
-	missed := ticks(through, now)
-	c, err := schedule.Compile(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	now, missed, c := e.handledThrough("ov", spec, 100*time.Second, 60*time.Second)
 	// a dead leader materialized every third missed tick
 	var subs []redisstore.Submit
 	for i := 0; i < len(missed); i += 3 {
