@@ -393,10 +393,12 @@ func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, 
 
 // --- single task ---
 
-// pathID reads and checks the {id} path value.
+// pathID reads and checks the {id} path value. It names a task that may
+// have been stored before task.ValidateID refused its id ("." and ".."
+// arrive here escaped as %2E), so it passes task.ValidateStoredID.
 func pathID(c *call) (string, *wire.Error) {
 	id := c.PathValue("id")
-	if err := task.ValidateID(id); err != nil {
+	if err := task.ValidateStoredID(id); err != nil {
 		return "", wire.InvalidTask(wire.ValidationMessage(err))
 	}
 	return id, nil

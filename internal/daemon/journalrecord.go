@@ -41,7 +41,7 @@ func decodeJournalData(id string, b []byte) (*task.Task, error) {
 	if err := task.DecodeBody(b[1+n:], t); err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadJournalData, err)
 	}
-	if err := t.Validate(); err != nil {
+	if err := t.ValidateStored(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadJournalData, err)
 	}
 	return t, nil

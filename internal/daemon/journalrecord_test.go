@@ -55,3 +55,15 @@ func FuzzJournalData(f *testing.F) {
 		}
 	})
 }
+
+// TestJournalDataOfStoredIDs: a journal entry written before task.ValidateID
+// refused "/", "." and ".." is still replayed.
+func TestJournalDataOfStoredIDs(t *testing.T) {
+	for _, id := range []string{"/", ".", ".."} {
+		tk := &task.Task{ID: id, Type: "t", DueAt: fuzzNow.Truncate(time.Millisecond)}
+		got, err := decodeJournalData(id, encodeJournalData(tk))
+		if err != nil || got.ID != id {
+			t.Fatalf("journal entry of id %q: %+v, %v", id, got, err)
+		}
+	}
+}

@@ -163,7 +163,7 @@ func ParseOutcome(m *kafka.Message) (*OutcomeRecord, error) {
 	if dec.More() {
 		return nil, hostile("outcome value has data after the JSON object")
 	}
-	if err := task.ValidateID(v.ID); err != nil {
+	if err := task.ValidateStoredID(v.ID); err != nil {
 		return nil, hostile("bad outcome id: %v", err)
 	}
 	if v.Type == "" || len(v.Type) > task.MaxTypeLen {

@@ -55,6 +55,8 @@ func TestOutcomeRoundTrip(t *testing.T) {
 		{ID: "sched@1700000000000", Type: "cron.job", Outcome: OutcomeFailed, Attempt: 2, MaxAttempts: 5,
 			Error: "boom", DueAt: time.UnixMilli(1700000000000).UTC(), FinishedAt: time.UnixMilli(1700000000500).UTC(),
 			Duration: 3 * time.Second, Shard: 0},
+		{ID: "..", Type: "y", Outcome: OutcomeSucceeded, Attempt: 1, MaxAttempts: 1, // stored before task.ValidateID refused it
+			FinishedAt: time.UnixMilli(1700000000001).UTC(), Shard: -1},
 	} {
 		m := EncodeOutcome(o, "t")
 		got, err := ParseOutcome(&m)

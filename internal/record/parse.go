@@ -72,7 +72,7 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 	if r.ID, ok = dq[HeaderID]; !ok {
 		return nil, hostile("no %s header", HeaderID)
 	}
-	if err := task.ValidateID(r.ID); err != nil {
+	if err := task.ValidateStoredID(r.ID); err != nil {
 		return nil, hostile("bad %s header: %v", HeaderID, err)
 	}
 	if r.Type, ok = dq[HeaderType]; !ok || r.Type == "" || len(r.Type) > task.MaxTypeLen {

@@ -41,6 +41,14 @@ func TestParseValid(t *testing.T) {
 	if r, err := Parse(m, 0); err != nil || !r.FiredAt.IsZero() || r.Timeout != 0 {
 		t.Errorf("minimal record: %+v, %v", r, err)
 	}
+	// ids that new tasks may not have (task.ValidateID) but tasks stored
+	// before may: their records are still delivered
+	for _, id := range []string{"/", ".", ".."} {
+		m = &kafka.Message{Headers: hdrs("dq-id", id, "dq-type", "t", "dq-due-at", "1", "dq-attempt", "1", "dq-gen", "0")}
+		if r, err := Parse(m, 0); err != nil || r.ID != id {
+			t.Errorf("record of id %q: %+v, %v", id, r, err)
+		}
+	}
 }
 
 func TestParseHostile(t *testing.T) {

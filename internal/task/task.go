@@ -116,9 +116,31 @@ func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// ValidateID checks a task id: 1..MaxIDLen bytes of printable UTF-8 with no
-// white space or control characters.
+// ValidateID checks the id of a new task: what ValidateStoredID checks,
+// and not "/", "." or "..". The id is one segment of the API's paths
+// (/v1/tasks/{id}, /v1/dead/{id}/redrive), and no URL can carry those
+// three there: clients, browsers and proxies resolve the dot segments
+// (also when escaped as %2E), and Go's http.ServeMux takes the escaped
+// "/" (%2F) of a whole segment for a trailing slash. Such a task could be
+// created but never read, changed or cancelled by id.
 func ValidateID(id string) error {
+	if err := ValidateStoredID(id); err != nil {
+		return err
+	}
+	if id == "/" || id == "." || id == ".." {
+		return invalid("id", "must not be %q: it cannot be a path segment of the API (/v1/tasks/{id})", id)
+	}
+	return nil
+}
+
+// ValidateStoredID checks an id that may name a task stored before
+// ValidateID refused "/", "." and "..": 1..MaxIDLen bytes of printable
+// UTF-8 with no white space or control characters. It is the rule where an
+// id reaches us from stored data (journal entries, Kafka records and
+// outcomes) or names tasks to act on (a path's {id}, the ids of a bulk
+// request), so such tasks keep being delivered and can still be cancelled,
+// redriven or deleted by a bulk request's ids.
+func ValidateStoredID(id string) error {
 	if id == "" {
 		return invalid("id", "must not be empty")
 	}
@@ -136,11 +158,25 @@ func ValidateID(id string) error {
 	return nil
 }
 
-// Validate checks every producer-set field.
+// Validate checks every producer-set field of a new task.
 func (t *Task) Validate() error {
 	if err := ValidateID(t.ID); err != nil {
 		return err
 	}
+	return t.validateFields()
+}
+
+// ValidateStored checks every producer-set field of a task that may have
+// been stored before the id rule grew (see ValidateStoredID).
+func (t *Task) ValidateStored() error {
+	if err := ValidateStoredID(t.ID); err != nil {
+		return err
+	}
+	return t.validateFields()
+}
+
+// validateFields checks the producer-set fields but the id.
+func (t *Task) validateFields() error {
 	if t.Type == "" {
 		return invalid("type", "is required")
 	}

@@ -28,9 +28,10 @@ type Filter struct {
 // DecodeBulk decodes {"ids":[...]} or {"filter":{...}} (exactly one, with
 // the strict policy of every body: unknown and duplicate fields are 400).
 // With times false the filter takes only "type" (the dead set has no due
-// times to filter by). Each id must pass task.ValidateID, the type
-// ValidType, the times RFC 3339; 422 invalid_task naming the field
-// otherwise ("ids[3]", "filter.type").
+// times to filter by). Each id must pass task.ValidateStoredID (an id
+// names a task that may have been stored before task.ValidateID refused
+// it), the type ValidType, the times RFC 3339; 422 invalid_task naming the
+// field otherwise ("ids[3]", "filter.type").
 func DecodeBulk(b []byte, times bool) (Bulk, *Error) {
 	var out Bulk
 	if e := scanOne(b); e != nil {
@@ -91,7 +92,7 @@ func (r *reader) ids(p *[]string) *Error {
 		if e != nil {
 			return e
 		}
-		if err := task.ValidateID(id); err != nil {
+		if err := task.ValidateStoredID(id); err != nil {
 			return InvalidTask(field + ": " + reason(err))
 		}
 		ids = append(ids, id)
