@@ -80,7 +80,8 @@ func withRoots(hc *http.Client, pool *x509.CertPool) *http.Client {
 
 // Task is a task to schedule.
 type Task struct {
-	// ID is the idempotency key (≤ 200 printable bytes, no white space).
+	// ID is the idempotency key (≤ 200 printable bytes, no white space,
+	// not "/", "." or "..": those cannot be a path segment of the API).
 	// Empty: the daemon generates a UUIDv7.
 	ID   string
 	Type string // routes the task to a handler; required
@@ -295,7 +296,7 @@ func (c *Client) ScheduleBatch(ctx context.Context, tasks []Task) ([]BatchResult
 // Get reads a task.
 func (c *Client) Get(ctx context.Context, id string) (*TaskInfo, error) {
 	var t TaskInfo
-	if err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), nil, &t); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/v1/tasks/"+segment(id), nil, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -315,13 +316,13 @@ func (c *Client) reschedule(ctx context.Context, id string, body any) (time.Time
 	var r struct {
 		DueAt time.Time `json:"due_at"`
 	}
-	err := c.do(ctx, http.MethodPatch, "/v1/tasks/"+url.PathEscape(id), body, &r)
+	err := c.do(ctx, http.MethodPatch, "/v1/tasks/"+segment(id), body, &r)
 	return r.DueAt, err
 }
 
 // Cancel cancels a waiting task.
 func (c *Client) Cancel(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/tasks/"+url.PathEscape(id), nil, nil)
+	return c.do(ctx, http.MethodDelete, "/v1/tasks/"+segment(id), nil, nil)
 }
 
 // Stats reads the daemon's figures.
@@ -353,13 +354,13 @@ func (c *Client) Redrive(ctx context.Context, id string) (time.Time, error) {
 	var r struct {
 		DueAt time.Time `json:"due_at"`
 	}
-	err := c.do(ctx, http.MethodPost, "/v1/dead/"+url.PathEscape(id)+"/redrive", nil, &r)
+	err := c.do(ctx, http.MethodPost, "/v1/dead/"+segment(id)+"/redrive", nil, &r)
 	return r.DueAt, err
 }
 
 // DeleteDead removes a dead task for good.
 func (c *Client) DeleteDead(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/dead/"+url.PathEscape(id), nil, nil)
+	return c.do(ctx, http.MethodDelete, "/v1/dead/"+segment(id), nil, nil)
 }
 
 // rawBody is a request body that is already JSON; as do's out, it takes
@@ -420,4 +421,21 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("delayq: %s %s: decode answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// segment escapes s as one path segment of a request to the daemon.
+// url.PathEscape leaves the dot segments "." and ".." as they are, and the
+// daemon's http.ServeMux resolves them, answering for another route
+// (GET /v1/tasks/. was redirected to GET /v1/tasks/, the list). Escaped as
+// %2E they reach the route they name, since the mux matches the escaped
+// path; the daemon then answers for them (a new task cannot have such an
+// id, but an old one may).
+func segment(s string) string {
+	switch s {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return url.PathEscape(s)
 }

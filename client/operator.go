@@ -377,7 +377,7 @@ func (c *Client) typeAction(ctx context.Context, typ, action string) (*TypeState
 		return nil, fmt.Errorf("delayq: %s type: the type is empty", action)
 	}
 	var s TypeState
-	if err := c.do(ctx, http.MethodPost, "/v1/types/"+url.PathEscape(typ)+"/"+action, nil, &s); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/types/"+segment(typ)+"/"+action, nil, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -518,7 +518,7 @@ func (c *Client) DeleteLimit(ctx context.Context, typ string) error {
 	if typ == "" {
 		return errors.New("delayq: delete limit: the type is empty")
 	}
-	return c.do(ctx, http.MethodDelete, "/v1/limits/"+url.PathEscape(typ), nil, nil)
+	return c.do(ctx, http.MethodDelete, "/v1/limits/"+segment(typ), nil, nil)
 }
 
 func (c *Client) limit(ctx context.Context, method, typ string, in any) (*TypeLimit, error) {
@@ -526,7 +526,7 @@ func (c *Client) limit(ctx context.Context, method, typ string, in any) (*TypeLi
 		return nil, errors.New("delayq: limit: the type is empty")
 	}
 	var l TypeLimit
-	if err := c.do(ctx, method, "/v1/limits/"+url.PathEscape(typ), in, &l); err != nil {
+	if err := c.do(ctx, method, "/v1/limits/"+segment(typ), in, &l); err != nil {
 		return nil, err
 	}
 	return &l, nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"time"
 )
 
@@ -271,7 +270,7 @@ func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
 	if id == "" {
 		return errors.New("delayq: delete schedule: the id is empty")
 	}
-	return c.do(ctx, http.MethodDelete, "/v1/schedules/"+url.PathEscape(id), nil, nil)
+	return c.do(ctx, http.MethodDelete, "/v1/schedules/"+segment(id), nil, nil)
 }
 
 // PauseSchedule pauses schedule id (POST /v1/schedules/{id}/pause): no
@@ -293,7 +292,7 @@ func (c *Client) schedule(ctx context.Context, method, id, suffix string, in any
 		return nil, errors.New("delayq: schedule: the id is empty")
 	}
 	var s Schedule
-	if err := c.do(ctx, method, "/v1/schedules/"+url.PathEscape(id)+suffix, in, &s); err != nil {
+	if err := c.do(ctx, method, "/v1/schedules/"+segment(id)+suffix, in, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
