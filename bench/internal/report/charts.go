@@ -214,8 +214,8 @@ func containsString(s []string, v string) bool {
 // thousands separators.
 type intTicks struct{}
 
-func (intTicks) Ticks(min, max float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(min, max)
+func (intTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
 	for i := range ts {
 		if ts[i].Label != "" {
 			ts[i].Label = commas(int64(math.Round(ts[i].Value)))
