@@ -51,12 +51,12 @@ func (b *bench) verdict() {
 	}
 	var dqBatch, aqBest, dqSingle, aqSingle float64
 	for _, t := range r.Throughput {
-		switch {
-		case t.Label == report.LabelDQHTTPBatch:
+		switch t.Label {
+		case report.LabelDQHTTPBatch:
 			dqBatch = t.TasksPerSec
-		case t.Label == report.LabelDQClientSingle:
+		case report.LabelDQClientSingle:
 			dqSingle = t.TasksPerSec
-		case t.Label == report.LabelAQEnqueue16:
+		case report.LabelAQEnqueue16:
 			aqSingle = t.TasksPerSec
 		}
 		if t.System == report.Asynq {
