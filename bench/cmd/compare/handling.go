@@ -188,7 +188,7 @@ func dqBatches(n int, prefix string) [][]client.Task {
 	for i := range out {
 		out[i] = make([]client.Task, batchSize)
 		for j := range out[i] {
-			t := dqTask(time.Time{}, 0)
+			t := dqTask(0)
 			t.ID = prefix + t.ID
 			out[i][j] = t
 		}

@@ -76,9 +76,9 @@ func (c calls) quantilesMs() (p50, p99 float64) {
 	return s.P50ms, s.P99ms
 }
 
-// dqTask is a delayq task with a fresh UUID id.
-func dqTask(due time.Time, delay time.Duration) client.Task {
-	return client.Task{ID: uuid.NewString(), Type: taskType, Payload: payloadJSON, DueAt: due, Delay: delay}
+// dqTask is a delayq task with a fresh UUID id, due in delay.
+func dqTask(delay time.Duration) client.Task {
+	return client.Task{ID: uuid.NewString(), Type: taskType, Payload: payloadJSON, Delay: delay}
 }
 
 // dqBody is the JSON of one task for the raw API, due in delay.

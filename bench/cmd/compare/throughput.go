@@ -37,7 +37,7 @@ func (b *bench) throughput() {
 		func(d *systems.DelayQ, n int) func(int) error {
 			tasks := make([]client.Task, n)
 			for i := range tasks {
-				tasks[i] = dqTask(time.Time{}, time.Hour)
+				tasks[i] = dqTask(time.Hour)
 			}
 			return func(i int) error {
 				r, err := d.Client.Schedule(b.ctx(), tasks[i])
@@ -54,7 +54,7 @@ func (b *bench) throughput() {
 			alone := client.New(d.Base, client.WithHTTPClient(d.HTTP), client.WithoutScheduleCoalescing())
 			tasks := make([]client.Task, n)
 			for i := range tasks {
-				tasks[i] = dqTask(time.Time{}, time.Hour)
+				tasks[i] = dqTask(time.Hour)
 			}
 			return func(i int) error {
 				r, err := alone.Schedule(b.ctx(), tasks[i])
@@ -70,7 +70,7 @@ func (b *bench) throughput() {
 			for i := range batches {
 				batches[i] = make([]client.Task, batchSize)
 				for j := range batches[i] {
-					batches[i][j] = dqTask(time.Time{}, time.Hour)
+					batches[i][j] = dqTask(time.Hour)
 				}
 			}
 			return func(i int) error { return scheduleBatch(b, d.Client, batches[i]) }
