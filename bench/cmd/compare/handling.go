@@ -62,6 +62,10 @@ func (b *bench) handling() {
 // systems).
 const handleConc = 64
 
+// handleTimeout bounds how long one handling run may take to handle and
+// store every task before it is reported as incomplete.
+const handleTimeout = 3 * time.Minute
+
 // warmupPrefix marks the end-to-end workload's warm-up task.
 const warmupPrefix = "warmup-"
 
@@ -143,9 +147,9 @@ func (h *handled) storedNow() {
 }
 
 // wait waits until want tasks were handled and their outcomes stored, or
-// until timeout; it reports whether they were.
-func (h *handled) wait(ctx context.Context, timeout time.Duration) bool {
-	t := time.NewTimer(timeout)
+// until handleTimeout; it reports whether they were.
+func (h *handled) wait(ctx context.Context) bool {
+	t := time.NewTimer(handleTimeout)
 	defer t.Stop()
 	for _, c := range []chan struct{}{h.all, h.allStored} {
 		select {
@@ -271,7 +275,7 @@ func (b *bench) dqHandleReady(n int) {
 	h := newHandled(int(want))
 	m0, start := b.cpuNow(), time.Now()
 	b.dqWorker(scope, d, h)
-	ok := h.wait(b.ctx(), 3*time.Minute)
+	ok := h.wait(b.ctx())
 	m1 := b.cpuNow()
 	b.addHandling(report.DelayQ, report.PhaseReady, report.LabelHandleDQ,
 		fmt.Sprintf("one worker (worker package), Concurrency %d, no-op handler", handleConc), int(want), start, h, m0, m1, ok, nil)
@@ -341,7 +345,7 @@ func (b *bench) aqHandleReady(n int) {
 	m0, start := b.cpuNow(), time.Now()
 	systems.StartAsynqServer(scope, b.in, systems.AsynqOptions{Concurrency: asynqServeConc, Handle: aqHandler(h)})
 	go b.aqWaitEmpty(a, h)
-	ok := h.wait(b.ctx(), 3*time.Minute)
+	ok := h.wait(b.ctx())
 	m1 := b.cpuNow()
 	b.addHandling(report.Asynq, report.PhaseReady, report.LabelHandleAQ,
 		fmt.Sprintf("one asynq.Server, Concurrency %d, no-op handler", asynqServeConc), want, start, h, m0, m1, ok, nil)
@@ -389,7 +393,7 @@ func (b *bench) dqEndToEnd(m int) {
 		h.want = m - c.errs*batchSize
 		h.mu.Unlock()
 	}
-	ok := h.wait(b.ctx(), 3*time.Minute)
+	ok := h.wait(b.ctx())
 	m1 := b.cpuNow()
 	b.addHandling(report.DelayQ, report.PhaseE2E, report.LabelE2EDQ,
 		fmt.Sprintf("Go client ScheduleBatch (%d tasks/call, %d goroutines) → one event process → one worker, Concurrency %d", batchSize, batchWorkers, handleConc),
@@ -420,7 +424,7 @@ func (b *bench) aqEndToEnd(m int) {
 		h.want = m - c.errs
 		h.mu.Unlock()
 	}
-	ok := h.wait(b.ctx(), 3*time.Minute)
+	ok := h.wait(b.ctx())
 	m1 := b.cpuNow()
 	b.addHandling(report.Asynq, report.PhaseE2E, report.LabelE2EAQ,
 		fmt.Sprintf("Enqueue (%d goroutines) → one asynq.Server, Concurrency %d, default intervals", singleWorkers, asynqServeConc),
