@@ -49,12 +49,14 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 # golangci-lint, pinned, fetched through the Go module proxy (the curated
-# linters are in .golangci.yml).
+# linters are in .golangci.yml). Both modules: delayq, then bench/ (its own
+# go.mod) under the same config; its paths stay relative to the config file.
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) run ./...
+	cd bench && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
 
 # Benchmarks print their method and figures; results go to docs/benchmarks.md.
 # make bench: delayq next to asynq on the same redis-server (bench/, its own
