@@ -170,15 +170,23 @@ func (h *handled) snapshot() (distinct, dups, stored int, first, last, storedAt 
 	return len(h.ids), h.calls - len(h.ids), h.stored, h.first, h.last, h.storedAt
 }
 
-// cpuMark is the CPU used so far by redis-server and by this process.
-type cpuMark struct{ redis, proc time.Duration }
+// cpuMark is the CPU used so far by redis-server and by this process, and
+// redis-server's INFO commandstats (where its time went, by command).
+type cpuMark struct {
+	redis, proc time.Duration
+	cmds        map[string]testenv.CommandStat
+}
 
 func (b *bench) cpuNow() cpuMark {
 	r, err := b.in.RedisCPU(b.ctx())
 	if err != nil {
 		b.tb.Fatalf("INFO cpu: %v", err)
 	}
-	return cpuMark{redis: r, proc: testenv.ProcessCPU()}
+	info, err := b.in.RDB.Info(b.ctx(), "commandstats").Result()
+	if err != nil {
+		b.tb.Fatalf("INFO commandstats: %v", err)
+	}
+	return cpuMark{redis: r, proc: testenv.ProcessCPU(), cmds: testenv.ParseCommandStats(info)}
 }
 
 // perTask is the CPU between m0 and m1 per task, in µs.
@@ -471,6 +479,9 @@ func (b *bench) addHandling(system, phase, label, method string, n int, start ti
 	}
 	fmt.Printf("%-8s %-10s %-62s %8.0f tasks/s  first handled after %.2fs, all stored %.1fms after the N-th call%s; CPU per task: redis-server %.2fus, this process %.2fus; handled %d of %d, dups %d\n",
 		system, phase, method, row.TasksPerSec, row.FirstS, row.StoredMs, sched, row.RedisCPUus, row.ProcCPUus, distinct, n, dups)
+	// evalsha's time includes the commands its scripts call, which count
+	// under their own names too
+	fmt.Printf("         redis-server per task, by command: %s\n", testenv.CommandStatsDelta(m0.cmds, m1.cmds, n))
 	if !ok {
 		b.note("handling %s %s: %d of %d tasks handled, %d outcomes stored within 3 minutes", system, phase, distinct, n, stored)
 	}
