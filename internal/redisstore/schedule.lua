@@ -80,7 +80,8 @@ for i = 1, n do
   out[#out + 1] = state
   out[#out + 1] = due
 end
--- one ZADD for the whole call; a later copy of an id in the same call wins
-if #zadd > 0 then redis.call('ZADD', due_key, unpack(zadd)) end
+-- one ZADD for the whole call (zadd_all); a later copy of an id in the
+-- same call wins
+if #zadd > 0 then zadd_all(due_key, zadd) end
 if min_new ~= nil then wake(due_key, ARGV[1], ARGV[2], min_new, old_head) end
 return out
