@@ -83,8 +83,11 @@ type Task struct {
 	// ID is the idempotency key (≤ 200 printable bytes, no white space,
 	// not "/", "." or "..": those cannot be a path segment of the API).
 	// Empty: the daemon generates a UUIDv7.
-	ID   string
-	Type string // routes the task to a handler; required
+	ID string
+	// Type routes the task to a handler; required (≤ 200 printable
+	// bytes, no white space, no "/", not "." or "..": the type is the
+	// {type} path segment of the pause and limit endpoints).
+	Type string
 	// Payload is a JSON value, stored and delivered byte for byte.
 	Payload json.RawMessage
 	// PayloadBytes is a binary payload (sent base64-encoded). Set at most

@@ -49,7 +49,7 @@ type ScheduleSpec struct {
 // ID, DueAt and Delay (a tick's id is "<schedule id>@<unix ms>", its due
 // time the tick).
 type ScheduleTask struct {
-	Type string // required
+	Type string // required; the rule of Task.Type
 	// Payload is a JSON value; PayloadBytes a binary payload (sent
 	// base64-encoded). Set at most one.
 	Payload      json.RawMessage

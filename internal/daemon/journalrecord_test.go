@@ -67,3 +67,16 @@ func TestJournalDataOfStoredIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalDataOfStoredTypes: a journal entry written before
+// task.ValidateType refused "/", ".", ".." and types containing "/" is
+// still replayed.
+func TestJournalDataOfStoredTypes(t *testing.T) {
+	for _, typ := range []string{"/", ".", "..", "a/b"} {
+		tk := &task.Task{ID: "j", Type: typ, DueAt: fuzzNow.Truncate(time.Millisecond)}
+		got, err := decodeJournalData(tk.ID, encodeJournalData(tk))
+		if err != nil || got.Type != typ {
+			t.Fatalf("journal entry of type %q: %+v, %v", typ, got, err)
+		}
+	}
+}

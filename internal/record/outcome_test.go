@@ -57,6 +57,10 @@ func TestOutcomeRoundTrip(t *testing.T) {
 			Duration: 3 * time.Second, Shard: 0},
 		{ID: "..", Type: "y", Outcome: OutcomeSucceeded, Attempt: 1, MaxAttempts: 1, // stored before task.ValidateID refused it
 			FinishedAt: time.UnixMilli(1700000000001).UTC(), Shard: -1},
+		{ID: "z", Type: "..", Outcome: OutcomeSucceeded, Attempt: 1, MaxAttempts: 1, // stored before task.ValidateType refused it
+			FinishedAt: time.UnixMilli(1700000000001).UTC(), Shard: -1},
+		{ID: "z2", Type: "a/b", Outcome: OutcomeSucceeded, Attempt: 1, MaxAttempts: 1,
+			FinishedAt: time.UnixMilli(1700000000001).UTC(), Shard: -1},
 	} {
 		m := EncodeOutcome(o, "t")
 		got, err := ParseOutcome(&m)

@@ -49,6 +49,13 @@ func TestParseValid(t *testing.T) {
 			t.Errorf("record of id %q: %+v, %v", id, r, err)
 		}
 	}
+	// likewise types that new tasks may not have (task.ValidateType)
+	for _, typ := range []string{"/", ".", "..", "a/b"} {
+		m = &kafka.Message{Headers: hdrs("dq-id", "x", "dq-type", typ, "dq-due-at", "1", "dq-attempt", "1", "dq-gen", "0")}
+		if r, err := Parse(m, 0); err != nil || r.Type != typ {
+			t.Errorf("record of type %q: %+v, %v", typ, r, err)
+		}
+	}
 }
 
 func TestParseHostile(t *testing.T) {

@@ -222,12 +222,24 @@ func jsonKind(goKind string) string {
 	return "number"
 }
 
-// Validate checks every field, naming the first wrong one: the cron
-// expression and time zone parse, the catch-up policy is known, EndAt is
-// after StartAt, and the template makes a valid task (fields "task.<name>").
+// Validate checks every field of a new spec, naming the first wrong one:
+// the cron expression and time zone parse, the catch-up policy is known,
+// EndAt is after StartAt, and the template makes a valid task (fields
+// "task.<name>") of a type a new task may have (task.ValidateType: not
+// "/", "." or "..", no "/"). A stored spec is only compiled (Compile), so
+// a schedule stored before the type rule grew keeps ticking.
 func (s Spec) Validate() error {
-	_, err := Compile(s)
-	return err
+	if _, err := Compile(s); err != nil {
+		return err
+	}
+	if err := task.ValidateType(s.Task.Type); err != nil {
+		var fe *task.FieldError
+		if errors.As(err, &fe) {
+			return invalid("task."+fe.Field, "%s", fe.Reason)
+		}
+		return invalid("task.type", "%v", err)
+	}
+	return nil
 }
 
 // buildTask makes the template's task (without id and due time), checking
@@ -271,9 +283,11 @@ func (t Template) buildTask() (*task.Task, error) {
 		}
 		tk.Timeout = d
 	}
-	// the id and due time are the tick's; stand-ins let Validate check the rest
+	// the id and due time are the tick's; stand-ins let ValidateStored
+	// check the rest (the stored rule: Compile also compiles stored specs,
+	// whose type may predate task.ValidateType; Spec.Validate adds it)
 	tk.ID, tk.DueAt = "x", time.UnixMilli(1)
-	if err := tk.Validate(); err != nil {
+	if err := tk.ValidateStored(); err != nil {
 		var fe *task.FieldError
 		if errors.As(err, &fe) {
 			return nil, invalid("task."+fe.Field, "%s", fe.Reason)

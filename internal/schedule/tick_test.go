@@ -283,3 +283,25 @@ func FuzzDecodeSpec(f *testing.F) {
 		}
 	})
 }
+
+// TestTemplateTypeRule: a new spec's task template may not have a type
+// that a new task may not have (task.ValidateType: "/", ".", "..", a "/"
+// inside), named "task.type"; a stored spec with such a type still
+// compiles, so its schedule keeps ticking.
+func TestTemplateTypeRule(t *testing.T) {
+	for _, typ := range []string{"/", ".", "..", "a/b"} {
+		s := Spec{Cron: "@daily", Task: Template{Type: typ}}
+		var fe *FieldError
+		if err := s.Validate(); !errors.As(err, &fe) || !errors.Is(err, ErrInvalid) || fe.Field != "task.type" {
+			t.Errorf("Validate with task.type %q = %v, want a FieldError naming task.type", typ, err)
+		}
+		_, err := DecodeSpec([]byte(`{"cron":"@daily","task":{"type":"` + typ + `"}}`))
+		if !errors.As(err, &fe) || fe.Field != "task.type" || !strings.Contains(err.Error(), "must not") {
+			t.Errorf("DecodeSpec with task.type %q = %v, want a FieldError naming task.type", typ, err)
+		}
+		c := mustCompile(t, s)
+		if tk := c.Task("s", ts(t, "2026-02-01T00:00:00Z")); tk.Type != typ || tk.ValidateStored() != nil {
+			t.Errorf("the tick of a stored spec of type %q: %+v", typ, tk)
+		}
+	}
+}

@@ -158,31 +158,71 @@ func ValidateStoredID(id string) error {
 	return nil
 }
 
+// ValidateType checks the type of a new task (or of a schedule's task
+// template, a pause or a rate-limit rule being set): what
+// ValidateStoredType checks, and not "/", "." or "..", nor containing "/".
+// The type is one segment of the API's paths (/v1/types/{type}/pause,
+// /v1/limits/{type}): clients, browsers and proxies resolve the dot
+// segments (also when escaped as %2E), and Go's http.ServeMux takes the
+// escaped "/" (%2F) of a whole segment for a trailing slash; a "/" inside a
+// type reaches the routes escaped, but the pause state and rate-limit rules
+// (etcd keys /<ns>/paused/<type>, /<ns>/limits/<type>) refuse it. Tasks of
+// such a type could be scheduled but their type never paused or limited.
+func ValidateType(typ string) error {
+	if err := ValidateStoredType(typ); err != nil {
+		return err
+	}
+	if typ == "/" || typ == "." || typ == ".." {
+		return invalid("type", "must not be %q: it cannot be a path segment of the API (/v1/types/{type}, /v1/limits/{type})", typ)
+	}
+	if strings.Contains(typ, "/") {
+		return invalid("type", "must not contain \"/\": such a type cannot be paused or rate-limited (/v1/types/{type}/pause, /v1/limits/{type})")
+	}
+	return nil
+}
+
+// ValidateStoredType checks a type that may be that of a task stored
+// before ValidateType refused "/", "." and ".." and types containing "/":
+// 1..MaxTypeLen bytes of printable UTF-8 without white space. It is the
+// rule where a type reaches us from stored data (journal entries, stored
+// schedules) or names tasks to act on (a list's or a bulk filter's type),
+// so such tasks keep being delivered and can still be found by type.
+func ValidateStoredType(typ string) error {
+	if typ == "" {
+		return invalid("type", "is required")
+	}
+	if len(typ) > MaxTypeLen || !printable(typ) {
+		return invalid("type", "must be 1..%d printable characters without white space", MaxTypeLen)
+	}
+	return nil
+}
+
 // Validate checks every producer-set field of a new task.
 func (t *Task) Validate() error {
 	if err := ValidateID(t.ID); err != nil {
+		return err
+	}
+	if err := ValidateType(t.Type); err != nil {
 		return err
 	}
 	return t.validateFields()
 }
 
 // ValidateStored checks every producer-set field of a task that may have
-// been stored before the id rule grew (see ValidateStoredID).
+// been stored before the id and type rules grew (see ValidateStoredID and
+// ValidateStoredType).
 func (t *Task) ValidateStored() error {
 	if err := ValidateStoredID(t.ID); err != nil {
+		return err
+	}
+	if err := ValidateStoredType(t.Type); err != nil {
 		return err
 	}
 	return t.validateFields()
 }
 
-// validateFields checks the producer-set fields but the id.
+// validateFields checks the producer-set fields but the id and the type.
 func (t *Task) validateFields() error {
-	if t.Type == "" {
-		return invalid("type", "is required")
-	}
-	if len(t.Type) > MaxTypeLen || !printable(t.Type) {
-		return invalid("type", "must be 1..%d printable characters without white space", MaxTypeLen)
-	}
 	if len(t.Topic) > MaxTopicLen || !validTopic(t.Topic) {
 		return invalid("topic", "must be up to %d characters of [a-zA-Z0-9._-]", MaxTopicLen)
 	}

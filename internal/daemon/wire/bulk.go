@@ -30,8 +30,9 @@ type Filter struct {
 // With times false the filter takes only "type" (the dead set has no due
 // times to filter by). Each id must pass task.ValidateStoredID (an id
 // names a task that may have been stored before task.ValidateID refused
-// it), the type ValidType, the times RFC 3339; 422 invalid_task naming the
-// field otherwise ("ids[3]", "filter.type").
+// it), the type ValidType (task.ValidateStoredType, for the same reason),
+// the times RFC 3339; 422 invalid_task naming the field otherwise
+// ("ids[3]", "filter.type").
 func DecodeBulk(b []byte, times bool) (Bulk, *Error) {
 	var out Bulk
 	if e := scanOne(b); e != nil {
@@ -174,11 +175,13 @@ func reason(err error) string {
 	return err.Error()
 }
 
-// ValidType checks a task type the way task.Validate does: 1..MaxTypeLen
-// bytes of printable UTF-8 without white space.
+// ValidType checks a task type that names tasks to act on (a list's or a
+// bulk filter's type) with task.ValidateStoredType: 1..MaxTypeLen bytes of
+// printable UTF-8 without white space, so tasks stored before
+// task.ValidateType refused their type ("/", ".", "..", "a/b") can still
+// be found by it.
 func ValidType(typ string) error {
-	t := task.Task{ID: "x", Type: typ, DueAt: time.UnixMilli(1)}
-	if err := t.Validate(); err != nil {
+	if err := task.ValidateStoredType(typ); err != nil {
 		return fmt.Errorf("%s", reason(err))
 	}
 	return nil
