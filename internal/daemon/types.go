@@ -16,6 +16,7 @@ import (
 	"github.com/delayq/delayq/internal/pause"
 	"github.com/delayq/delayq/internal/ratelimit"
 	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
 )
 
 // The task-type endpoints:
@@ -186,10 +187,19 @@ func (a *App) handleListTypes(c *call) (int, any, *wire.Error) {
 	}{out}, nil
 }
 
-// pathType reads and checks the {type} path value.
-func pathType(c *call) (string, *wire.Error) {
+// pathType reads and checks the {type} path value of a pause being set
+// (op is pause.Pause): task.ValidateType, the rule of a new task's type,
+// so no pause is set that the API could not name ("." and "..") — or of a
+// resume: pause.ValidateStoredType, since the type may have been paused
+// before that rule ("." and ".." arrive here escaped as %2E).
+func pathType(c *call, pausing bool) (string, *wire.Error) {
 	typ := c.PathValue("type")
-	if err := pause.ValidateType(typ); err != nil {
+	if pausing {
+		if err := task.ValidateType(typ); err != nil {
+			return "", wire.InvalidTask(wire.ValidationMessage(err))
+		}
+	}
+	if err := pause.ValidateStoredType(typ); err != nil {
 		return "", wire.InvalidTask("type: " + strings.TrimPrefix(err.Error(), pause.ErrInvalidType.Error()+" "))
 	}
 	return typ, nil
@@ -202,7 +212,7 @@ type pauseResult struct {
 }
 
 func (a *App) handlePauseType(c *call) (int, any, *wire.Error) {
-	typ, changed, e := a.setPause(c, pause.Pause)
+	typ, changed, e := a.setPause(c, true, pause.Pause)
 	if e != nil {
 		return 0, nil, e
 	}
@@ -212,9 +222,10 @@ func (a *App) handlePauseType(c *call) (int, any, *wire.Error) {
 	return http.StatusOK, pauseResult{Type: typ, Paused: true, Changed: changed}, nil
 }
 
-// setPause runs op (pause.Pause or pause.Resume) on the path's type.
-func (a *App) setPause(c *call, op func(context.Context, *clientv3.Client, string, string) (bool, error)) (typ string, changed bool, e *wire.Error) {
-	if typ, e = pathType(c); e != nil {
+// setPause runs op (pause.Pause, pausing true, or pause.Resume) on the
+// path's type.
+func (a *App) setPause(c *call, pausing bool, op func(context.Context, *clientv3.Client, string, string) (bool, error)) (typ string, changed bool, e *wire.Error) {
+	if typ, e = pathType(c, pausing); e != nil {
 		return "", false, e
 	}
 	cli, e := a.etcdFor("pause states")
@@ -246,7 +257,7 @@ type resumeResult struct {
 // the resume is not an error of the request: the work processes'
 // reconcilers unpark within 10 s; unpark_error says so.
 func (a *App) handleResumeType(c *call) (int, any, *wire.Error) {
-	typ, changed, e := a.setPause(c, pause.Resume)
+	typ, changed, e := a.setPause(c, false, pause.Resume)
 	if e != nil {
 		return 0, nil, e
 	}

@@ -19,10 +19,27 @@ import (
 // type that is not a valid one (bad input: an API maps it to 400).
 var ErrInvalidType = errors.New("invalid task type")
 
-// ValidateType checks a task type as task.Validate does (1..task.MaxTypeLen
-// bytes of printable UTF-8 without white space) and also refuses '/',
-// which would break the etcd key layout. The error wraps ErrInvalidType.
+// ValidateType checks the type of a pause being set: what
+// ValidateStoredType checks, and not "." or ".." (task.ValidateType's
+// rule: no URL carries them as the {type} segment of
+// /v1/types/{type}/pause). The error wraps ErrInvalidType.
 func ValidateType(typ string) error {
+	if err := ValidateStoredType(typ); err != nil {
+		return err
+	}
+	if typ == "." || typ == ".." {
+		return fmt.Errorf("%w %q: must not be %q: it cannot be a path segment of the API (/v1/types/{type})", ErrInvalidType, typ, typ)
+	}
+	return nil
+}
+
+// ValidateStoredType checks a task type that may be paused already (set
+// before ValidateType refused "." and ".."): 1..task.MaxTypeLen bytes of
+// printable UTF-8 without white space, as task.ValidateStoredType, and no
+// '/', which would break the etcd key layout. It is the rule of a resume
+// and of the stored keys, so such a pause keeps applying and can be
+// lifted. The error wraps ErrInvalidType.
+func ValidateStoredType(typ string) error {
 	switch {
 	case typ == "":
 		return fmt.Errorf("%w: must not be empty", ErrInvalidType)
@@ -59,17 +76,17 @@ func checkNS(ns string) error {
 	return nil
 }
 
-func check(ns, typ string) error {
+func check(ns, typ string, validate func(string) error) error {
 	if err := checkNS(ns); err != nil {
 		return err
 	}
-	return ValidateType(typ)
+	return validate(typ)
 }
 
 // Pause marks typ paused in namespace ns. changed is false when it was
 // paused already (its paused_at is kept).
 func Pause(ctx context.Context, cli *clientv3.Client, ns, typ string) (changed bool, err error) {
-	if err := check(ns, typ); err != nil {
+	if err := check(ns, typ, ValidateType); err != nil {
 		return false, err
 	}
 	b, err := json.Marshal(value{PausedAt: time.Now().UTC()})
@@ -91,7 +108,7 @@ func Pause(ctx context.Context, cli *clientv3.Client, ns, typ string) (changed b
 // not paused. Its parked tasks are the caller's to unpark
 // (redisstore.Unpark); the work processes' reconcilers do it too.
 func Resume(ctx context.Context, cli *clientv3.Client, ns, typ string) (changed bool, err error) {
-	if err := check(ns, typ); err != nil {
+	if err := check(ns, typ, ValidateStoredType); err != nil {
 		return false, err
 	}
 	resp, err := cli.Delete(ctx, Key(ns, typ))
@@ -131,7 +148,7 @@ func list(ctx context.Context, cli *clientv3.Client, prefix string) (map[string]
 // decode: the key alone means paused).
 func decode(prefix string, key, val []byte) (typ string, at time.Time, ok bool) {
 	typ = strings.TrimPrefix(string(key), prefix)
-	if ValidateType(typ) != nil {
+	if ValidateStoredType(typ) != nil {
 		return "", time.Time{}, false
 	}
 	var v value

@@ -148,3 +148,29 @@ func TestPauseEtcdDown(t *testing.T) {
 		t.Fatalf("Pause with etcd down: %v", err)
 	}
 }
+
+// TestPauseOfDotTypes: "." and ".." cannot be paused anew (no URL carries
+// them as /v1/types/{type}/pause), but a pause stored before keeps
+// applying (List) and can be lifted (Resume).
+func TestPauseOfDotTypes(t *testing.T) {
+	cli := testenv.StartEtcd(t).Client(t)
+	ctx := t.Context()
+	ns := testNS(t)
+	for _, typ := range []string{".", ".."} {
+		if _, err := Pause(ctx, cli, ns, typ); !errors.Is(err, ErrInvalidType) {
+			t.Fatalf("Pause(%q) = %v, want ErrInvalidType", typ, err)
+		}
+		if _, err := cli.Put(ctx, Key(ns, typ), `{"paused_at":"2026-01-02T03:04:05Z"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paused, err := List(ctx, cli, ns)
+	if err != nil || len(paused) != 2 || paused["."].IsZero() || paused[".."].IsZero() {
+		t.Fatalf("List = %v, %v; want the stored pauses of . and ..", paused, err)
+	}
+	for _, typ := range []string{".", ".."} {
+		if changed, err := Resume(ctx, cli, ns, typ); err != nil || !changed {
+			t.Fatalf("Resume(%q) = %v, %v", typ, changed, err)
+		}
+	}
+}

@@ -105,7 +105,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
-	typ, ok := pathType(w, r)
+	typ, ok := pathType(w, r, ValidateStoredType)
 	if !ok {
 		return
 	}
@@ -124,7 +124,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) put(w http.ResponseWriter, r *http.Request) {
-	typ, ok := pathType(w, r)
+	typ, ok := pathType(w, r, ValidateType)
 	if !ok {
 		return
 	}
@@ -152,7 +152,7 @@ func (a *api) put(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) delete(w http.ResponseWriter, r *http.Request) {
-	typ, ok := pathType(w, r)
+	typ, ok := pathType(w, r, ValidateStoredType)
 	if !ok {
 		return
 	}
@@ -191,9 +191,13 @@ func (a *api) usageOf(ctx context.Context, rules map[string]Rule) (map[string]Us
 	return a.lim.UsageOf(ctx, rules)
 }
 
-func pathType(w http.ResponseWriter, r *http.Request) (string, bool) {
+// pathType reads and checks the {type} path value with validate:
+// ValidateType for a rule being set, ValidateStoredType to read or delete
+// one that may be stored before ValidateType refused its type ("." and
+// ".." arrive here escaped as %2E).
+func pathType(w http.ResponseWriter, r *http.Request, validate func(string) error) (string, bool) {
 	typ := r.PathValue("type")
-	if err := ValidateType(typ); err != nil {
+	if err := validate(typ); err != nil {
 		writeError(w, http.StatusUnprocessableEntity, codeInvalidRule, "type: "+err.Error())
 		return "", false
 	}

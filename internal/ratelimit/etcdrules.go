@@ -77,7 +77,7 @@ func (r *Rules) Put(ctx context.Context, typ string, rule Rule) error {
 
 // Delete removes the rule of typ and reports whether there was one.
 func (r *Rules) Delete(ctx context.Context, typ string) (bool, error) {
-	if err := ValidateType(typ); err != nil {
+	if err := ValidateStoredType(typ); err != nil {
 		return false, err
 	}
 	resp, err := r.cli.Delete(ctx, r.key(typ))
@@ -89,7 +89,7 @@ func (r *Rules) Delete(ctx context.Context, typ string) (bool, error) {
 
 // Get reads the rule of typ from etcd (a linearizable read).
 func (r *Rules) Get(ctx context.Context, typ string) (Rule, bool, error) {
-	if err := ValidateType(typ); err != nil {
+	if err := ValidateStoredType(typ); err != nil {
 		return Rule{}, false, err
 	}
 	resp, err := r.cli.Get(ctx, r.key(typ))
@@ -124,7 +124,7 @@ func (r *Rules) list(ctx context.Context) (map[string]Rule, int64, error) {
 // decode reads the rule stored under key r.prefix+typ; a bad key or a value
 // that does not decode is logged and left out.
 func (r *Rules) decode(typ string, value []byte) (Rule, bool) {
-	if err := ValidateType(typ); err != nil {
+	if err := ValidateStoredType(typ); err != nil {
 		r.log.Warn("ignoring rate-limit rule with a bad key", "key", r.prefix+typ, "error", err)
 		return Rule{}, false
 	}

@@ -185,11 +185,28 @@ func checkDuration(field string, d, lo, hi time.Duration) error {
 	return nil
 }
 
-// ValidateType checks a task type used as a rule name: 1..200 bytes of
-// printable UTF-8 without white space (as task.Validate requires) and
-// without '/', which would break the etcd key layout. The error wraps
-// ErrInvalidType.
+// ValidateType checks the type of a rule being set: what
+// ValidateStoredType checks, and not "." or ".." (task.ValidateType's
+// rule: no URL carries them as the {type} segment of /v1/limits/{type}).
+// The error wraps ErrInvalidType.
 func ValidateType(typ string) error {
+	if err := ValidateStoredType(typ); err != nil {
+		return err
+	}
+	if typ == "." || typ == ".." {
+		return fmt.Errorf("%w %q: must not be %q: it cannot be a path segment of the API (/v1/limits/{type})", ErrInvalidType, typ, typ)
+	}
+	return nil
+}
+
+// ValidateStoredType checks a task type used as the name of a rule that
+// may be stored already (set before ValidateType refused "." and ".."):
+// 1..200 bytes of printable UTF-8 without white space (as
+// task.ValidateStoredType requires) and without '/', which would break
+// the etcd key layout. It is the rule of reading and deleting a rule and
+// of the stored keys, so such a rule keeps applying and can be removed.
+// The error wraps ErrInvalidType.
+func ValidateStoredType(typ string) error {
 	switch {
 	case typ == "":
 		return fmt.Errorf("%w: must not be empty", ErrInvalidType)

@@ -221,3 +221,22 @@ func FuzzDecodeRule(f *testing.F) {
 		}
 	})
 }
+
+// TestValidateStoredType: "." and ".." cannot name a new rule (no URL
+// carries them as /v1/limits/{type}) but a rule stored before may have
+// them and is still read and deleted.
+func TestValidateStoredType(t *testing.T) {
+	for _, typ := range []string{".", ".."} {
+		if err := ValidateType(typ); !errors.Is(err, ErrInvalidType) || !strings.Contains(err.Error(), "must not be") {
+			t.Errorf("ValidateType(%q) = %v, want ErrInvalidType", typ, err)
+		}
+		if err := ValidateStoredType(typ); err != nil {
+			t.Errorf("ValidateStoredType(%q): %v", typ, err)
+		}
+	}
+	for _, typ := range []string{"", "a/b", "/", "a b"} {
+		if err := ValidateStoredType(typ); !errors.Is(err, ErrInvalidType) {
+			t.Errorf("ValidateStoredType(%q) = %v, want ErrInvalidType", typ, err)
+		}
+	}
+}
