@@ -731,9 +731,8 @@ func TestHostileOperator(t *testing.T) {
 	rdb := r.Client(t)
 	st := openStore(t, rdb, cfg)
 
-	// Markup in an id and a type (no "/": task.ValidateType), and a dead
-	// task to redrive.
-	const evilType, evilID = `<script>alert(1)<\script>`, `<img/src=x/onerror=alert(1)>`
+	// Markup in an id and a type, and a dead task to redrive.
+	const evilType, evilID = `<script>alert(1)</script>`, `<img/src=x/onerror=alert(1)>`
 	if got := app.do("POST", "/v1/tasks", fmt.Sprintf(`{"id":%q,"type":%q,"delay":"1h"}`, evilID, evilType)); got.Status != 201 {
 		t.Fatalf("schedule: %d %s", got.Status, got.Raw)
 	}

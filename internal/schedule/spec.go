@@ -226,7 +226,7 @@ func jsonKind(goKind string) string {
 // the cron expression and time zone parse, the catch-up policy is known,
 // EndAt is after StartAt, and the template makes a valid task (fields
 // "task.<name>") of a type a new task may have (task.ValidateType: not
-// "/", "." or "..", no "/"). A stored spec is only compiled (Compile), so
+// "/", "." or ".."). A stored spec is only compiled (Compile), so
 // a schedule stored before the type rule grew keeps ticking.
 func (s Spec) Validate() error {
 	if _, err := Compile(s); err != nil {

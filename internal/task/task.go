@@ -160,14 +160,14 @@ func ValidateStoredID(id string) error {
 
 // ValidateType checks the type of a new task (or of a schedule's task
 // template, a pause or a rate-limit rule being set): what
-// ValidateStoredType checks, and not "/", "." or "..", nor containing "/".
-// The type is one segment of the API's paths (/v1/types/{type}/pause,
-// /v1/limits/{type}): clients, browsers and proxies resolve the dot
-// segments (also when escaped as %2E), and Go's http.ServeMux takes the
-// escaped "/" (%2F) of a whole segment for a trailing slash; a "/" inside a
-// type reaches the routes escaped, but the pause state and rate-limit rules
-// (etcd keys /<ns>/paused/<type>, /<ns>/limits/<type>) refuse it. Tasks of
-// such a type could be scheduled but their type never paused or limited.
+// ValidateStoredType checks, and not "/", "." or "..". The type is one
+// segment of the API's paths (/v1/types/{type}/pause, /v1/limits/{type}):
+// clients, browsers and proxies resolve the dot segments (also when
+// escaped as %2E), and Go's http.ServeMux takes the escaped "/" (%2F) of a
+// whole segment for a trailing slash. A "/" inside a type ("email/send")
+// is accepted: producers use such types, and they reach the routes
+// escaped; the pause state and the rate-limit rules refuse them (their
+// etcd keys), with a 422 that says so.
 func ValidateType(typ string) error {
 	if err := ValidateStoredType(typ); err != nil {
 		return err
@@ -175,14 +175,11 @@ func ValidateType(typ string) error {
 	if typ == "/" || typ == "." || typ == ".." {
 		return invalid("type", "must not be %q: it cannot be a path segment of the API (/v1/types/{type}, /v1/limits/{type})", typ)
 	}
-	if strings.Contains(typ, "/") {
-		return invalid("type", "must not contain \"/\": such a type cannot be paused or rate-limited (/v1/types/{type}/pause, /v1/limits/{type})")
-	}
 	return nil
 }
 
 // ValidateStoredType checks a type that may be that of a task stored
-// before ValidateType refused "/", "." and ".." and types containing "/":
+// before ValidateType refused "/", "." and "..":
 // 1..MaxTypeLen bytes of printable UTF-8 without white space. It is the
 // rule where a type reaches us from stored data (journal entries, stored
 // schedules) or names tasks to act on (a list's or a bulk filter's type),
