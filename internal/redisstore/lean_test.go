@@ -376,3 +376,23 @@ func TestDueScoreArgMatchesTheScripts(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRecordMatchesTheScripts: the record the store builds for a new
+// task with an absolute due time (schedule.lua writes it as it comes) is
+// the one record() of common.lua builds, which every script parses.
+func TestNewRecordMatchesTheScripts(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rdb := r.Client(t)
+	sc := redis.NewScript(commonLua + "\nreturn record('s', 0, 1, tonumber(ARGV[1]), ARGV[2])")
+	tk := &task.Task{ID: "x", Type: "t", Payload: []byte(`{"a":1}`), PayloadJSON: true, Headers: map[string]string{"h": "v"}, MaxAttempts: 3}
+	body := task.EncodeBody(tk)
+	for _, due := range []int64{0, 1, 999, 1<<32 - 1, 1 << 32, 1_700_000_000_000, task.MaxDueMillis} {
+		want, err := sc.Run(t.Context(), rdb, nil, due, body).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(newRecord(due, tk)); got != want {
+			t.Fatalf("due %d: Go %x, Lua %x", due, got, want)
+		}
+	}
+}

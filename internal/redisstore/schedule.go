@@ -194,13 +194,12 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 			t := subs[i].Task
 			b := bucketOf(t.ID)
 			keys = append(keys, s.k.bucketKey(c.shard, b))
-			due := ""
 			if subs[i].Relative {
-				due = dueArg(t.DueAt, subs[i].Delay, true)
+				args = append(args, t.ID, dueArg(t.DueAt, subs[i].Delay, true), task.EncodeBody(t))
 			} else {
-				due = dueScoreArg(task.Millis(t.DueAt), b)
+				ms := task.Millis(t.DueAt)
+				args = append(args, t.ID, dueScoreArg(ms, b), newRecord(ms, t))
 			}
-			args = append(args, t.ID, due, task.EncodeBody(t))
 		}
 		c.keys, c.args = keys, args
 	}

@@ -6,9 +6,12 @@
 --          growing map: an absent task is created on its new shard);
 --          'r' revive: a cancelled task becomes waiting again with the new
 --          content (the scheduler re-materializing a tick it cancelled)
--- ARGV[3i+2], ARGV[3i+3], ARGV[3i+4] (i = 1..n): id, due, body
---   due is "+<ms>" relative to Redis TIME, or absolute: the due-set score
---   (due_score), which the caller formats so that this script does not.
+-- ARGV[3i+2], ARGV[3i+3], ARGV[3i+4] (i = 1..n): id, due, data
+--   due is "+<ms>" relative to Redis TIME, and data the task's body; or
+--   absolute: the due-set score (due_score), and data the whole record of
+--   a new task (record('s', 0, 1, due, body)): the caller formats both, so
+--   that this script neither formats a score nor builds a record per task
+--   (the body is cut from it only for an id that exists).
 -- Returns per task {code, state, due}: code 1 created, 2 unchanged,
 -- 3 updated (upsert of a waiting task, with the next generation), 4 conflict
 -- (task exists in another state with different content; state F when a
@@ -28,29 +31,32 @@ local zadd = {}
 local queued = {}
 local n = (#ARGV - 4) / 3
 for i = 1, n do
-  local id, spec, body = ARGV[3 * i + 2], ARGV[3 * i + 3], ARGV[3 * i + 4]
+  local id, spec, data = ARGV[3 * i + 2], ARGV[3 * i + 3], ARGV[3 * i + 4]
   local bkey = KEYS[4 + i]
   local relative = string.sub(spec, 1, 1) == '+'
-  local due, score
+  local due, score, body, rec
   if relative then
     now = now or now_ms()
     due = now + tonumber(string.sub(spec, 2))
+    body = data
   else
     score = spec
     due = math.floor(tonumber(spec))
+    rec = data
   end
   local code, state = 1, 's'
   local cur = nil
   if existing_only then
     cur = redis.call('HGET', bkey, id)
     if not cur then code, state, due = 8, '', 0 end
-  elseif redis.call('HSETNX', bkey, id, record('s', 0, 1, due, body)) == 0 then
+  elseif redis.call('HSETNX', bkey, id, rec or record('s', 0, 1, due, body)) == 0 then
     -- the common case, a new id, cost only the HSETNX
     cur = redis.call('HGET', bkey, id)
   end
   if cur and is_moving(cur) then
     code, state, due = 7, '', 0
   elseif cur then
+    body = body or string.sub(rec, 14)
     local st, gen, att, odue, obody = parse(cur)
     -- (an id written earlier in this call is not in the due set yet)
     if not queued[id] and taken(due_key, id, st) then st = taken_state(KEYS[3], id) end

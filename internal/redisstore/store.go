@@ -202,6 +202,19 @@ func dueScoreArg(ms int64, b int) string {
 	return strconv.FormatFloat(float64(ms)+float64(b)/BucketsPerShard, 'f', 4, 64)
 }
 
+// newRecord is the record of new task t due at ms (unix ms) as
+// schedule.lua writes it: record('s', 0, 1, due, body) of common.lua —
+// state 's', generation 0 (4 bytes), attempt 1 (2 bytes), the due time (6
+// bytes, big-endian), then the body (task.EncodeBody).
+func newRecord(ms int64, t *task.Task) []byte {
+	rec := make([]byte, 13, 13+64+len(t.Payload))
+	rec[0] = 's'
+	binary.BigEndian.PutUint16(rec[5:7], 1)
+	binary.BigEndian.PutUint16(rec[7:9], uint16(ms>>32))
+	binary.BigEndian.PutUint32(rec[9:13], uint32(ms))
+	return task.AppendBody(rec, t)
+}
+
 func conflict(id string, r reply) error {
 	return &StateError{ID: id, State: r.state}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -32,7 +33,11 @@ const (
 var ErrCorrupt = errors.New("corrupt task body")
 
 // EncodeBody encodes the producer-set fields except ID and DueAt.
-func EncodeBody(t *Task) []byte {
+func EncodeBody(t *Task) []byte { return AppendBody(nil, t) }
+
+// AppendBody appends EncodeBody(t) to dst (the store puts a record's
+// header before it without copying the body again).
+func AppendBody(dst []byte, t *Task) []byte {
 	n := 8 + len(t.Type) + len(t.Payload) + len(t.Topic) + len(t.Key)
 	for k, v := range t.Headers {
 		n += len(k) + len(v) + 4
@@ -50,7 +55,7 @@ func EncodeBody(t *Task) []byte {
 	set(flagAttempts, t.MaxAttempts > 0)
 	set(flagTimeout, t.Timeout.Milliseconds() > 0)
 	set(flagPriority, t.Priority != 0)
-	b := make([]byte, 0, n)
+	b := slices.Grow(dst, n)
 	b = append(b, bodyVersion, flags)
 	b = appendString(b, t.Type)
 	b = appendBytes(b, t.Payload)
