@@ -2,11 +2,9 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -128,7 +126,7 @@ func BenchmarkLag(b *testing.B) {
 		res.print(say, r+1)
 		say("run %d: redis-server in the fire window: %s", r+1, res.redis)
 		for _, name := range []string{"delayq_fire_lag_seconds", "delayq_produce_duration_seconds"} {
-			say("run %d: %s (Prometheus, all event processes, this run): %s", r+1, name, h1[name].minus(h0[name]).summary())
+			say("run %d: %s (Prometheus, all event processes, this run): %s", r+1, name, h1[name].Minus(h0[name]).Summary())
 		}
 		if gctrace {
 			for i := range events {
@@ -537,51 +535,10 @@ func summarize(say func(string, ...any), all []lagResult) {
 	}
 }
 
-// hist is a Prometheus histogram read from /metrics: cumulative counts by
-// upper bound, summed over processes.
-type hist struct {
-	les    []float64
-	counts map[float64]float64
-}
-
-func (h hist) minus(o hist) hist {
-	out := hist{les: h.les, counts: map[float64]float64{}}
-	for _, le := range h.les {
-		out.counts[le] = h.counts[le] - o.counts[le]
-	}
-	return out
-}
-
-// summary is the count and the bucket upper bounds that hold the p50, p99
-// and p99.9.
-func (h hist) summary() string {
-	if len(h.les) == 0 {
-		return "not exported"
-	}
-	total := h.counts[math.Inf(1)]
-	if total == 0 {
-		return "no samples"
-	}
-	at := func(q float64) string {
-		for _, le := range h.les {
-			if h.counts[le] >= q*total {
-				if math.IsInf(le, 1) {
-					return "+Inf"
-				}
-				return fmt.Sprintf("<=%gms", le*1000)
-			}
-		}
-		return "?"
-	}
-	return fmt.Sprintf("%.0f samples; p50 %s, p99 %s, p99.9 %s", total, at(0.5), at(0.99), at(0.999))
-}
-
-var bucketLine = regexp.MustCompile(`^(\w+)_bucket\{le="([^"]+)"\} ([0-9.e+-]+)$`)
-
 // scrapeHists reads the histograms of every event process, summed.
-func scrapeHists(b *testing.B, c *localCluster, events int) map[string]hist {
+func scrapeHists(b *testing.B, c *localCluster, events int) map[string]testenv.Hist {
 	b.Helper()
-	out := map[string]hist{}
+	out := map[string]testenv.Hist{}
 	for i := range events {
 		resp, err := c.hc.Get(c.AdminURL(Event, i) + "/metrics")
 		if err != nil {
@@ -592,26 +549,8 @@ func scrapeHists(b *testing.B, c *localCluster, events int) map[string]hist {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for line := range strings.SplitSeq(string(body), "\n") {
-			m := bucketLine.FindStringSubmatch(line)
-			if m == nil {
-				continue
-			}
-			le, err1 := strconv.ParseFloat(m[2], 64)
-			v, err2 := strconv.ParseFloat(m[3], 64)
-			if err := errors.Join(err1, err2); err != nil {
-				b.Fatalf("%s: %v", line, err)
-			}
-			h := out[m[1]]
-			if h.counts == nil {
-				h.counts = map[float64]float64{}
-			}
-			if _, ok := h.counts[le]; !ok {
-				h.les = append(h.les, le)
-				slices.Sort(h.les)
-			}
-			h.counts[le] += v
-			out[m[1]] = h
+		if err := testenv.AddHists(out, string(body)); err != nil {
+			b.Fatal(err)
 		}
 	}
 	return out

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"runtime"
@@ -176,10 +175,7 @@ func benchSteady(b *testing.B) {
 // records while they are fired (testenv.StampPolls: each fetch stamped as
 // PollFetches returns; FetchMaxWait 10ms is franz-go's minimum and adds
 // nothing: kfake answers a waiting fetch as soon as a record is appended).
-type liveLags struct {
-	cl    *kgo.Client
-	polls *testenv.Polls
-}
+type liveLags struct{ polls *testenv.Polls }
 
 // lagParts is what liveLags measured, per task's first record.
 type lagParts struct {
@@ -190,7 +186,7 @@ type lagParts struct {
 func startLiveLags(tb testing.TB, w *world, topic string) *liveLags {
 	cl := w.kafka.Client(tb, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(10*time.Millisecond), kgo.FetchMinBytes(1))
-	return &liveLags{cl: cl, polls: testenv.StampPolls(cl)}
+	return &liveLags{polls: testenv.StampPolls(cl)}
 }
 
 // wait collects the records until n distinct tasks were seen (or fails
@@ -240,41 +236,11 @@ func histQuantiles(tb testing.TB, addr, name string) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	type bucket struct{ le, count float64 }
-	var bs []bucket
-	prefix := name + `_bucket{le="`
-	for line := range strings.SplitSeq(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, prefix)
-		if !ok {
-			continue
-		}
-		le, v, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		lef, err1 := strconv.ParseFloat(le, 64)
-		vf, err2 := strconv.ParseFloat(v, 64)
-		if err1 != nil || err2 != nil {
-			tb.Fatalf("%s: %v %v", line, err1, err2)
-		}
-		bs = append(bs, bucket{lef, vf})
+	hs := map[string]testenv.Hist{}
+	if err := testenv.AddHists(hs, string(body)); err != nil {
+		tb.Fatal(err)
 	}
-	if len(bs) == 0 || bs[len(bs)-1].count == 0 {
-		return "no samples"
-	}
-	total := bs[len(bs)-1].count
-	at := func(q float64) string {
-		for _, b := range bs {
-			if b.count >= q*total {
-				if math.IsInf(b.le, 1) {
-					return "+Inf"
-				}
-				return fmt.Sprintf("<=%gms", b.le*1000)
-			}
-		}
-		return "?"
-	}
-	return fmt.Sprintf("%.0f calls; p50 %s, p99 %s, p99.9 %s", total, at(0.5), at(0.99), at(0.999))
+	return hs[name].Summary()
 }
 
 func benchBurst(b *testing.B) {
