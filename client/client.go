@@ -85,8 +85,9 @@ type Task struct {
 	// Empty: the daemon generates a UUIDv7.
 	ID string
 	// Type routes the task to a handler; required (≤ 200 printable
-	// bytes, no white space, no "/", not "." or "..": the type is the
-	// {type} path segment of the pause and limit endpoints).
+	// bytes, no white space, not "/", "." or "..": the type is the {type}
+	// path segment of the pause and limit endpoints, which also refuse a
+	// type with a "/" inside).
 	Type string
 	// Payload is a JSON value, stored and delivered byte for byte.
 	Payload json.RawMessage

@@ -20,14 +20,13 @@ import (
 var ErrInvalidType = errors.New("invalid task type")
 
 // ValidateType checks the type of a pause being set: what
-// ValidateStoredType checks, and not "." or ".." (task.ValidateType's
-// rule: no URL carries them as the {type} segment of
-// /v1/types/{type}/pause). The error wraps ErrInvalidType.
+// ValidateStoredType checks, and a task.PathSegment (no URL carries "."
+// or ".." as the {type} segment of /v1/types/{type}/pause). The error wraps ErrInvalidType.
 func ValidateType(typ string) error {
 	if err := ValidateStoredType(typ); err != nil {
 		return err
 	}
-	if typ == "." || typ == ".." {
+	if !task.PathSegment(typ) { // "/" is refused above
 		return fmt.Errorf("%w %q: must not be %q: it cannot be a path segment of the API (/v1/types/{type})", ErrInvalidType, typ, typ)
 	}
 	return nil

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/delayq/delayq/internal/task"
 )
 
 // Errors of rule decoding and validation. DecodeRule and Rules.Put wrap one
@@ -186,14 +188,14 @@ func checkDuration(field string, d, lo, hi time.Duration) error {
 }
 
 // ValidateType checks the type of a rule being set: what
-// ValidateStoredType checks, and not "." or ".." (task.ValidateType's
-// rule: no URL carries them as the {type} segment of /v1/limits/{type}).
+// ValidateStoredType checks, and a task.PathSegment (no URL carries "."
+// or ".." as the {type} segment of /v1/limits/{type}).
 // The error wraps ErrInvalidType.
 func ValidateType(typ string) error {
 	if err := ValidateStoredType(typ); err != nil {
 		return err
 	}
-	if typ == "." || typ == ".." {
+	if !task.PathSegment(typ) { // "/" is refused above
 		return fmt.Errorf("%w %q: must not be %q: it cannot be a path segment of the API (/v1/limits/{type})", ErrInvalidType, typ, typ)
 	}
 	return nil

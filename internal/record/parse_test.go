@@ -49,7 +49,8 @@ func TestParseValid(t *testing.T) {
 			t.Errorf("record of id %q: %+v, %v", id, r, err)
 		}
 	}
-	// likewise types that new tasks may not have (task.ValidateType)
+	// likewise types that new tasks may not have (task.ValidateType), and
+	// one with a "/" inside
 	for _, typ := range []string{"/", ".", "..", "a/b"} {
 		m = &kafka.Message{Headers: hdrs("dq-id", "x", "dq-type", typ, "dq-due-at", "1", "dq-attempt", "1", "dq-gen", "0")}
 		if r, err := Parse(m, 0); err != nil || r.Type != typ {

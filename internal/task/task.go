@@ -116,18 +116,23 @@ func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// PathSegment reports whether s can be a whole segment of an API path
+// (the {id} of /v1/tasks/{id}, the {type} of /v1/types/{type}/pause):
+// not "/", "." or "..". No URL carries those three there: clients,
+// browsers and proxies resolve the dot segments (also when escaped as
+// %2E), and Go's http.ServeMux takes the escaped "/" (%2F) of a whole
+// segment for a trailing slash. The one owner of that rule: new ids,
+// types, pauses and rate-limit rules are checked with it.
+func PathSegment(s string) bool { return s != "/" && s != "." && s != ".." }
+
 // ValidateID checks the id of a new task: what ValidateStoredID checks,
-// and not "/", "." or "..". The id is one segment of the API's paths
-// (/v1/tasks/{id}, /v1/dead/{id}/redrive), and no URL can carry those
-// three there: clients, browsers and proxies resolve the dot segments
-// (also when escaped as %2E), and Go's http.ServeMux takes the escaped
-// "/" (%2F) of a whole segment for a trailing slash. Such a task could be
-// created but never read, changed or cancelled by id.
+// and a PathSegment (/v1/tasks/{id}, /v1/dead/{id}/redrive): such a task
+// could be created but never read, changed or cancelled by id.
 func ValidateID(id string) error {
 	if err := ValidateStoredID(id); err != nil {
 		return err
 	}
-	if id == "/" || id == "." || id == ".." {
+	if !PathSegment(id) {
 		return invalid("id", "must not be %q: it cannot be a path segment of the API (/v1/tasks/{id})", id)
 	}
 	return nil
@@ -160,11 +165,8 @@ func ValidateStoredID(id string) error {
 
 // ValidateType checks the type of a new task (or of a schedule's task
 // template, a pause or a rate-limit rule being set): what
-// ValidateStoredType checks, and not "/", "." or "..". The type is one
-// segment of the API's paths (/v1/types/{type}/pause, /v1/limits/{type}):
-// clients, browsers and proxies resolve the dot segments (also when
-// escaped as %2E), and Go's http.ServeMux takes the escaped "/" (%2F) of a
-// whole segment for a trailing slash. A "/" inside a type ("email/send")
+// ValidateStoredType checks, and a PathSegment (/v1/types/{type}/pause,
+// /v1/limits/{type}). A "/" inside a type ("email/send")
 // is accepted: producers use such types, and they reach the routes
 // escaped; the pause state and the rate-limit rules refuse them (their
 // etcd keys), with a 422 that says so.
@@ -172,7 +174,7 @@ func ValidateType(typ string) error {
 	if err := ValidateStoredType(typ); err != nil {
 		return err
 	}
-	if typ == "/" || typ == "." || typ == ".." {
+	if !PathSegment(typ) {
 		return invalid("type", "must not be %q: it cannot be a path segment of the API (/v1/types/{type}, /v1/limits/{type})", typ)
 	}
 	return nil

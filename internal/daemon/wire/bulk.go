@@ -178,7 +178,7 @@ func reason(err error) string {
 // ValidType checks a task type that names tasks to act on (a list's or a
 // bulk filter's type) with task.ValidateStoredType: 1..MaxTypeLen bytes of
 // printable UTF-8 without white space, so tasks stored before
-// task.ValidateType refused their type ("/", ".", "..", "a/b") can still
+// task.ValidateType refused their type ("/", ".", "..") can still
 // be found by it.
 func ValidType(typ string) error {
 	if err := task.ValidateStoredType(typ); err != nil {
