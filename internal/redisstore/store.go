@@ -64,7 +64,7 @@ func script(src string) *redis.Script {
 		// planted bug (test builds only): the fence never refuses
 		src = strings.Replace(src, "local stale = fence(", "local stale = nil and fence(", 1)
 	}
-	return redis.NewScript(commonLua + "\n" + src)
+	return redis.NewScript(prelude(commonDefs, src) + "\n" + src)
 }
 
 // New opens the store of a namespace. The first process of a namespace
