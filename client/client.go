@@ -106,6 +106,10 @@ type Task struct {
 	Priority    int               // -1000..1000
 }
 
+// MarshalJSON encodes the task in the API's JSON (the body of POST
+// /v1/tasks), as Schedule sends it.
+func (t Task) MarshalJSON() ([]byte, error) { return t.encode() }
+
 // encode writes the task in the API's wire format. The JSON payload is
 // spliced in as is: encoding/json would compact it and escape HTML
 // characters, and the daemon keeps the payload byte for byte.

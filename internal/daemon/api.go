@@ -229,14 +229,7 @@ func (a *App) handleSchedule(c *call) (int, any, *wire.Error) {
 	if e != nil {
 		return 0, nil, e
 	}
-	sub, e := wire.DecodeTask(body, a.now())
-	if e == nil {
-		e = a.checkRecordSize(sub.Task)
-	}
-	if e != nil {
-		return 0, nil, e
-	}
-	res := a.coalesce.schedule(c.Context(), sub)
+	res := a.ScheduleTask(c.Context(), body)
 	s := &res
 	if s.Err != nil {
 		return 0, nil, s.Err
@@ -255,6 +248,41 @@ func (a *App) handleBatch(c *call) (int, any, *wire.Error) {
 	if e != nil {
 		return 0, nil, e
 	}
+	results := a.ScheduleTasks(c.Context(), items)
+	out.Grow(16 + len(results)*110)
+	b := append(out.AvailableBuffer(), `{"results":[`...)
+	for i := range results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = wire.AppendScheduled(b, &results[i])
+	}
+	b = append(b, "]}\n"...)
+	a.log.Debug("batch scheduled", "tasks", len(items))
+	return http.StatusOK, b, nil
+}
+
+// ScheduleTask schedules one task given in the API's JSON (the body of
+// POST /v1/tasks), grouped with concurrent calls (the coalescer), and
+// answers as that endpoint does: Err set for a refused task (4xx naming
+// the field) or a failure. The handler and an embedded daemon's producer
+// both call it.
+func (a *App) ScheduleTask(ctx context.Context, body []byte) wire.Scheduled {
+	sub, e := wire.DecodeTask(body, a.now())
+	if e == nil {
+		e = a.checkRecordSize(sub.Task)
+	}
+	if e != nil {
+		return wire.Scheduled{Err: e}
+	}
+	return a.coalesce.schedule(ctx, sub)
+}
+
+// ScheduleTasks schedules the tasks of a batch (each in the API's JSON, an
+// item of POST /v1/tasks/batch) in one store call; the results are in
+// order, a refused task's with Err set. The caller bounds the count
+// (DQ_MAX_BATCH, see CheckBatch).
+func (a *App) ScheduleTasks(ctx context.Context, items [][]byte) []wire.Scheduled {
 	now := a.now()
 	results := make([]wire.Scheduled, len(items))
 	subs := make([]redisstore.Submit, 0, len(items))
@@ -272,21 +300,20 @@ func (a *App) handleBatch(c *call) (int, any, *wire.Error) {
 		pos = append(pos, i)
 	}
 	if len(subs) > 0 {
-		for j, s := range a.schedule(c.Context(), subs) {
+		for j, s := range a.schedule(ctx, subs) {
 			results[pos[j]] = s
 		}
 	}
-	out.Grow(16 + len(results)*110)
-	b := append(out.AvailableBuffer(), `{"results":[`...)
-	for i := range results {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = wire.AppendScheduled(b, &results[i])
+	return results
+}
+
+// CheckBatch refuses a batch of n tasks over DQ_MAX_BATCH as the batch
+// endpoint does (413 batch_too_large).
+func (a *App) CheckBatch(n int) *wire.Error {
+	if n > a.cfg.MaxBatch {
+		return wire.BatchTooLarge(a.cfg.MaxBatch)
 	}
-	b = append(b, "]}\n"...)
-	a.log.Debug("batch scheduled", "tasks", len(items), "accepted", len(subs))
-	return http.StatusOK, b, nil
+	return nil
 }
 
 // checkRecordSize refuses a task whose Kafka record would be larger than

@@ -66,6 +66,22 @@ type App struct {
 // trying in the background); a shard-count mismatch is. The caller must
 // call Run, which releases everything New acquired.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+	return newApp(ctx, cfg, log, true)
+}
+
+// NewEmbedded builds a daemon that binds no address, for a Go producer
+// that runs the daemon in its own process (package embedded): its API is
+// ScheduleTask, ScheduleTasks and Handler; cfg.HTTPAddr and cfg.HTTPTLS
+// are not used, and it does not enter the process registry (it has no
+// address to scrape). Run runs its background parts (store keeper,
+// journal replay, group commit, shard map) until ctx ends; the caller
+// must have stopped calling it before ctx ends (the HTTP daemon drains
+// its server first for the same reason).
+func NewEmbedded(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+	return newApp(ctx, cfg, log, false)
+}
+
+func newApp(ctx context.Context, cfg Config, log *slog.Logger, listen bool) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -111,11 +127,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	a.handler = a.routes()
-	a.srv, err = admin.Listen(cfg.HTTPAddr, a.handler, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
-	if err != nil {
-		_ = a.rdb.Close()
-		_ = a.jr.Close()
-		return nil, fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	if listen {
+		a.srv, err = admin.Listen(cfg.HTTPAddr, a.handler, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
+		if err != nil {
+			_ = a.rdb.Close()
+			_ = a.jr.Close()
+			return nil, fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+		}
 	}
 	if a.procs, err = a.newRegistrar(); err != nil {
 		_ = a.rdb.Close()
@@ -133,8 +151,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	return a, nil
 }
 
-// Addr is the bound HTTP address.
-func (a *App) Addr() string { return a.srv.Addr() }
+// Addr is the bound HTTP address ("" for an embedded daemon).
+func (a *App) Addr() string {
+	if a.srv == nil {
+		return ""
+	}
+	return a.srv.Addr()
+}
 
 // Handler is the daemon's HTTP handler (API, /healthz, /readyz, /metrics),
 // for tests that serve it themselves. The background components still need
@@ -167,7 +190,11 @@ func (a *App) Run(ctx context.Context) error {
 	compCtx, stopComp := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopComp()
 	g.Go(func() error {
-		defer stopComp() // 3: after the HTTP server drained
+		defer stopComp()  // 3: after the HTTP server drained
+		if a.srv == nil { // embedded: its caller stopped calling before ctx ended
+			<-gctx.Done()
+			return nil
+		}
 		err := a.srv.Run(gctx)
 		a.log.Info("http server stopped; stopping the compensator", "journal_depth", a.jr.Len(), "error", err)
 		return err

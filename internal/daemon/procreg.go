@@ -12,7 +12,7 @@ import (
 // (GET /v1/cluster lists it), with /readyz's verdict as its readiness.
 // Without etcd (DQ_ETCD_ENDPOINTS) it registers nothing and returns nil.
 func (a *App) newRegistrar() (*registry.Registrar, error) {
-	if a.etcd == nil {
+	if a.etcd == nil || a.srv == nil { // an embedded daemon has no address to list
 		return nil, nil
 	}
 	return registry.New(registry.Config{

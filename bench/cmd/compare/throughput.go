@@ -64,6 +64,7 @@ func (b *bench) throughput() {
 				return err
 			}
 		})
+	b.dqEmbeddedThroughput(singleWorkers, p.SingleTasks)
 	b.dqThroughput(report.LabelDQClientBatch, fmt.Sprintf("Go client ScheduleBatch, %d tasks/call, %d goroutines", batchSize, batchWorkers), batchWorkers, p.BatchTasks, batchSize,
 		func(d *systems.DelayQ, n int) func(int) error {
 			batches := make([][]client.Task, n)
@@ -93,6 +94,32 @@ func (b *bench) dqThroughput(label, method string, workers, tasks, perCall int, 
 		stored = st.Totals.Scheduled
 	}
 	b.addThroughput(report.DelayQ, label, method, workers, n*perCall, perCall, c, stored)
+}
+
+// dqEmbeddedThroughput is the single schedule of a producer that runs the
+// daemon in its own process (package embedded): Producer.Schedule from
+// workers goroutines, on a fresh namespace of the same Redis.
+func (b *bench) dqEmbeddedThroughput(workers, tasks int) {
+	scope := b.scope("throughput-" + report.LabelDQEmbeddedSingle)
+	defer scope.Close()
+	p := systems.StartEmbedded(scope, b.in, 0)
+	ts := make([]client.Task, tasks)
+	for i := range ts {
+		ts[i] = dqTask(time.Hour)
+	}
+	c := run(workers, tasks, func(i int) error {
+		r, err := p.Schedule(b.ctx(), ts[i])
+		if err == nil && r.Journaled() {
+			err = fmt.Errorf("task %s journaled", r.ID)
+		}
+		return err
+	})
+	stored := int64(-1)
+	if st, err := p.Client().Stats(b.ctx()); err == nil {
+		stored = st.Totals.Scheduled
+	}
+	b.addThroughput(report.DelayQ, report.LabelDQEmbeddedSingle,
+		fmt.Sprintf("embedded.Producer Schedule, %d goroutines", workers), workers, tasks, 1, c, stored)
 }
 
 func (b *bench) aqThroughput(label, method string, workers, tasks int) {

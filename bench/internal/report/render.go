@@ -25,9 +25,12 @@ const (
 	LabelDQClientSingle = "dq client single"
 	// LabelDQClientSingleAlone: the Go client without coalescing
 	LabelDQClientSingleAlone = "dq client single alone"
-	LabelDQClientBatch       = "dq client batch"
-	LabelAQEnqueue16         = "asynq x16"
-	LabelAQEnqueue64         = "asynq x64"
+	// LabelDQEmbeddedSingle: package embedded's Producer.Schedule, the
+	// daemon in the producer's process (one hop, as asynq's client)
+	LabelDQEmbeddedSingle = "dq embedded single"
+	LabelDQClientBatch    = "dq client batch"
+	LabelAQEnqueue16      = "asynq x16"
+	LabelAQEnqueue64      = "asynq x64"
 )
 
 // Phases and labels of the handling rows (workload 7).
@@ -195,6 +198,10 @@ func (r *Results) Markdown(chartDir, ext string) string {
 	}
 	if dq, aq := r.throughput(LabelDQClientSingle), r.throughput(LabelAQEnqueue16); dq != nil && aq != nil {
 		w("| schedule throughput, one task per call (tasks/s) | %s (%s) | %s (%s) | %s |\n",
+			num(dq.TasksPerSec), dq.Method, num(aq.TasksPerSec), aq.Method, ratio(dq.TasksPerSec, aq.TasksPerSec))
+	}
+	if dq, aq := r.throughput(LabelDQEmbeddedSingle), r.throughput(LabelAQEnqueue16); dq != nil && aq != nil {
+		w("| schedule throughput, one task per call, the producer's process straight to Redis (tasks/s) | %s (%s) | %s (%s) | %s |\n",
 			num(dq.TasksPerSec), dq.Method, num(aq.TasksPerSec), aq.Method, ratio(dq.TasksPerSec, aq.TasksPerSec))
 	}
 	if dq, aq := r.memory(DelayQ), r.memory(Asynq); dq != nil && aq != nil {

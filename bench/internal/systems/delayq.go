@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/bench/internal/tbenv"
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/embedded"
 	"github.com/delayq/delayq/internal/daemon"
 	"github.com/delayq/delayq/internal/event"
 	"github.com/delayq/delayq/internal/record"
@@ -108,6 +109,28 @@ func StartDelayQ(scope *tbenv.TB, in *Infra, o DelayQOptions) *DelayQ {
 	}
 	d.waitLeaders(scope, shards, 30*time.Second)
 	return d
+}
+
+// StartEmbedded opens a producer that runs the daemon in this process
+// (package embedded) on a fresh namespace of in's Redis with shards
+// shards (0: 16), configured as StartDelayQ configures its daemon. It
+// closes when scope closes.
+func StartEmbedded(scope *tbenv.TB, in *Infra, shards int) *embedded.Producer {
+	if shards == 0 {
+		shards = 16
+	}
+	ns := "bench" + strconv.FormatInt(nsSeq.Add(1), 10)
+	p, err := embedded.Open(scope.Context(), embedded.Options{
+		Args: []string{"-namespace=" + ns, "-shards=" + strconv.Itoa(shards), "-redis-addrs=" + in.Redis.Addr,
+			"-journal-dir=" + scope.TempDir(), "-etcd-endpoints=", "-max-body=" + strconv.Itoa(4<<20)},
+		Getenv: func(string) string { return "" },
+		Logger: quietLogger("embedded"),
+	})
+	if err != nil {
+		scope.Fatalf("open embedded producer: %v", err)
+	}
+	scope.Cleanup(func() { _ = p.Close() })
+	return p
 }
 
 // waitLeaders waits until the event processes together poll every shard,

@@ -261,8 +261,7 @@ func DecodeBatch(b []byte, maxBatch int) ([][]byte, *Error) {
 		r.i = skipWS(r.b, r.i+1)
 		for r.b[r.i] != ']' {
 			if len(items) == maxBatch {
-				return &Error{http.StatusRequestEntityTooLarge, CodeBatchTooLarge,
-					fmt.Sprintf("tasks: more than %d tasks, at most %d per batch", maxBatch, maxBatch)}
+				return BatchTooLarge(maxBatch)
 			}
 			items = append(items, r.skip())
 			if r.i = skipWS(r.b, r.i); r.b[r.i] == ',' {
@@ -490,6 +489,13 @@ func ReadJSONBody(w http.ResponseWriter, r *http.Request, limit int64, buf *byte
 
 // bodyReadTimeout bounds reading one request body.
 const bodyReadTimeout = 30 * time.Second
+
+// BatchTooLarge is the 413 batch_too_large answer to a batch of more than
+// maxBatch tasks (DQ_MAX_BATCH).
+func BatchTooLarge(maxBatch int) *Error {
+	return &Error{http.StatusRequestEntityTooLarge, CodeBatchTooLarge,
+		fmt.Sprintf("tasks: more than %d tasks, at most %d per batch", maxBatch, maxBatch)}
+}
 
 func tooLarge(limit int64) *Error {
 	return &Error{http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("body larger than %d bytes", limit)}
