@@ -33,13 +33,14 @@ func Example() {
 		Delay:   24 * time.Hour,
 	})
 	if err != nil {
-		log.Fatal(err) // a *client.APIError for a refused task (e.g. 422 naming the field)
+		log.Print(err) // a *client.APIError for a refused task (e.g. 422 naming the field)
+		return
 	}
 	if res.Journaled() {
 		log.Printf("Redis unreachable: %s is in the journal until it answers", res.ID)
 	}
 	// the rest of the API, in process
 	if err := p.Client().Cancel(ctx, "cancel-order-123"); err != nil {
-		log.Fatal(err)
+		log.Print(err)
 	}
 }
