@@ -19,6 +19,8 @@ type churn struct {
 	keys    map[int]map[string]kv
 	leader  map[int]string
 	changes int
+	rev     int64 // etcd revision the watch has reached
+	ec      *clientv3.Client
 }
 
 type kv struct {
@@ -28,7 +30,7 @@ type kv struct {
 
 func (w *world) watchChurn() *churn {
 	t := w.t
-	c := &churn{keys: map[int]map[string]kv{}, leader: map[int]string{}}
+	c := &churn{keys: map[int]map[string]kv{}, leader: map[int]string{}, ec: w.ec}
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, err := w.ec.Get(ctx, leader.ShardsPrefix(w.ns), clientv3.WithPrefix())
 	if err != nil {
@@ -45,6 +47,9 @@ func (w *world) watchChurn() *churn {
 			for _, ev := range wr.Events {
 				c.apply(w.ns, ev.Type == mvccpb.PUT, string(ev.Kv.Key), ev.Kv.CreateRevision, string(ev.Kv.Value))
 			}
+			c.mu.Lock()
+			c.rev = max(c.rev, wr.Header.Revision) // progress notifications included
+			c.mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -80,6 +85,39 @@ func (c *churn) apply(ns string, put bool, key string, rev int64, id string) {
 	}
 }
 
+// sync waits until the watch has seen every change etcd holds now. The
+// processes learn their leadership from watches of their own, so when
+// they report a balance the test's watch may still be behind: counting
+// then would put the last changes of one step into the next (a step
+// "under the minimum", then "flapping" after it settled).
+func (c *churn) sync(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.ec.Get(ctx, "sync-probe") // any read: its header is the current revision
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c.mu.Lock()
+		at := c.rev
+		c.mu.Unlock()
+		if at >= resp.Header.Revision {
+			return
+		}
+		// a progress notification brings the watch to etcd's revision
+		// even when nothing under its prefix changed
+		if err := c.ec.RequestProgress(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("election watch at revision %d, etcd at %d after 10 s", at, resp.Header.Revision)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func (c *churn) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -97,12 +135,14 @@ func TestBalanceThreeTwoThree(t *testing.T) {
 	b := w.startApp("bal-b")
 	c := w.startApp("bal-c")
 	got := w.waitBalanced(15*time.Second, a, b, c)
+	ch.sync(t)
 	start := ch.count()
 	say(t, "3 processes: %v (%d leadership changes to get there, 16 is the minimum)", got, start)
 
 	t0 := time.Now()
 	c.stop(t)
 	got = w.waitBalanced(15*time.Second, a, b)
+	ch.sync(t)
 	moved := ch.count() - start
 	say(t, "c stopped: %v after %v, %d leadership changes (minimum %d)", got, time.Since(t0).Round(time.Millisecond), moved, 5)
 	if moved > 7 {
@@ -113,6 +153,7 @@ func TestBalanceThreeTwoThree(t *testing.T) {
 	t0 = time.Now()
 	d := w.startApp("bal-d")
 	got = w.waitBalanced(15*time.Second, a, b, d)
+	ch.sync(t)
 	moved = ch.count() - before
 	say(t, "d started: %v after %v, %d leadership changes (minimum 5)", got, time.Since(t0).Round(time.Millisecond), moved)
 	if moved > 7 {
