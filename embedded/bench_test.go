@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 // BenchmarkSchedule measures Producer.Schedule from 16 goroutines (a
 // closed loop, as bench/compare's single-schedule rows) on a real
 // redis-server with 16 shards, and prints tasks/s with the CPU per task
-// of redis-server (INFO cpu) and of this process (getrusage):
+// of redis-server (INFO cpu) and of this process (testenv.ProcessCPU):
 //
 //	go test ./embedded -run '^$' -bench BenchmarkSchedule -benchtime 50000x
 func BenchmarkSchedule(b *testing.B) {
@@ -30,9 +29,7 @@ func BenchmarkSchedule(b *testing.B) {
 			Payload: json.RawMessage(`{"order":12345,"note":"benchmark payload of about sixty-four bytes"}`), Delay: time.Hour}
 	}
 	var next atomic.Int64
-	var ru0, ru1 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	cpu0 := testenv.RedisCPU(b, rdb)
+	go0, cpu0 := testenv.ProcessCPU(), testenv.RedisCPU(b, rdb)
 	b.ResetTimer()
 	t0 := time.Now()
 	var wg sync.WaitGroup
@@ -49,10 +46,8 @@ func BenchmarkSchedule(b *testing.B) {
 	wg.Wait()
 	el := time.Since(t0)
 	b.StopTimer()
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	redisUS := float64((testenv.RedisCPU(b, rdb) - cpu0).Microseconds()) / float64(b.N)
-	goUS := float64(time.Duration(syscall.TimevalToNsec(ru1.Utime)+syscall.TimevalToNsec(ru1.Stime)-
-		syscall.TimevalToNsec(ru0.Utime)-syscall.TimevalToNsec(ru0.Stime)).Microseconds()) / float64(b.N)
+	goUS := float64((testenv.ProcessCPU() - go0).Microseconds()) / float64(b.N)
 	b.ReportMetric(float64(b.N)/el.Seconds(), "tasks/s")
 	b.ReportMetric(redisUS, "redis-us/task")
 	b.ReportMetric(goUS, "go-us/task")

@@ -101,8 +101,7 @@ func growScenario(t *testing.T, p Provisioner, kill bool) {
 	// during the migration: cancel every 10th, move every 10th+1 by 5 s;
 	// latest due first, so that most are still waiting when their turn comes
 	var mu sync.Mutex
-	cancelled := map[string]bool{}
-	cancelledAt := map[string]time.Time{} // when the daemon answered the cancel
+	cancelled := map[string]time.Time{} // id -> when the daemon answered its cancel
 	moved := map[string]time.Time{}
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -111,8 +110,7 @@ func growScenario(t *testing.T, p Provisioner, kill bool) {
 				id := tasks[i].ID
 				if err := api.Cancel(ctx, id); err == nil {
 					mu.Lock()
-					cancelled[id] = true
-					cancelledAt[id] = time.Now()
+					cancelled[id] = time.Now()
 					mu.Unlock()
 				} else if !errors.Is(err, client.ErrConflict) {
 					t.Errorf("cancel %s: %v", id, err)
@@ -169,7 +167,7 @@ func growScenario(t *testing.T, p Provisioner, kill bool) {
 	// every task fired: the cancelled ones never, the moved ones at their new time
 	var live []string
 	for id := range want {
-		if !cancelled[id] {
+		if _, c := cancelled[id]; !c {
 			live = append(live, id)
 		}
 	}
@@ -185,8 +183,7 @@ func growScenario(t *testing.T, p Provisioner, kill bool) {
 	// docs/reliability.md, checked the same way by the chaos suite): a
 	// produce whose answer was lost is released to fire again, so the
 	// task is waiting, and cancellable, while Kafka may hold that copy.
-	for id := range cancelled {
-		at := cancelledAt[id]
+	for id, at := range cancelled {
 		recs := kl.records(id)
 		var after []*kgo.Record
 		for _, r := range recs {

@@ -37,12 +37,15 @@ func preludeDefs(common string) []preludeDef {
 	var defs []preludeDef
 	inFunc := false
 	for line := range strings.Lines(common) {
-		switch {
-		case inFunc:
+		if inFunc {
 			defs[len(defs)-1].src += line
 			inFunc = strings.TrimRight(line, "\n") != "end"
-		case localDef.MatchString(line):
-			defs = append(defs, preludeDef{name: localDef.FindStringSubmatch(line)[1], src: line})
+			continue
+		}
+		m := localDef.FindStringSubmatch(line)
+		switch {
+		case m != nil:
+			defs = append(defs, preludeDef{name: m[1], src: line})
 			inFunc = strings.HasPrefix(line, "local function ")
 		case strings.TrimSpace(line) == "" || strings.HasPrefix(line, "--"):
 		default:
