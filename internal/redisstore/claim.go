@@ -313,15 +313,26 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, er
 	return res, firstErr
 }
 
-// shardCall is one script call over the items of one shard.
+// shardCall is one script call over the items of one shard (of several
+// for schedule: shards then holds each item's).
 type shardCall struct {
-	shard int
-	idx   []int
+	shard  int
+	idx    []int
+	shards []int
 	keys  []string
 	args  []any
 	cmd   *redis.Cmd
 	val   any
 	err   error
+}
+
+// where names the call's shard, or shards, for an error.
+func (c *shardCall) where() string {
+	if len(c.shards) == 0 || slices.Min(c.shards) == slices.Max(c.shards) {
+		return fmt.Sprintf("shard %d", c.shard)
+	}
+	seen := slices.Compact(slices.Sorted(slices.Values(c.shards)))
+	return fmt.Sprintf("shards %v", seen)
 }
 
 // groupCalls groups n items by the shard of their id, at most maxPerCall

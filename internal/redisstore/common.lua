@@ -215,8 +215,9 @@ end
 -- check_map refuses it ("DQSTALEMAP <stored map>"); it adopts that map and
 -- routes again.
 local function check_map(stamp_key, map)
-  local count = tonumber(string.match(map, '^%d+'))
   local cur = redis.call('GET', stamp_key)
+  if cur == map then return end -- the common case: the same map
+  local count = tonumber(string.match(map, '^%d+'))
   local st = 0
   if cur then st = tonumber(string.match(cur, '^%d+')) end
   if st > count then error({err = 'DQSTALEMAP ' .. cur}) end

@@ -117,7 +117,7 @@ func (s *Store) Schedule(ctx context.Context, subs []Submit) ([]Result, error) {
 				continue
 			}
 			if err != nil {
-				err = fmt.Errorf("schedule on shard %d: %w", c.shard, err)
+				err = fmt.Errorf("schedule on %s: %w", c.where(), err)
 				for _, i := range c.idx {
 					res[i].Err = err
 				}
@@ -126,8 +126,8 @@ func (s *Store) Schedule(ctx context.Context, subs []Submit) ([]Result, error) {
 				}
 				continue
 			}
-			for _, i := range c.idx {
-				res[i].Shard = c.shard
+			for j, i := range c.idx {
+				res[i].Shard = c.shards[j]
 				switch res[i].Outcome {
 				case codeAbsent: // not on its old shard: create it on its new one
 					forced[i] = m.Shard(subs[i].Task.ID)
@@ -154,16 +154,23 @@ func (s *Store) Schedule(ctx context.Context, subs []Submit) ([]Result, error) {
 	return res, firstErr
 }
 
-// scheduleCalls groups the pending submits into script calls by target
-// shard and mode.
+// scheduleCalls groups the pending submits into script sections by target
+// shard and mode, and the sections into calls: one section per call on a
+// Redis Cluster (a script's keys share one slot), as many sections as fit
+// maxPerCall tasks on a single redis-server, so that concurrent single
+// schedules spread over many shards still cost one script call (the
+// per-call cost of a script is about twice a task's).
 func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forced map[int]int) []*shardCall {
 	type gk struct {
 		shard int
 		mode  string
 	}
-	var calls []*shardCall
-	modes := map[*shardCall]string{}
-	open := make(map[gk]*shardCall)
+	type section struct {
+		gk
+		idx []int
+	}
+	var secs []*section
+	open := make(map[gk]*section)
 	for _, i := range pending {
 		id := subs[i].Task.ID
 		k := gk{shard: m.Shard(id)}
@@ -175,33 +182,38 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		if subs[i].Revive {
 			k.mode += "r"
 		}
-		c := open[k]
-		if c == nil || len(c.idx) == maxPerCall {
-			c = &shardCall{shard: k.shard}
-			modes[c] = k.mode
-			open[k] = c
+		sec := open[k]
+		if sec == nil || len(sec.idx) == maxPerCall {
+			sec = &section{gk: k}
+			open[k] = sec
+			secs = append(secs, sec)
+		}
+		sec.idx = append(sec.idx, i)
+	}
+	_, cluster := s.rdb.(*redis.ClusterClient)
+	st := stamp(m)
+	var calls []*shardCall
+	var c *shardCall
+	for _, sec := range secs {
+		if c == nil || cluster || len(c.idx)+len(sec.idx) > maxPerCall {
+			c = &shardCall{shard: sec.shard, args: []any{s.k.wake}}
 			calls = append(calls, c)
 		}
-		c.idx = append(c.idx, i)
-	}
-	st := stamp(m)
-	for _, c := range calls {
-		keys := make([]string, 0, 4+len(c.idx))
-		args := make([]any, 0, 4+3*len(c.idx))
-		keys = append(keys, s.k.due(c.shard), s.k.stamp(c.shard), s.k.done(c.shard), s.k.runs(c.shard))
-		args = append(args, s.k.wake, c.shard, st, modes[c])
-		for _, i := range c.idx {
+		c.keys = append(c.keys, s.k.due(sec.shard), s.k.stamp(sec.shard), s.k.done(sec.shard), s.k.runs(sec.shard))
+		c.args = append(c.args, sec.shard, st, sec.mode, len(sec.idx))
+		for _, i := range sec.idx {
 			t := subs[i].Task
 			b := bucketOf(t.ID)
-			keys = append(keys, s.k.bucketKey(c.shard, b))
+			c.keys = append(c.keys, s.k.bucketKey(sec.shard, b))
 			if subs[i].Relative {
-				args = append(args, t.ID, dueArg(t.DueAt, subs[i].Delay, true), task.EncodeBody(t))
+				c.args = append(c.args, t.ID, dueArg(t.DueAt, subs[i].Delay, true), task.EncodeBody(t))
 			} else {
 				ms := task.Millis(t.DueAt)
-				args = append(args, t.ID, dueScoreArg(ms, b), newRecord(ms, t))
+				c.args = append(c.args, t.ID, dueScoreArg(ms, b), newRecord(ms, t))
 			}
+			c.idx = append(c.idx, i)
+			c.shards = append(c.shards, sec.shard)
 		}
-		c.keys, c.args = keys, args
 	}
 	return calls
 }

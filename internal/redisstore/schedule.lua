@@ -1,93 +1,112 @@
--- schedule: create or upsert tasks of one shard.
--- KEYS[1]  due zset;  KEYS[2] stamp; KEYS[3] done zset; KEYS[4] claims hash;
--- KEYS[4+i] bucket hash of task i
--- ARGV[1]  wake channel; ARGV[2] shard; ARGV[3] the caller's map (see check_map);
--- ARGV[4]  mode, letters: 'x' existing tasks only (the old shard of a
---          growing map: an absent task is created on its new shard);
---          'r' revive: a cancelled task becomes waiting again with the new
---          content (the scheduler re-materializing a tick it cancelled)
--- ARGV[3i+2], ARGV[3i+3], ARGV[3i+4] (i = 1..n): id, due, data
---   due is "+<ms>" relative to Redis TIME, and data the task's body; or
---   absolute: the due-set score (due_score), and data the whole record of
---   a new task (record('s', 0, 1, due, body)): the caller formats both, so
---   that this script neither formats a score nor builds a record per task
---   (the body is cut from it only for an id that exists).
--- Returns per task {code, state, due}: code 1 created, 2 unchanged,
--- 3 updated (upsert of a waiting task, with the next generation), 4 conflict
--- (task exists in another state with different content; state F when a
--- leader took it, S after its lean success), 7 on its way to another
--- shard, 8 absent (mode 'x'). An update drops the claim of the generation
--- it replaces (a task Kafka did not confirm is waiting again, and a worker
--- may run a copy that reached the topic: see lean success in common.lua).
-local due_key = KEYS[1]
-check_map(KEYS[2], ARGV[3])
-local existing_only = string.find(ARGV[4], 'x', 1, true) ~= nil
-local revive = string.find(ARGV[4], 'r', 1, true) ~= nil
-local old_head = head(due_key)
+-- schedule: create or upsert tasks of one or more shards of one Redis
+-- node (a call of several shards only where one redis-server holds every
+-- shard; a Redis Cluster call is always one shard: its keys share a slot).
+-- ARGV[1] wake channel, then one section per shard:
+--   shard, the caller's map (see check_map), mode, n, and n triples
+--   id, due, data; mode letters: 'x' existing tasks only (the old shard of
+--   a growing map: an absent task is created on its new shard); 'r'
+--   revive: a cancelled task becomes waiting again with the new content
+--   (the scheduler re-materializing a tick it cancelled)
+-- KEYS, per section: due zset, stamp, done zset, claims hash, and the
+--   bucket hash of each of its n tasks
+-- A triple's due is "+<ms>" relative to Redis TIME, and data the task's
+-- body; or absolute: the due-set score (due_score), and data the whole
+-- record of a new task (record('s', 0, 1, due, body)): the caller formats
+-- both, so that this script neither formats a score nor builds a record
+-- per task (the body is cut from it only for an id that exists).
+-- Returns per task, in order, {code, state, due}: code 1 created,
+-- 2 unchanged, 3 updated (upsert of a waiting task, with the next
+-- generation), 4 conflict (task exists in another state with different
+-- content; state F when a leader took it, S after its lean success), 7 on
+-- its way to another shard, 8 absent (mode 'x'). An update drops the claim
+-- of the generation it replaces (a task Kafka did not confirm is waiting
+-- again, and a worker may run a copy that reached the topic: see lean
+-- success in common.lua).
+local channel = ARGV[1]
 local now = nil
-local min_new = nil
 local out = {}
-local zadd = {}
-local queued = {}
-local n = (#ARGV - 4) / 3
-for i = 1, n do
-  local id, spec, data = ARGV[3 * i + 2], ARGV[3 * i + 3], ARGV[3 * i + 4]
-  local bkey = KEYS[4 + i]
-  local relative = string.sub(spec, 1, 1) == '+'
-  local due, score, body, rec
-  if relative then
-    now = now or now_ms()
-    due = now + tonumber(string.sub(spec, 2))
-    body = data
-  else
-    score = spec
-    due = math.floor(tonumber(spec))
-    rec = data
-  end
-  local code, state = 1, 's'
-  local cur = nil
-  if existing_only then
-    cur = redis.call('HGET', bkey, id)
-    if not cur then code, state, due = 8, '', 0 end
-  elseif redis.call('HSETNX', bkey, id, rec or record('s', 0, 1, due, body)) == 0 then
-    -- the common case, a new id, cost only the HSETNX
-    cur = redis.call('HGET', bkey, id)
-  end
-  if cur and is_moving(cur) then
-    code, state, due = 7, '', 0
-  elseif cur then
-    body = body or string.sub(rec, 14)
-    local st, gen, att, odue, obody = parse(cur)
-    -- (an id written earlier in this call is not in the due set yet)
-    if not queued[id] and taken(due_key, id, st) then st = taken_state(KEYS[3], id) end
-    state = st
-    if revive and st == 'c' then
-      -- off the done set first: its purge would delete the new record
-      code, state = 3, 's'
-      redis.call('ZREM', KEYS[3], id)
-      redis.call('HSET', bkey, id, record('s', gen + 1, 1, due, body))
-    elseif obody == body and (relative or odue == due) then
-      code, due = 2, odue
-    elseif is_waiting(st) then
-      code = 3
-      redis.call('HSET', bkey, id, record(st, gen + 1, att, due, body))
-      drop_claim(KEYS[4], id, gen)
+
+local function schedule_shard(k, a)
+  local due_key = KEYS[k]
+  local shard, mode, n = ARGV[a], ARGV[a + 2], tonumber(ARGV[a + 3])
+  local existing_only = string.find(mode, 'x', 1, true) ~= nil
+  local revive = string.find(mode, 'r', 1, true) ~= nil
+  local old_head = head(due_key)
+  local min_new = nil
+  local zadd = {}
+  local queued = {}
+  for i = 1, n do
+    local j = a + 1 + 3 * i
+    local id, spec, data = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+    local bkey = KEYS[k + 3 + i]
+    local relative = string.sub(spec, 1, 1) == '+'
+    local due, score, body, rec
+    if relative then
+      now = now or now_ms()
+      due = now + tonumber(string.sub(spec, 2))
+      body = data
     else
-      code, due = 4, odue
+      score = spec
+      due = math.floor(tonumber(spec))
+      rec = data
     end
+    local code, state = 1, 's'
+    local cur = nil
+    if existing_only then
+      cur = redis.call('HGET', bkey, id)
+      if not cur then code, state, due = 8, '', 0 end
+    elseif redis.call('HSETNX', bkey, id, rec or record('s', 0, 1, due, body)) == 0 then
+      -- the common case, a new id, cost only the HSETNX
+      cur = redis.call('HGET', bkey, id)
+    end
+    if cur and is_moving(cur) then
+      code, state, due = 7, '', 0
+    elseif cur then
+      body = body or string.sub(rec, 14)
+      local st, gen, att, odue, obody = parse(cur)
+      -- (an id written earlier in this call is not in the due set yet)
+      if not queued[id] and taken(due_key, id, st) then st = taken_state(KEYS[k + 2], id) end
+      state = st
+      if revive and st == 'c' then
+        -- off the done set first: its purge would delete the new record
+        code, state = 3, 's'
+        redis.call('ZREM', KEYS[k + 2], id)
+        redis.call('HSET', bkey, id, record('s', gen + 1, 1, due, body))
+      elseif obody == body and (relative or odue == due) then
+        code, due = 2, odue
+      elseif is_waiting(st) then
+        code = 3
+        redis.call('HSET', bkey, id, record(st, gen + 1, att, due, body))
+        drop_claim(KEYS[k + 3], id, gen)
+      else
+        code, due = 4, odue
+      end
+    end
+    if code == 1 or code == 3 then
+      queued[id] = true
+      zadd[#zadd + 1] = score or due_score(due, bkey)
+      zadd[#zadd + 1] = id
+      if min_new == nil or due < min_new then min_new = due end
+    end
+    out[#out + 1] = code
+    out[#out + 1] = state
+    out[#out + 1] = due
   end
-  if code == 1 or code == 3 then
-    queued[id] = true
-    zadd[#zadd + 1] = score or due_score(due, bkey)
-    zadd[#zadd + 1] = id
-    if min_new == nil or due < min_new then min_new = due end
-  end
-  out[#out + 1] = code
-  out[#out + 1] = state
-  out[#out + 1] = due
+  -- one ZADD for the whole section (zadd_all); a later copy of an id in
+  -- the same section wins
+  if #zadd > 0 then zadd_all(due_key, zadd) end
+  if min_new ~= nil then wake(due_key, channel, shard, min_new, old_head) end
 end
--- one ZADD for the whole call (zadd_all); a later copy of an id in the
--- same call wins
-if #zadd > 0 then zadd_all(due_key, zadd) end
-if min_new ~= nil then wake(due_key, ARGV[1], ARGV[2], min_new, old_head) end
+
+-- Every section's map first: a refusal (an error) leaves the whole call
+-- without effect, so the caller routes all its tasks again.
+local sections = {}
+local k, a = 1, 2
+while a <= #ARGV do
+  check_map(KEYS[k + 1], ARGV[a + 1])
+  sections[#sections + 1] = {k, a}
+  local n = tonumber(ARGV[a + 3])
+  k, a = k + 4 + n, a + 4 + 3 * n
+end
+for _, s in ipairs(sections) do schedule_shard(s[1], s[2]) end
 return out

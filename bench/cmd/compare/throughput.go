@@ -88,12 +88,14 @@ func (b *bench) dqThroughput(label, method string, workers, tasks, perCall int, 
 	d := systems.StartDelayQ(scope, b.in, systems.DelayQOptions{})
 	n := tasks / perCall
 	fn := prepare(d, n)
+	m0 := b.cpuNow()
 	c := run(workers, n, fn)
+	m1 := b.cpuNow()
 	stored := int64(-1)
 	if st, err := d.Client.Stats(b.ctx()); err == nil {
 		stored = st.Totals.Scheduled
 	}
-	b.addThroughput(report.DelayQ, label, method, workers, n*perCall, perCall, c, stored)
+	b.addThroughput(report.DelayQ, label, method, workers, n*perCall, perCall, c, stored, m0, m1)
 }
 
 // dqEmbeddedThroughput is the single schedule of a producer that runs the
@@ -107,6 +109,7 @@ func (b *bench) dqEmbeddedThroughput(workers, tasks int) {
 	for i := range ts {
 		ts[i] = dqTask(time.Hour)
 	}
+	m0 := b.cpuNow()
 	c := run(workers, tasks, func(i int) error {
 		r, err := p.Schedule(b.ctx(), ts[i])
 		if err == nil && r.Journaled() {
@@ -114,12 +117,13 @@ func (b *bench) dqEmbeddedThroughput(workers, tasks int) {
 		}
 		return err
 	})
+	m1 := b.cpuNow()
 	stored := int64(-1)
 	if st, err := p.Client().Stats(b.ctx()); err == nil {
 		stored = st.Totals.Scheduled
 	}
 	b.addThroughput(report.DelayQ, report.LabelDQEmbeddedSingle,
-		fmt.Sprintf("embedded.Producer Schedule, %d goroutines", workers), workers, tasks, 1, c, stored)
+		fmt.Sprintf("embedded.Producer Schedule, %d goroutines", workers), workers, tasks, 1, c, stored, m0, m1)
 }
 
 func (b *bench) aqThroughput(label, method string, workers, tasks int) {
@@ -130,26 +134,31 @@ func (b *bench) aqThroughput(label, method string, workers, tasks int) {
 	for i := range tasksIDs {
 		tasksIDs[i] = uuid.NewString()
 	}
+	m0 := b.cpuNow()
 	c := run(workers, tasks, func(i int) error {
 		_, err := a.Client.EnqueueContext(b.ctx(), aqTask(), asynq.TaskID(tasksIDs[i]), asynq.ProcessIn(time.Hour))
 		return err
 	})
+	m1 := b.cpuNow()
 	stored := int64(-1)
 	if qi, err := a.Inspector.GetQueueInfo(a.Queue); err == nil {
 		stored = int64(qi.Scheduled)
 	}
-	b.addThroughput(report.Asynq, label, method, workers, tasks, 1, c, stored)
+	b.addThroughput(report.Asynq, label, method, workers, tasks, 1, c, stored, m0, m1)
 }
 
-func (b *bench) addThroughput(system, label, method string, workers, tasks, perCall int, c calls, stored int64) {
+func (b *bench) addThroughput(system, label, method string, workers, tasks, perCall int, c calls, stored int64, m0, m1 cpuMark) {
 	p50, p99 := c.quantilesMs()
+	redisUs, procUs := perTask(m0, m1, tasks)
 	t := report.Throughput{
 		System: system, Method: method, Label: label, Tasks: tasks, Workers: workers, PerCall: perCall,
 		TasksPerSec: float64(tasks-c.errs*perCall) / c.elapsed.Seconds(),
 		CallP50ms:   p50, CallP99ms: p99, Errors: c.errs, Stored: stored,
+		RedisCPUus: redisUs, ProcCPUus: procUs,
 	}
 	b.r.Throughput = append(b.r.Throughput, t)
-	fmt.Printf("%-8s %-70s %8.0f tasks/s  call p50 %.2fms p99 %.2fms  errors %d  stored %d\n", system, method, t.TasksPerSec, p50, p99, c.errs, stored)
+	fmt.Printf("%-8s %-70s %8.0f tasks/s  call p50 %.2fms p99 %.2fms  CPU/task redis %.1fµs process %.1fµs  errors %d  stored %d\n",
+		system, method, t.TasksPerSec, p50, p99, redisUs, procUs, c.errs, stored)
 	if c.errs > 0 {
 		b.note("%s %s: %d of %d calls failed, first: %v", system, method, c.errs, len(c.lat), c.firstErr)
 	}

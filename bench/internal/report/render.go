@@ -203,6 +203,11 @@ func (r *Results) Markdown(chartDir, ext string) string {
 	if dq, aq := r.throughput(LabelDQEmbeddedSingle), r.throughput(LabelAQEnqueue16); dq != nil && aq != nil {
 		w("| schedule throughput, one task per call, the producer's process straight to Redis (tasks/s) | %s (%s) | %s (%s) | %s |\n",
 			num(dq.TasksPerSec), dq.Method, num(aq.TasksPerSec), aq.Method, ratio(dq.TasksPerSec, aq.TasksPerSec))
+		if dq.RedisCPUus > 0 && aq.RedisCPUus > 0 {
+			w("| the same, CPU per task: redis-server + the producer's process (µs; lower is better) | %s + %s = %s | %s + %s = %s | %s |\n",
+				num(dq.RedisCPUus), num(dq.ProcCPUus), num(dq.RedisCPUus+dq.ProcCPUus),
+				num(aq.RedisCPUus), num(aq.ProcCPUus), num(aq.RedisCPUus+aq.ProcCPUus), ratio(dq.RedisCPUus+dq.ProcCPUus, aq.RedisCPUus+aq.ProcCPUus))
+		}
 	}
 	if dq, aq := r.memory(DelayQ), r.memory(Asynq); dq != nil && aq != nil {
 		w("| Redis memory per pending task, %s tasks (bytes; lower is better) | %s | %s | %s |\n",
@@ -248,10 +253,11 @@ func (r *Results) Markdown(chartDir, ext string) string {
 	}
 
 	w("\n### 1. Schedule throughput (tasks due in 1 h, 64-byte payload, 36-char UUID ids)\n\n")
-	w("| system | method | tasks | workers | tasks/call | tasks/s | call p50 (ms) | call p99 (ms) | errors | stored |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	w("CPU per task while the calls ran: redis-server from INFO cpu; process = this bench process by getrusage (the load generator with what the system runs in it: for delayq's API rows the daemon and event processes, for embedded the producer's daemon, for asynq its client).\n\n")
+	w("| system | method | tasks | workers | tasks/call | tasks/s | call p50 (ms) | call p99 (ms) | redis-server µs/task | process µs/task | errors | stored |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, t := range r.Throughput {
-		w("| %s | %s | %s | %d | %d | %s | %s | %s | %d | %s |\n", t.System, t.Method, commas(int64(t.Tasks)), t.Workers, t.PerCall,
-			num(t.TasksPerSec), num(t.CallP50ms), num(t.CallP99ms), t.Errors, commas(t.Stored))
+		w("| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %d | %s |\n", t.System, t.Method, commas(int64(t.Tasks)), t.Workers, t.PerCall,
+			num(t.TasksPerSec), num(t.CallP50ms), num(t.CallP99ms), num(t.RedisCPUus), num(t.ProcCPUus), t.Errors, commas(t.Stored))
 	}
 	w("\n![schedule throughput](%s)\n", path.Join(chartDir, "throughput."+ext))
 

@@ -55,6 +55,12 @@ type Throughput struct {
 	CallP99ms   float64 `json:"call_p99_ms"`
 	Errors      int     `json:"errors"`
 	Stored      int64   `json:"stored"` // tasks found in Redis afterwards
+	// CPU per task while the calls ran (µs): redis-server (INFO cpu), and
+	// the bench process (getrusage: the load generator with whatever the
+	// system runs in it: the daemon for delayq's API rows, the producer's
+	// daemon for embedded, asynq's client).
+	RedisCPUus float64 `json:"redis_cpu_us_per_task"`
+	ProcCPUus  float64 `json:"process_cpu_us_per_task"`
 }
 
 // Memory is Redis bytes per pending task (workload 2).
