@@ -135,6 +135,30 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 			}
 		}
 	}
+	// A copy fired from a shard that a growth has since moved the task
+	// off (it moves once finished or waiting again: movestart.lua) finds
+	// nothing there: it is asked again on the shard the map routes its id
+	// to, where the record tells finished or stale, not an unknown id.
+	var again []int
+	for i, r := range res {
+		if r.Err == nil && r.Code == ClaimNotFound && cs[i].ShardSet && cs[i].Shard != s.Shard(cs[i].ID) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		sub := make([]Claim, len(again))
+		for j, i := range again {
+			sub[j] = cs[i]
+			sub[j].ShardSet = false
+		}
+		rs, err := s.ClaimMany(ctx, sub)
+		for j, i := range again {
+			res[i] = rs[j]
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
 	return res, firstErr
 }
 

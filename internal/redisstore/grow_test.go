@@ -398,6 +398,21 @@ func growSuite(t *testing.T, rdb redis.UniversalClient) {
 				t.Fatalf("shard %d fired %d tasks again", sh, len(tk.Tasks))
 			}
 		}
+		// a duplicate of a copy fired from shard 0, claimed after the
+		// move, is told finished wherever the task lives now (not an
+		// unknown id, which a worker dead-letters)
+		for i := range cs {
+			cs[i].Owner = "dup:" + cs[i].ID
+		}
+		res, err := s.ClaimMany(ctx, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Code != ClaimFinished || r.State != task.StateSucceeded {
+				t.Fatalf("duplicate copy of %s (now on shard %d) claimed after the move: %+v, want finished", cs[i].ID, m.Shard(cs[i].ID), r)
+			}
+		}
 	})
 
 	t.Run("DueTasksFireOnceWhileMoving", func(t *testing.T) {
