@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -33,26 +31,13 @@ func ValidateType(typ string) error {
 }
 
 // ValidateStoredType checks a task type that may be paused already (set
-// before ValidateType refused "." and ".."): 1..task.MaxTypeLen bytes of
-// printable UTF-8 without white space, as task.ValidateStoredType, and no
-// '/', which would break the etcd key layout. It is the rule of a resume
-// and of the stored keys, so such a pause keeps applying and can be
-// lifted. The error wraps ErrInvalidType.
+// before ValidateType refused "." and ".."): task.ValidateKeyType, the
+// rule of a type that names an etcd key (no '/', which would break the key
+// layout). It is the rule of a resume and of the stored keys, so such a
+// pause keeps applying and can be lifted. The error wraps ErrInvalidType.
 func ValidateStoredType(typ string) error {
-	switch {
-	case typ == "":
-		return fmt.Errorf("%w: must not be empty", ErrInvalidType)
-	case len(typ) > task.MaxTypeLen:
-		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidType, task.MaxTypeLen)
-	case !utf8.ValidString(typ):
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidType)
-	case strings.Contains(typ, "/"):
-		return fmt.Errorf("%w %q: must not contain '/'", ErrInvalidType, typ)
-	}
-	for _, r := range typ {
-		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return fmt.Errorf("%w %q: contains a control or white-space character (%U)", ErrInvalidType, typ, r)
-		}
+	if err := task.ValidateKeyType(typ); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidType, err)
 	}
 	return nil
 }

@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/delayq/delayq/internal/task"
 )
@@ -40,7 +38,6 @@ const (
 	MaxSlotTTL     = 24 * time.Hour
 	MinPriority    = -1000 // the task priority range (task.Validate)
 	MaxPriority    = 1000
-	MaxTypeLen     = 200
 	DefaultMaxRaw  = 64 << 10 // DecodeRule's limit when maxBytes <= 0
 )
 
@@ -203,26 +200,13 @@ func ValidateType(typ string) error {
 
 // ValidateStoredType checks a task type used as the name of a rule that
 // may be stored already (set before ValidateType refused "." and ".."):
-// 1..200 bytes of printable UTF-8 without white space (as
-// task.ValidateStoredType requires) and without '/', which would break
-// the etcd key layout. It is the rule of reading and deleting a rule and
-// of the stored keys, so such a rule keeps applying and can be removed.
-// The error wraps ErrInvalidType.
+// task.ValidateKeyType, the rule of a type that names an etcd key (no
+// '/', which would break the key layout). It is the rule of reading and
+// deleting a rule and of the stored keys, so such a rule keeps applying
+// and can be removed. The error wraps ErrInvalidType.
 func ValidateStoredType(typ string) error {
-	switch {
-	case typ == "":
-		return fmt.Errorf("%w: must not be empty", ErrInvalidType)
-	case len(typ) > MaxTypeLen:
-		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidType, MaxTypeLen)
-	case !utf8.ValidString(typ):
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidType)
-	case strings.Contains(typ, "/"):
-		return fmt.Errorf("%w %q: must not contain '/'", ErrInvalidType, truncate(typ, 64))
-	}
-	for _, r := range typ {
-		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return fmt.Errorf("%w %q: contains a control or white-space character (%U)", ErrInvalidType, truncate(typ, 64), r)
-		}
+	if err := task.ValidateKeyType(typ); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidType, err)
 	}
 	return nil
 }

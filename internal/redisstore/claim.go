@@ -343,11 +343,11 @@ type shardCall struct {
 	shard  int
 	idx    []int
 	shards []int
-	keys  []string
-	args  []any
-	cmd   *redis.Cmd
-	val   any
-	err   error
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+	val    any
+	err    error
 }
 
 // where names the call's shard, or shards, for an error.

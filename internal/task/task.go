@@ -196,6 +196,35 @@ func ValidateStoredType(typ string) error {
 	return nil
 }
 
+// ValidateKeyType checks a type that names a per-type etcd key (a pause
+// of the type, its rate-limit rule: "<prefix><type>", one segment), as
+// stored before ValidateType refused "." and "..": 1..MaxTypeLen bytes
+// of printable UTF-8 without white space, and no "/". Its error is the
+// bare reason, with the type quoted (at most 64 bytes of it) where it
+// helps; pause and ratelimit wrap it in their ErrInvalidType.
+func ValidateKeyType(typ string) error {
+	q := typ
+	if len(q) > 64 {
+		q = q[:64] + "…"
+	}
+	switch {
+	case typ == "":
+		return errors.New("must not be empty")
+	case len(typ) > MaxTypeLen:
+		return fmt.Errorf("longer than %d bytes", MaxTypeLen)
+	case !utf8.ValidString(typ):
+		return errors.New("not valid UTF-8")
+	case strings.Contains(typ, "/"):
+		return fmt.Errorf("%q: must not contain '/'", q)
+	}
+	for _, r := range typ {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("%q: contains a control or white-space character (%U)", q, r)
+		}
+	}
+	return nil
+}
+
 // Validate checks every producer-set field of a new task.
 func (t *Task) Validate() error {
 	if err := ValidateID(t.ID); err != nil {

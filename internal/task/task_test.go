@@ -101,3 +101,25 @@ func checkRule(t *testing.T, field string, newRule, storedRule func(string) erro
 		}
 	}
 }
+
+// ValidateKeyType is the rule of a type that names a per-type etcd key
+// (pause, rate-limit rule): the stored-type rule and no "/".
+func TestValidateKeyType(t *testing.T) {
+	for _, typ := range []string{"mail", ".", "..", strings.Repeat("é", MaxTypeLen/2)} {
+		if err := ValidateKeyType(typ); err != nil {
+			t.Errorf("ValidateKeyType(%q): %v", typ, err)
+		}
+	}
+	for typ, want := range map[string]string{
+		"":                                "must not be empty",
+		strings.Repeat("a", MaxTypeLen+1): "longer than 200 bytes",
+		"a\xffb":                          "not valid UTF-8",
+		"email/send":                      `"email/send": must not contain '/'`,
+		"a b":                             `"a b": contains a control or white-space character (U+0020)`,
+		"a\x00":                           "contains a control or white-space character (U+0000)",
+	} {
+		if err := ValidateKeyType(typ); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidateKeyType(%q) = %v, want %q", typ, err, want)
+		}
+	}
+}
