@@ -160,14 +160,9 @@ func (h *handlerTimer) arm(now, deadline time.Time) {
 	h.armed, h.armedAt = true, deadline
 }
 
-// start returns the context of a handler that runs for at most timeout;
-// call finish when it returned. One context at a time per handlerTimer.
-func (h *handlerTimer) start(timeout time.Duration) *handlerCtx {
-	return h.startAt(time.Now(), timeout)
-}
-
-// startAt is start for a handler that starts now (its caller read the
-// clock already).
+// startAt returns the context of a handler that starts now (its caller
+// read the clock) and runs for at most timeout; call finish when it
+// returned. One context at a time per handlerTimer.
 func (h *handlerTimer) startAt(now time.Time, timeout time.Duration) *handlerCtx {
 	c := &handlerCtx{parent: h.parent, deadline: now.Add(timeout)}
 	if d, ok := h.parent.Deadline(); ok && d.Before(c.deadline) {

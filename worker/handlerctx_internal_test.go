@@ -17,7 +17,7 @@ func TestHandlerCtxEndsAtItsDeadline(t *testing.T) {
 		ht := newHandlerTimer(parent)
 		defer ht.stop()
 		start := time.Now()
-		c := ht.start(time.Second)
+		c := startNow(ht, time.Second)
 		if d, ok := c.Deadline(); !ok || !d.Equal(start.Add(time.Second)) {
 			t.Fatalf("Deadline() = %v, %v; want %v", d, ok, start.Add(time.Second))
 		}
@@ -66,7 +66,7 @@ func TestHandlerCtxReusedTimerKeepsNoState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ht := newHandlerTimer(t.Context())
 		defer ht.stop()
-		c1 := ht.start(time.Second)
+		c1 := startNow(ht, time.Second)
 		done1 := c1.Done()
 		time.Sleep(500 * time.Millisecond)
 		ht.finish(c1) // the handler returned
@@ -79,7 +79,7 @@ func TestHandlerCtxReusedTimerKeepsNoState(t *testing.T) {
 			t.Fatalf("finished: Err() = %v, want Canceled", c1.Err())
 		}
 
-		c2 := ht.start(10 * time.Second)
+		c2 := startNow(ht, 10*time.Second)
 		if c2 == c1 {
 			t.Fatal("the context of a task was reused")
 		}
@@ -99,8 +99,8 @@ func TestHandlerCtxReusedTimerKeepsNoState(t *testing.T) {
 		ht.finish(c2)
 
 		// a shorter timeout after a longer one that returned at once
-		ht.finish(ht.start(time.Hour))
-		c3 := ht.start(time.Second)
+		ht.finish(startNow(ht, time.Hour))
+		c3 := startNow(ht, time.Second)
 		time.Sleep(time.Second)
 		synctest.Wait()
 		if !errors.Is(c3.Err(), context.DeadlineExceeded) {
@@ -110,7 +110,7 @@ func TestHandlerCtxReusedTimerKeepsNoState(t *testing.T) {
 
 		// many short tasks in a row, each ended by the timer
 		for i := range 100 {
-			c := ht.start(time.Duration(i+1) * time.Millisecond)
+			c := startNow(ht, time.Duration(i+1)*time.Millisecond)
 			<-c.Done()
 			if !errors.Is(c.Err(), context.DeadlineExceeded) {
 				t.Fatalf("task %d: Err() = %v", i, c.Err())
@@ -127,7 +127,7 @@ func TestHandlerCtxFollowsItsParent(t *testing.T) {
 		parent, cancel := context.WithCancelCause(t.Context())
 		ht := newHandlerTimer(parent)
 		defer ht.stop()
-		c := ht.start(time.Minute)
+		c := startNow(ht, time.Minute)
 		done := c.Done()
 		stop := errors.New("stop")
 		cancel(stop)
@@ -142,7 +142,7 @@ func TestHandlerCtxFollowsItsParent(t *testing.T) {
 		}
 		ht.finish(c)
 
-		c = ht.start(time.Minute)
+		c = startNow(ht, time.Minute)
 		if !errors.Is(c.Err(), context.Canceled) {
 			t.Fatalf("started after the parent ended: Err() = %v", c.Err())
 		}
@@ -160,7 +160,7 @@ func TestHandlerCtxParentDeadlineFirst(t *testing.T) {
 		ht := newHandlerTimer(parent)
 		defer ht.stop()
 		want, _ := parent.Deadline()
-		c := ht.start(time.Minute)
+		c := startNow(ht, time.Minute)
 		if d, _ := c.Deadline(); !d.Equal(want) {
 			t.Fatalf("Deadline() = %v, want the parent's %v", d, want)
 		}
@@ -171,4 +171,9 @@ func TestHandlerCtxParentDeadlineFirst(t *testing.T) {
 		}
 		ht.finish(c)
 	})
+}
+
+// startNow is startAt for a handler that starts now.
+func startNow(h *handlerTimer, timeout time.Duration) *handlerCtx {
+	return h.startAt(time.Now(), timeout)
 }
