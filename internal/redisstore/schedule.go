@@ -155,11 +155,11 @@ func (s *Store) Schedule(ctx context.Context, subs []Submit) ([]Result, error) {
 }
 
 // scheduleCalls groups the pending submits into script sections by target
-// shard and mode, and the sections into calls: one section per call on a
-// Redis Cluster (a script's keys share one slot), as many sections as fit
-// maxPerCall tasks on a single redis-server, so that concurrent single
-// schedules spread over many shards still cost one script call (the
-// per-call cost of a script is about twice a task's).
+// shard and mode, and the sections into calls: as many sections as fit
+// maxPerCall tasks with a client of a single redis-server, one section
+// per call otherwise (on a Redis Cluster a script's keys share one slot).
+// So concurrent single schedules spread over many shards still cost one
+// script call (the per-call cost of a script is about twice a task's).
 func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forced map[int]int) []*shardCall {
 	type gk struct {
 		shard int
@@ -190,12 +190,14 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		}
 		sec.idx = append(sec.idx, i)
 	}
-	_, cluster := s.rdb.(*redis.ClusterClient)
+	// only a client of one redis-server packs shards: a Cluster client
+	// (or any other kind) sends each shard its own call
+	_, single := s.rdb.(*redis.Client)
 	st := stamp(m)
 	var calls []*shardCall
 	var c *shardCall
 	for _, sec := range secs {
-		if c == nil || cluster || len(c.idx)+len(sec.idx) > maxPerCall {
+		if c == nil || !single || len(c.idx)+len(sec.idx) > maxPerCall {
 			c = &shardCall{shard: sec.shard, args: []any{s.k.wake}}
 			calls = append(calls, c)
 		}
