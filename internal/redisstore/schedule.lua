@@ -98,8 +98,10 @@ local function schedule_shard(k, a)
   if min_new ~= nil then wake(due_key, channel, shard, min_new, old_head) end
 end
 
--- Every section's map first: a refusal (an error) leaves the whole call
--- without effect, so the caller routes all its tasks again.
+-- Every section's map first: a refusal (an error) leaves every task of
+-- the call unwritten (an earlier section's stamp may have been raised to
+-- the caller's map, as any call of that shard would), so the caller
+-- routes all its tasks again.
 local sections = {}
 local k, a = 1, 2
 while a <= #ARGV do
