@@ -37,7 +37,7 @@ func ValidateType(typ string) error {
 // pause keeps applying and can be lifted. The error wraps ErrInvalidType.
 func ValidateStoredType(typ string) error {
 	if err := task.ValidateKeyType(typ); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidType, err)
+		return fmt.Errorf("%w: %w", ErrInvalidType, err)
 	}
 	return nil
 }

@@ -206,7 +206,7 @@ func ValidateType(typ string) error {
 // and can be removed. The error wraps ErrInvalidType.
 func ValidateStoredType(typ string) error {
 	if err := task.ValidateKeyType(typ); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidType, err)
+		return fmt.Errorf("%w: %w", ErrInvalidType, err)
 	}
 	return nil
 }
