@@ -3,17 +3,12 @@ package daemon
 import (
 	"net/http"
 	"testing"
-
-	"github.com/delayq/delayq/internal/testenv"
 )
 
 // The daemon serves the rate-limit API (internal/ratelimit) behind its
 // bearer token, with rules stored in etcd.
 func TestLimitsAPIMounted(t *testing.T) {
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	_, _, cfg := startRedisEtcd(t)
 	cfg.APIToken = "s3cret"
 	a := startApp(t, cfg)
 

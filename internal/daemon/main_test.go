@@ -214,6 +214,16 @@ func startRedis(t testing.TB) *testenv.Redis {
 	return testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
 }
 
+// startRedisEtcd starts a redis-server (startRedis) and an etcd, and
+// returns them with a test config that names both.
+func startRedisEtcd(t testing.TB) (*testenv.Redis, *testenv.Etcd, Config) {
+	t.Helper()
+	r, e := startRedis(t), testenv.StartEtcd(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.EtcdEndpoints = e.Endpoints
+	return r, e, cfg
+}
+
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // quietReply is a reply or the transport error (for goroutines, which

@@ -23,7 +23,6 @@ import (
 	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/shardmap"
-	"github.com/delayq/delayq/internal/testenv"
 )
 
 // The OpenAPI document (api/openapi.yaml) against the real router:
@@ -244,10 +243,7 @@ func registeredPatterns(t *testing.T) []string {
 
 func TestOpenAPIRoutes(t *testing.T) {
 	doc := loadOpenAPI(t)
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	_, _, cfg := startRedisEtcd(t)
 	app := startApp(t, cfg)
 
 	h := app.handler
@@ -360,10 +356,7 @@ func TestOpenAPIServed(t *testing.T) {
 // endpoint that needs Redis or etcd while it is missing.
 func TestOpenAPIStatuses(t *testing.T) {
 	doc := loadOpenAPI(t)
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	_, e, cfg := startRedisEtcd(t)
 	cfg.APIToken = "tok"
 	cfg.MaxBody = 4 << 10
 	cfg.Shards = 2

@@ -19,7 +19,6 @@ import (
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/task"
-	"github.com/delayq/delayq/internal/testenv"
 )
 
 // The operator API over real Redis (and etcd where the endpoint needs it):
@@ -483,10 +482,7 @@ func (a *testApp) typesList() map[string]typeView {
 // parked types; resume unparks the parked tasks at their original due
 // time, at once.
 func TestTypesPauseResume(t *testing.T) {
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	r, e, cfg := startRedisEtcd(t)
 	cfg.Shards = 3
 	app := startApp(t, cfg)
 	st := openStore(t, r.Client(t), cfg)
@@ -596,10 +592,7 @@ func (a *testApp) clusterOf() clusterResponse {
 // shard elections, adopting each shard it wins) and real registrars, and
 // reads them back through GET /v1/cluster.
 func TestClusterEndpoint(t *testing.T) {
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	r, e, cfg := startRedisEtcd(t)
 	cfg.Shards = 2
 	app := startApp(t, cfg)
 	st := openStore(t, r.Client(t), cfg)
@@ -721,10 +714,7 @@ func TestClusterDegraded(t *testing.T) {
 // and etcd (pause state) are exactly as before. Data that looks like
 // markup comes back JSON-escaped.
 func TestHostileOperator(t *testing.T) {
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	r, e, cfg := startRedisEtcd(t)
 	cfg.MaxBody = 256 << 10
 	cfg.Shards = 2
 	app := startApp(t, cfg)

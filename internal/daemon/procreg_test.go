@@ -11,11 +11,8 @@ import (
 // With etcd the daemon is in the process registry, ready (its /readyz
 // verdict), at its admin address, until it stops.
 func TestRegistryListsDaemon(t *testing.T) {
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
+	_, e, cfg := startRedisEtcd(t)
 	cli := e.Client(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
 	a := startApp(t, cfg)
 
 	var me registry.Proc

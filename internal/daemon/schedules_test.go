@@ -58,10 +58,7 @@ func decodeView(t testing.TB, r reply) schedView {
 // startScheduleApp is a daemon with etcd, and a client of that etcd.
 func startScheduleApp(t *testing.T, opts ...func(*Config)) (*testApp, *testenv.Etcd, *clientv3.Client) {
 	t.Helper()
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	_, e, cfg := startRedisEtcd(t)
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -5,16 +5,12 @@ import (
 	"testing"
 
 	"github.com/delayq/delayq/internal/shardmap"
-	"github.com/delayq/delayq/internal/testenv"
 )
 
 // A growth asked for before any event process wrote the namespace's shard
 // map is a state of the namespace (409 naming it), not a server failure.
 func TestGrowWithoutShardMap(t *testing.T) {
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	_, e, cfg := startRedisEtcd(t)
 	app := startApp(t, cfg)
 
 	got := app.do("PUT", "/v1/shards", `{"count":8}`)

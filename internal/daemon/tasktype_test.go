@@ -13,7 +13,6 @@ import (
 	"github.com/delayq/delayq/internal/pause"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
-	"github.com/delayq/delayq/internal/testenv"
 )
 
 // TestTaskTypesThroughTheClient: every type the daemon accepts for a new
@@ -25,10 +24,7 @@ import (
 // schedule's template, a pause, a limit — naming the field, changing
 // nothing.
 func TestTaskTypesThroughTheClient(t *testing.T) {
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	r, e, cfg := startRedisEtcd(t)
 	app := startApp(t, cfg)
 	rdb := r.Client(t)
 	etcd := e.Client(t)
@@ -139,10 +135,7 @@ func TestTaskTypesThroughTheClient(t *testing.T) {
 // such tasks are listed and cancelled by their type, and the Go client
 // reaches the pause and limit of "." and ".." escaped.
 func TestStoredUnaddressableTypes(t *testing.T) {
-	r := startRedis(t)
-	e := testenv.StartEtcd(t)
-	cfg := testConfig(t, r.Addr)
-	cfg.EtcdEndpoints = e.Endpoints
+	r, e, cfg := startRedisEtcd(t)
 	app := startApp(t, cfg)
 	st := openStore(t, r.Client(t), cfg)
 	etcd := e.Client(t)
