@@ -94,6 +94,7 @@ func (c *coalescer) work(ctx context.Context) {
 		for _, r := range group {
 			subs = append(subs, r.sub)
 		}
+		c.app.m.groups.Observe(float64(len(subs)))
 		out := c.app.schedule(context.WithoutCancel(ctx), subs)
 		for i, r := range group {
 			r.res = out[i]

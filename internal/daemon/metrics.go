@@ -15,6 +15,7 @@ type metrics struct {
 	replayed  prometheus.Counter       // delayq_journal_replayed_total
 	redisErrs prometheus.Counter       // delayq_redis_errors_total
 	refusals  *prometheus.CounterVec   // delayq_redis_write_refusals_total{reason}
+	groups    prometheus.Histogram     // delayq_schedule_group_size
 }
 
 func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable func() float64) *metrics {
@@ -44,11 +45,16 @@ func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable 
 			Namespace: admin.Namespace, Name: "redis_write_refusals_total",
 			Help: "Writes Redis refused although it answered (reason: oom, readonly, noreplicas, masterdown, loading, busy, cluster); their tasks were journaled.",
 		}, []string{"reason"}),
+		groups: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: admin.Namespace, Name: "schedule_group_size",
+			Help:    "Single-task schedules (POST /v1/tasks, an embedded producer's Schedule) stored together by one store call of the coalescer; 1 when none was waiting alongside.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
 	}
 	for _, o := range []string{wire.OutcomeCreated, wire.OutcomeUnchanged, wire.OutcomeUpdated, wire.OutcomeRejected, wire.OutcomeJournaled} {
 		m.scheduled.WithLabelValues(o)
 	}
-	reg.MustRegister(m.requests, m.duration, m.scheduled, m.replayed, m.redisErrs, m.refusals,
+	reg.MustRegister(m.requests, m.duration, m.scheduled, m.replayed, m.redisErrs, m.refusals, m.groups,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: admin.Namespace, Name: "redis_writable",
 			Help: "1 when Redis takes the daemon's writes; 0 while it is unreachable or refuses them (e.g. OOM) and schedules go to the journal.",

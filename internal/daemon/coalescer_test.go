@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/delayq/delayq/internal/daemon/wire"
+)
+
+// Concurrent single schedules that arrive while the store calls in flight
+// wait on Redis go together as one group (one store call), each answered
+// on its own; delayq_schedule_group_size counts the groups and their
+// tasks. Redis holds every write for 500 ms (CLIENT PAUSE WRITE), so at
+// most coalesceWorkers groups are in flight and the other callers must
+// queue behind them.
+func TestCoalescerGroupsWaitingSchedules(t *testing.T) {
+	r := startRedis(t)
+	app := startApp(t, testConfig(t, r.Addr))
+	rdb := r.Client(t)
+	const callers = 32
+	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", 500, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]wire.Scheduled, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"id":"co-%d","type":"it.co","payload":{"n":%d},"delay":"1h"}`, i, i)
+			res[i] = app.ScheduleTask(t.Context(), []byte(body))
+		})
+	}
+	wg.Wait()
+	for i, s := range res {
+		if s.Err != nil || s.Outcome != wire.OutcomeCreated || s.ID != fmt.Sprintf("co-%d", i) {
+			t.Fatalf("caller %d: %+v, want its own task created", i, s)
+		}
+	}
+	count, sum := groupSizes(t, app)
+	if sum != callers {
+		t.Fatalf("group sizes sum to %v, want %d (one per single schedule)", sum, callers)
+	}
+	if count < 1 || count > callers-2 {
+		t.Fatalf("%d groups for %d callers of which at most %d could be in flight while Redis paused: nothing was grouped", count, callers, coalesceWorkers)
+	}
+	t.Logf("%d single schedules in %d groups", callers, count)
+}
+
+// groupSizes reads delayq_schedule_group_size's count and sum.
+func groupSizes(t *testing.T, app *testApp) (count uint64, sum float64) {
+	t.Helper()
+	mfs, err := app.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "delayq_schedule_group_size" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatal("no delayq_schedule_group_size metric")
+	return 0, 0
+}
