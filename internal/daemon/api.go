@@ -68,7 +68,7 @@ func (a *App) routes() http.Handler {
 	mux.Handle("/v1/limits/", a.limits)
 	mux.Handle("GET /ui/", console.Handler()) // the operator console: static assets, no token (its /v1 calls carry it)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		wire.WriteError(w, wire.NotFound(fmt.Sprintf("no endpoint %s %s", r.Method, wire.Truncate(r.URL.Path, 100))))
+		wire.WriteError(w, wire.NotFound(fmt.Sprintf("no endpoint %s %s", r.Method, task.Truncate(r.URL.Path, 100))))
 	})
 	return observed(&server{app: a, mux: mux})
 }
@@ -326,7 +326,7 @@ func (a *App) checkRecordSize(t *task.Task) *wire.Error {
 	}
 	return &wire.Error{Status: http.StatusRequestEntityTooLarge, Code: wire.CodeRecordTooLarge,
 		Message: fmt.Sprintf("task %s: its Kafka record would be %d bytes (payload %d, key, headers and framing %d), over the limit of %d bytes (DQ_MAX_RECORD_BYTES)",
-			wire.Truncate(t.ID, 64), n, len(t.Payload), n-len(t.Payload), a.cfg.MaxRecordBytes)}
+			task.Truncate(t.ID, 64), n, len(t.Payload), n-len(t.Payload), a.cfg.MaxRecordBytes)}
 }
 
 // schedule stores tasks in Redis, or journals them when Redis is
@@ -639,7 +639,7 @@ func (a *App) handleListDead(c *call) (int, any, *wire.Error) {
 	if s := c.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxDeadLimit {
-			return 0, nil, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", wire.Truncate(s, 32), maxDeadLimit))
+			return 0, nil, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(s, 32), maxDeadLimit))
 		}
 		limit = n
 	}

@@ -21,8 +21,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/delayq/delayq/api"
-	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/shardmap"
+	"github.com/delayq/delayq/internal/task"
 )
 
 // The OpenAPI document (api/openapi.yaml) against the real router:
@@ -385,7 +385,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 				h.Set("Content-Type", cmp.Or(c.ct, "application/json"))
 			}
 			if got := a.doHeader(c.method, c.path, c.body, h); got.Status != c.status {
-				t.Errorf("%s %s: %d %s, want %d", c.method, c.path, got.Status, wire.Truncate(string(got.Raw), 200), c.status)
+				t.Errorf("%s %s: %d %s, want %d", c.method, c.path, got.Status, task.Truncate(string(got.Raw), 200), c.status)
 			}
 		}
 	}

@@ -66,7 +66,7 @@ var listStates = map[string]task.State{
 func query(c *call, allowed ...string) (url.Values, *wire.Error) {
 	q, err := url.ParseQuery(c.URL.RawQuery)
 	if err != nil {
-		return nil, wire.InvalidTask("query: not a valid URL query string (" + wire.Truncate(err.Error(), 100) + ")")
+		return nil, wire.InvalidTask("query: not a valid URL query string (" + task.Truncate(err.Error(), 100) + ")")
 	}
 	for name, vs := range q {
 		known := false
@@ -76,7 +76,7 @@ func query(c *call, allowed ...string) (url.Values, *wire.Error) {
 		switch {
 		case !known:
 			return nil, &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeUnknownField,
-				Message: fmt.Sprintf("unknown query parameter %q (known: %v)", wire.Truncate(name, 64), allowed)}
+				Message: fmt.Sprintf("unknown query parameter %q (known: %v)", task.Truncate(name, 64), allowed)}
 		case len(vs) > 1:
 			return nil, wire.InvalidTask(name + ": given more than once")
 		case !utf8.ValidString(vs[0]):
@@ -96,7 +96,7 @@ func listQuery(c *call) (redisstore.ListQuery, *wire.Error) {
 	s := q.Get("state")
 	st, ok := listStates[s]
 	if !ok {
-		return lq, wire.InvalidTask(fmt.Sprintf("state: %q is not one of scheduled, retrying, fired, paused, dead, succeeded, cancelled (empty: scheduled and retrying)", wire.Truncate(s, 32)))
+		return lq, wire.InvalidTask(fmt.Sprintf("state: %q is not one of scheduled, retrying, fired, paused, dead, succeeded, cancelled (empty: scheduled and retrying)", task.Truncate(s, 32)))
 	}
 	lq.State = st
 	if typ := q.Get("type"); typ != "" {
@@ -121,7 +121,7 @@ func listQuery(c *call) (redisstore.ListQuery, *wire.Error) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxListLimit {
-			return lq, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", wire.Truncate(v, 32), maxListLimit))
+			return lq, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(v, 32), maxListLimit))
 		}
 		lq.Limit = n
 	}
@@ -173,7 +173,7 @@ func (a *App) handleListTasks(c *call) (int, any, *wire.Error) {
 // bad input; anything else is Redis'.
 func (a *App) listError(err error) *wire.Error {
 	if errors.Is(err, redisstore.ErrBadCursor) {
-		return wire.InvalidTask("cursor: not a next_cursor of this query (" + wire.Truncate(err.Error(), 120) + "); start again without a cursor")
+		return wire.InvalidTask("cursor: not a next_cursor of this query (" + task.Truncate(err.Error(), 120) + "); start again without a cursor")
 	}
 	return a.bulkStoreError("list", err)
 }

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/event/leader"
 	"github.com/delayq/delayq/internal/pause"
 	"github.com/delayq/delayq/internal/redisstore"
@@ -846,14 +845,14 @@ func TestHostileOperator(t *testing.T) {
 		{method: "PUT", path: "/v1/cluster", status: 404, code: "not_found"},
 	}
 	for _, c := range cases {
-		name := c.method + " " + wire.Truncate(c.path, 80)
+		name := c.method + " " + task.Truncate(c.path, 80)
 		h := http.Header{}
 		if c.body != "" || c.ct != "" {
 			h.Set("Content-Type", cmp.Or(c.ct, "application/json"))
 		}
 		got := app.doHeader(c.method, c.path, c.body, h)
 		if got.Status != c.status || got.errCode() != c.code || !strings.Contains(got.errMessage(), c.msg) {
-			t.Errorf("%s %s: %d %s, want %d %s naming %q", name, wire.Truncate(c.body, 80), got.Status, wire.Truncate(string(got.Raw), 300), c.status, c.code, c.msg)
+			t.Errorf("%s %s: %d %s, want %d %s naming %q", name, task.Truncate(c.body, 80), got.Status, task.Truncate(string(got.Raw), 300), c.status, c.code, c.msg)
 		}
 		if strings.Contains(string(got.Raw), "<") {
 			t.Errorf("%s: unescaped markup in %s", name, got.Raw)

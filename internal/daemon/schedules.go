@@ -13,6 +13,7 @@ import (
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/schedule"
+	"github.com/delayq/delayq/internal/task"
 )
 
 // The schedule endpoints (periodic tasks, package schedule):
@@ -116,11 +117,11 @@ func scheduleError(id string, err error) *wire.Error {
 	var fe *schedule.FieldError
 	switch {
 	case errors.As(err, &fe):
-		return invalidSchedule(wire.Truncate(fe.Error(), 300))
+		return invalidSchedule(task.Truncate(fe.Error(), 300))
 	case errors.Is(err, schedule.ErrSyntax):
-		return wire.InvalidJSON(wire.Truncate(err.Error(), 300))
+		return wire.InvalidJSON(task.Truncate(err.Error(), 300))
 	case errors.Is(err, schedule.ErrUnknownField):
-		return &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeUnknownField, Message: wire.Truncate(err.Error(), 300)}
+		return &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeUnknownField, Message: task.Truncate(err.Error(), 300)}
 	case errors.Is(err, schedule.ErrNotFound):
 		return wire.NotFound("schedule " + id + " not found")
 	}

@@ -110,7 +110,7 @@ func etcdError(err error) *wire.Error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return wire.Unavailable("etcd did not answer within " + etcdTimeout.String())
 	}
-	return wire.Unavailable("etcd: " + wire.Truncate(err.Error(), 200))
+	return wire.Unavailable("etcd: " + task.Truncate(err.Error(), 200))
 }
 
 // typeView is one type of GET /v1/types.

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/delayq/delayq/internal/task"
 )
 
 // API error codes (the daemon's, same body shape {"error":{"code","message"}}).
@@ -63,7 +65,7 @@ func NewAPI(rules *Rules, lim *Limiter, maxBody int64) http.Handler {
 	mux.HandleFunc("/v1/limits", methodNotAllowed("GET"))
 	mux.HandleFunc("/v1/limits/{type}", methodNotAllowed("GET, PUT, DELETE"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+truncate(r.URL.Path, 100))
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+task.Truncate(r.URL.Path, 100))
 	})
 	return mux
 }
@@ -130,7 +132,7 @@ func (a *api) put(w http.ResponseWriter, r *http.Request) {
 	}
 	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
 		writeError(w, http.StatusUnsupportedMediaType, codeUnsupportedMedia,
-			fmt.Sprintf("Content-Type %q: must be application/json", truncate(ct, 64)))
+			fmt.Sprintf("Content-Type %q: must be application/json", task.Truncate(ct, 64)))
 		return
 	}
 	if r.ContentLength > a.maxBody {

@@ -101,11 +101,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 func parseDuration(raw []byte) (time.Duration, error) {
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return 0, fmt.Errorf("expected a duration string such as \"10s\", got %s", truncate(string(raw), 32))
+		return 0, fmt.Errorf("expected a duration string such as \"10s\", got %s", task.Truncate(string(raw), 32))
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration such as \"10s\"", truncate(s, 32))
+		return 0, fmt.Errorf("%q is not a duration such as \"10s\"", task.Truncate(s, 32))
 	}
 	return v, nil
 }
@@ -354,11 +354,4 @@ func (r Rule) clone() Rule {
 		r.Concurrency = &c
 	}
 	return r
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -196,6 +196,14 @@ func ValidateStoredType(typ string) error {
 	return nil
 }
 
+// Truncate shortens s to n bytes for a message, marking the cut with "…".
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
 // ValidateKeyType checks a type that names a per-type etcd key (a pause
 // of the type, its rate-limit rule: "<prefix><type>", one segment), as
 // stored before ValidateType refused "." and "..": 1..MaxTypeLen bytes
@@ -203,10 +211,7 @@ func ValidateStoredType(typ string) error {
 // bare reason, with the type quoted (at most 64 bytes of it) where it
 // helps; pause and ratelimit wrap it in their ErrInvalidType.
 func ValidateKeyType(typ string) error {
-	q := typ
-	if len(q) > 64 {
-		q = q[:64] + "…"
-	}
+	q := Truncate(typ, 64)
 	switch {
 	case typ == "":
 		return errors.New("must not be empty")

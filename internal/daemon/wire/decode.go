@@ -121,10 +121,10 @@ func (req *taskRequest) submit(now time.Time) (redisstore.Submit, *Error) {
 	if req.Timeout != nil {
 		d, err := time.ParseDuration(*req.Timeout)
 		if err != nil {
-			return redisstore.Submit{}, InvalidTask(fmt.Sprintf("timeout: %q is not a Go duration (e.g. 30s)", Truncate(*req.Timeout, 64)))
+			return redisstore.Submit{}, InvalidTask(fmt.Sprintf("timeout: %q is not a Go duration (e.g. 30s)", task.Truncate(*req.Timeout, 64)))
 		}
 		if d != 0 && d < time.Millisecond {
-			return redisstore.Submit{}, InvalidTask(fmt.Sprintf("timeout: %q is below 1ms, the smallest timeout (0 means the worker's default)", Truncate(*req.Timeout, 64)))
+			return redisstore.Submit{}, InvalidTask(fmt.Sprintf("timeout: %q is below 1ms, the smallest timeout (0 means the worker's default)", task.Truncate(*req.Timeout, 64)))
 		}
 		t.Timeout = d
 	}
@@ -147,10 +147,10 @@ func parseDue(dueAt, delay *string, now time.Time, optional bool) (Due, *Error) 
 	case dueAt != nil:
 		at, err := time.Parse(time.RFC3339Nano, *dueAt)
 		if err != nil {
-			return Due{}, InvalidTask(fmt.Sprintf("due_at: %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05.123Z)", Truncate(*dueAt, 64)))
+			return Due{}, InvalidTask(fmt.Sprintf("due_at: %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05.123Z)", task.Truncate(*dueAt, 64)))
 		}
 		if !rfc3339Offset(*dueAt) {
-			return Due{}, InvalidTask(fmt.Sprintf("due_at: %q has no valid RFC 3339 offset (Z or ±hh:mm with hh at most 23, mm at most 59)", Truncate(*dueAt, 64)))
+			return Due{}, InvalidTask(fmt.Sprintf("due_at: %q has no valid RFC 3339 offset (Z or ±hh:mm with hh at most 23, mm at most 59)", task.Truncate(*dueAt, 64)))
 		}
 		at = at.Truncate(time.Millisecond).UTC()
 		if at.Before(time.Unix(0, 0)) || task.Millis(at) > task.MaxDueMillis {
@@ -160,14 +160,14 @@ func parseDue(dueAt, delay *string, now time.Time, optional bool) (Due, *Error) 
 	case delay != nil:
 		d, err := time.ParseDuration(*delay)
 		if err != nil {
-			return Due{}, InvalidTask(fmt.Sprintf("delay: %q is not a Go duration (e.g. 90s, 1h30m)", Truncate(*delay, 64)))
+			return Due{}, InvalidTask(fmt.Sprintf("delay: %q is not a Go duration (e.g. 90s, 1h30m)", task.Truncate(*delay, 64)))
 		}
 		if d < 0 {
 			return Due{}, InvalidTask("delay: must not be negative")
 		}
 		at := now.Add(d).Truncate(time.Millisecond).UTC()
 		if task.Millis(at) > task.MaxDueMillis {
-			return Due{}, InvalidTask(fmt.Sprintf("delay: %s from now is after the latest accepted time, %s", Truncate(*delay, 64), task.MaxDueText))
+			return Due{}, InvalidTask(fmt.Sprintf("delay: %s from now is after the latest accepted time, %s", task.Truncate(*delay, 64), task.MaxDueText))
 		}
 		return Due{At: at, Delay: d, Relative: true}, nil
 	case optional:
@@ -427,7 +427,7 @@ func (r *reader) headers(p *map[string]string) *Error {
 		k := string(key)
 		if r.badKey {
 			r.skip()
-			return InvalidTask(fmt.Sprintf("headers: name %q is not valid UTF-8", Truncate(k, 64)))
+			return InvalidTask(fmt.Sprintf("headers: name %q is not valid UTF-8", task.Truncate(k, 64)))
 		}
 		if r.null() {
 			m[k] = ""
@@ -451,20 +451,12 @@ func ValidationMessage(err error) string {
 	return err.Error()
 }
 
-// Truncate shortens s to n bytes for a message, marking the cut with "…".
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
 // ReadJSONBody checks the content type and reads the body within the
 // limit into buf (grown as needed) and returns it.
 func ReadJSONBody(w http.ResponseWriter, r *http.Request, limit int64, buf *bytes.Buffer) ([]byte, *Error) {
 	if ct := r.Header.Get("Content-Type"); !isJSONContentType(ct) {
 		return nil, &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMedia,
-			fmt.Sprintf("Content-Type %q: must be application/json", Truncate(ct, 64))}
+			fmt.Sprintf("Content-Type %q: must be application/json", task.Truncate(ct, 64))}
 	}
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)

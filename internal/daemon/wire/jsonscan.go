@@ -7,6 +7,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/delayq/delayq/internal/task"
 )
 
 // A small JSON reader for the request bodies, written for the write
@@ -424,18 +426,18 @@ func (r *reader) integer(field string) (int, *Error) {
 	num := r.skip()
 	n, err := strconv.ParseInt(string(num), 10, 64)
 	if err != nil {
-		return 0, InvalidTask(fmt.Sprintf("%s: expected an integer, got JSON number %s", field, Truncate(string(num), 32)))
+		return 0, InvalidTask(fmt.Sprintf("%s: expected an integer, got JSON number %s", field, task.Truncate(string(num), 32)))
 	}
 	return int(n), nil
 }
 
 func unknownField(key []byte) *Error {
 	return &Error{http.StatusBadRequest, CodeUnknownField,
-		fmt.Sprintf("unknown field %q (field names are exact; unknown fields are rejected)", Truncate(string(key), 64))}
+		fmt.Sprintf("unknown field %q (field names are exact; unknown fields are rejected)", task.Truncate(string(key), 64))}
 }
 
 func duplicateField(key []byte) *Error {
-	return InvalidJSON(fmt.Sprintf("duplicate field %q", Truncate(string(key), 64)))
+	return InvalidJSON(fmt.Sprintf("duplicate field %q", task.Truncate(string(key), 64)))
 }
 
 // notObject is the answer for a body that is valid JSON but no object.
