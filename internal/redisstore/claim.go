@@ -352,30 +352,45 @@ type shardCall struct {
 
 // where names the call's shard, or shards, for an error.
 func (c *shardCall) where() string {
-	if len(c.shards) == 0 || slices.Min(c.shards) == slices.Max(c.shards) {
+	seen := slices.Compact(slices.Sorted(slices.Values(c.shards)))
+	if len(seen) <= 1 {
 		return fmt.Sprintf("shard %d", c.shard)
 	}
-	seen := slices.Compact(slices.Sorted(slices.Values(c.shards)))
 	return fmt.Sprintf("shards %v", seen)
+}
+
+// chunk is items of one key, at most maxPerCall of them.
+type chunk[K comparable] struct {
+	key K
+	idx []int
+}
+
+// chunks groups items 0..n-1 by key, at most maxPerCall per chunk, in
+// order of first appearance.
+func chunks[K comparable](n int, key func(int) K) []*chunk[K] {
+	var out []*chunk[K]
+	open := make(map[K]*chunk[K])
+	for i := range n {
+		k := key(i)
+		c := open[k]
+		if c == nil || len(c.idx) == maxPerCall {
+			c = &chunk[K]{key: k}
+			open[k] = c
+			out = append(out, c)
+		}
+		c.idx = append(c.idx, i)
+	}
+	return out
 }
 
 // groupCalls groups n items by the shard of their id, at most maxPerCall
 // per call, in order of first appearance.
 func (s *Store) groupCalls(n int, shardOf func(int) int, build func(shard int, idx []int) ([]string, []any)) []*shardCall {
 	var calls []*shardCall
-	open := make(map[int]*shardCall)
-	for i := range n {
-		sh := shardOf(i)
-		c := open[sh]
-		if c == nil || len(c.idx) == maxPerCall {
-			c = &shardCall{shard: sh}
-			open[sh] = c
-			calls = append(calls, c)
-		}
-		c.idx = append(c.idx, i)
-	}
-	for _, c := range calls {
+	for _, ch := range chunks(n, shardOf) {
+		c := &shardCall{shard: ch.key, idx: ch.idx}
 		c.keys, c.args = build(c.shard, c.idx)
+		calls = append(calls, c)
 	}
 	return calls
 }

@@ -165,13 +165,8 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		shard int
 		mode  string
 	}
-	type section struct {
-		gk
-		idx []int
-	}
-	var secs []*section
-	open := make(map[gk]*section)
-	for _, i := range pending {
+	secs := chunks(len(pending), func(j int) gk {
+		i := pending[j]
 		id := subs[i].Task.ID
 		k := gk{shard: m.Shard(id)}
 		if sh, ok := forced[i]; ok {
@@ -182,14 +177,8 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		if subs[i].Revive {
 			k.mode += "r"
 		}
-		sec := open[k]
-		if sec == nil || len(sec.idx) == maxPerCall {
-			sec = &section{gk: k}
-			open[k] = sec
-			secs = append(secs, sec)
-		}
-		sec.idx = append(sec.idx, i)
-	}
+		return k
+	})
 	// only a client of one redis-server packs shards: a Cluster client
 	// (or any other kind) sends each shard its own call
 	_, single := s.rdb.(*redis.Client)
@@ -197,16 +186,18 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 	var calls []*shardCall
 	var c *shardCall
 	for _, sec := range secs {
+		sh := sec.key.shard
 		if c == nil || !single || len(c.idx)+len(sec.idx) > maxPerCall {
-			c = &shardCall{shard: sec.shard, args: []any{s.k.wake}}
+			c = &shardCall{shard: sh, args: []any{s.k.wake}}
 			calls = append(calls, c)
 		}
-		c.keys = append(c.keys, s.k.due(sec.shard), s.k.stamp(sec.shard), s.k.done(sec.shard), s.k.runs(sec.shard))
-		c.args = append(c.args, sec.shard, st, sec.mode, len(sec.idx))
-		for _, i := range sec.idx {
+		c.keys = append(c.keys, s.k.due(sh), s.k.stamp(sh), s.k.done(sh), s.k.runs(sh))
+		c.args = append(c.args, sh, st, sec.key.mode, len(sec.idx))
+		for _, j := range sec.idx {
+			i := pending[j]
 			t := subs[i].Task
 			b := bucketOf(t.ID)
-			c.keys = append(c.keys, s.k.bucketKey(sec.shard, b))
+			c.keys = append(c.keys, s.k.bucketKey(sh, b))
 			if subs[i].Relative {
 				c.args = append(c.args, t.ID, dueArg(t.DueAt, subs[i].Delay, true), task.EncodeBody(t))
 			} else {
@@ -214,7 +205,7 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 				c.args = append(c.args, t.ID, dueScoreArg(ms, b), newRecord(ms, t))
 			}
 			c.idx = append(c.idx, i)
-			c.shards = append(c.shards, sec.shard)
+			c.shards = append(c.shards, sh)
 		}
 	}
 	return calls

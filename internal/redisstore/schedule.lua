@@ -26,9 +26,9 @@ local channel = ARGV[1]
 local now = nil
 local out = {}
 
-local function schedule_shard(k, a)
+local function schedule_shard(k, a, n)
   local due_key = KEYS[k]
-  local shard, mode, n = ARGV[a], ARGV[a + 2], tonumber(ARGV[a + 3])
+  local shard, mode = ARGV[a], ARGV[a + 2]
   local existing_only = string.find(mode, 'x', 1, true) ~= nil
   local revive = string.find(mode, 'r', 1, true) ~= nil
   local old_head = head(due_key)
@@ -106,9 +106,9 @@ local sections = {}
 local k, a = 1, 2
 while a <= #ARGV do
   check_map(KEYS[k + 1], ARGV[a + 1])
-  sections[#sections + 1] = {k, a}
   local n = tonumber(ARGV[a + 3])
+  sections[#sections + 1] = {k, a, n}
   k, a = k + 4 + n, a + 4 + 3 * n
 end
-for _, s in ipairs(sections) do schedule_shard(s[1], s[2]) end
+for _, s in ipairs(sections) do schedule_shard(s[1], s[2], s[3]) end
 return out
