@@ -69,9 +69,8 @@ if #cfields > 0 then
     end
   end
 end
--- the due set's head before this call, read only when a retry or a
--- deferral is about to change it (most calls store successes only)
-local old_head, head_read = nil, false
+-- the ids a retry or a deferral put back into the due set (see wake)
+local added = {}
 local now, expiry = nil, nil
 local function stamp()
   if not now then
@@ -155,9 +154,9 @@ for i = 1, n do
           end
           state, rdue = waiting(att), ndue
           redis.call('HSET', bkey, id, record(state, gen + 1, att, ndue, string.sub(v, 14)))
-          if not head_read then old_head, head_read = head(KEYS[2]), true end
           redis.call('ZADD', KEYS[2], due_score(ndue, bkey), id)
           if min_new == nil or ndue < min_new then min_new = ndue end
+          added[id] = true
         end
       end
     end
@@ -175,5 +174,5 @@ end
 -- a lean success leaves the due set: its record may have been put back
 -- there (a take Kafka did not confirm, whose copy the worker ran)
 if #lz > 0 then redis.call('ZREM', KEYS[2], unpack(lz)) end
-if min_new ~= nil then wake(KEYS[2], ARGV[2], ARGV[3], min_new, old_head) end
+if min_new ~= nil then wake(KEYS[2], ARGV[2], ARGV[3], min_new, added) end
 return out

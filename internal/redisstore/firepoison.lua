@@ -27,7 +27,7 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[3]) then
   return out
 end
 local now = now_ms()
-local old_head, head_read, min_new = nil, false, nil
+local min_new, added = nil, {}
 for i = 1, n do
   local a = 5 * i + 1
   local id, g, not_before, park, reason = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4]
@@ -45,14 +45,14 @@ for i = 1, n do
         code = 1
       else
         local at = now + park
-        if not head_read then old_head, head_read = head(KEYS[2]), true end
         redis.call('ZADD', KEYS[2], due_score(at, bkey), id)
         if min_new == nil or at < min_new then min_new = at end
+        added[id] = true
         code = 2
       end
     end
   end
   out[i] = code
 end
-if min_new ~= nil then wake(KEYS[2], ARGV[4], ARGV[5], min_new, old_head) end
+if min_new ~= nil then wake(KEYS[2], ARGV[4], ARGV[5], min_new, added) end
 return out

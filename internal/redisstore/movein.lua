@@ -8,8 +8,7 @@
 -- ARGV[1] wake channel, ARGV[2] shard, then per task: id, moving value,
 -- last error ('' for none)
 -- Returns per task 1 moved in, 2 already here.
-local old_head = head(KEYS[1])
-local min_new = nil
+local min_new, added = nil, {}
 local out = {}
 for i = 3, #ARGV, 3 do
   local id, mv, err = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -23,6 +22,7 @@ for i = 3, #ARGV, 3 do
       local due = struct.unpack('>I6', mv, 9 + 7)
       redis.call('ZADD', KEYS[1], due_score(due, bkey), id)
       if min_new == nil or due < min_new then min_new = due end
+      added[id] = true
     elseif kind == 'o' then
       redis.call('ZADD', KEYS[2], score, id)
     elseif kind == 'x' then
@@ -32,5 +32,5 @@ for i = 3, #ARGV, 3 do
     out[#out + 1] = 1
   end
 end
-if min_new ~= nil then wake(KEYS[1], ARGV[1], ARGV[2], min_new, old_head) end
+if min_new ~= nil then wake(KEYS[1], ARGV[1], ARGV[2], min_new, added) end
 return out

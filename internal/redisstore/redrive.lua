@@ -14,10 +14,9 @@ if is_moving(v) then return {7, '', 0} end
 local st, gen, att, due, body = parse(v)
 if st ~= 'd' then return {4, st, due} end
 local now = now_ms()
-local old_head = head(KEYS[2])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], record('s', gen + 1, 1, now, body))
 redis.call('ZADD', KEYS[2], due_score(now, KEYS[3]), ARGV[1])
-wake(KEYS[2], ARGV[2], ARGV[3], now, old_head)
+wake(KEYS[2], ARGV[2], ARGV[3], now, ARGV[1])
 return {1, 's', now}

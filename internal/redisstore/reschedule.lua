@@ -23,9 +23,8 @@ if string.sub(ARGV[2], 1, 1) == '+' then
 else
   due = tonumber(ARGV[2])
 end
-local old_head = head(KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], record(st, gen + 1, att, due, body))
 drop_claim(KEYS[5], ARGV[1], gen)
 redis.call('ZADD', KEYS[1], due_score(due, KEYS[2]), ARGV[1])
-wake(KEYS[1], ARGV[3], ARGV[4], due, old_head)
+wake(KEYS[1], ARGV[3], ARGV[4], due, ARGV[1])
 return {1, st, due}

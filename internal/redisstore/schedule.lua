@@ -31,7 +31,6 @@ local function schedule_shard(k, a, n)
   local shard, mode = ARGV[a], ARGV[a + 2]
   local existing_only = string.find(mode, 'x', 1, true) ~= nil
   local revive = string.find(mode, 'r', 1, true) ~= nil
-  local old_head = head(due_key)
   local min_new = nil
   local zadd = {}
   local queued = {}
@@ -95,7 +94,7 @@ local function schedule_shard(k, a, n)
   -- one ZADD for the whole section (zadd_all); a later copy of an id in
   -- the same section wins
   if #zadd > 0 then zadd_all(due_key, zadd) end
-  if min_new ~= nil then wake(due_key, channel, shard, min_new, old_head) end
+  if min_new ~= nil then wake(due_key, channel, shard, min_new, queued) end
 end
 
 -- Every section's map first: a refusal (an error) leaves every task of

@@ -767,6 +767,24 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		sooner := later.Add(-time.Minute)
 		schedule1(t, s, mk("sooner", sooner))
 		expectWake(t, ch, fmt.Sprintf("0:%d", sooner.UnixMilli()))
+		// a reschedule behind the head does not wake; one ahead of it
+		// does, with its own due time
+		if _, err := s.Reschedule(t.Context(), "later", later.Add(time.Minute), 0, false); err != nil {
+			t.Fatal(err)
+		}
+		soonest := sooner.Add(-time.Minute)
+		if _, err := s.Reschedule(t.Context(), "even-later", soonest, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		expectWake(t, ch, fmt.Sprintf("0:%d", soonest.UnixMilli()))
+		// one call of several tasks wakes once, with the earliest
+		res, err := s.Schedule(t.Context(), []Submit{{Task: mk("b1", soonest.Add(-2*time.Second))}, {Task: mk("b2", soonest.Add(-3*time.Second))}, {Task: mk("b3", later)}})
+		if err != nil || len(res) != 3 || res[0].Err != nil {
+			t.Fatalf("schedule: %+v %v", res, err)
+		}
+		expectWake(t, ch, fmt.Sprintf("0:%d", soonest.Add(-3*time.Second).UnixMilli()))
+		schedule1(t, s, mk("last", later.Add(-time.Hour)))
+		expectWake(t, ch, fmt.Sprintf("0:%d", later.Add(-time.Hour).UnixMilli()))
 	})
 
 	t.Run("OtherShardCountFollowsNamespace", func(t *testing.T) {

@@ -11,8 +11,7 @@
 -- ARGV[4+i] id of task i
 -- Returns {moved, left}: the tasks put back, the entries left in the index.
 local offset = tonumber(ARGV[1])
-local old_head = head(KEYS[1])
-local min_new = nil
+local min_new, added = nil, {}
 local moved = 0
 for i = 5, #ARGV do
   local id, bkey = ARGV[i], KEYS[i - 1]
@@ -25,10 +24,11 @@ for i = 5, #ARGV do
       redis.call('ZADD', KEYS[1], due_score(due, bkey), id)
       moved = moved + 1
       if min_new == nil or due < min_new then min_new = due end
+      added[id] = true
     end
   end
 end
 local left = redis.call('ZCARD', KEYS[2])
 if left == 0 then redis.call('SREM', KEYS[3], ARGV[2]) end
-if min_new ~= nil then wake(KEYS[1], ARGV[3], ARGV[4], min_new, old_head) end
+if min_new ~= nil then wake(KEYS[1], ARGV[3], ARGV[4], min_new, added) end
 return {moved, left}
