@@ -7,8 +7,11 @@
 // validation and answers, the same group commit of concurrent single
 // schedules into one Redis call, the same shard map, and the same durable
 // journal when Redis is unreachable (a Journaled result, replayed when
-// Redis answers again) — with one hop fewer and no HTTP or JSON answer on
-// the way. Schedule and ScheduleBatch are that path; Client is the rest of
+// Redis answers again) — with one hop fewer and no HTTP or JSON on the
+// way: a task is checked as Go values by the API's rules (a refused one
+// gets the API's answer; a string that is not UTF-8, which JSON would
+// have repaired, is refused naming its field). Schedule and ScheduleBatch
+// are that path; Client is the rest of
 // the API (Get, Cancel, Reschedule, dead letters, ...) through the
 // daemon's handler in the same process, without a socket.
 //
@@ -121,13 +124,9 @@ func (p *Producer) exit() { p.mu.RUnlock() }
 // Schedule schedules one task. It returns once the task is stored in
 // Redis, or journaled (Result.Journaled) while Redis is unreachable. A
 // refused task's error is a *client.APIError with the status and code the
-// HTTP API would answer (e.g. 422 invalid_task naming the field); the
-// task is then not stored.
+// HTTP API would answer (e.g. 422 invalid_task naming the field; also
+// for a Payload that is not JSON); the task is then not stored.
 func (p *Producer) Schedule(ctx context.Context, t client.Task) (client.Result, error) {
-	body, err := t.MarshalJSON()
-	if err != nil {
-		return client.Result{}, err
-	}
 	if err := ctx.Err(); err != nil {
 		return client.Result{}, err
 	}
@@ -135,26 +134,27 @@ func (p *Producer) Schedule(ctx context.Context, t client.Task) (client.Result, 
 		return client.Result{}, ErrClosed
 	}
 	defer p.exit()
-	s := p.app.ScheduleTask(ctx, body)
+	f := fields(&t)
+	s := p.app.ScheduleFields(ctx, &f)
 	if s.Err != nil {
 		return client.Result{}, apiError(s.Err)
 	}
 	return result(&s), nil
 }
 
+// fields is a task as the daemon's checks take it (wire.NewTask, the
+// API's rules without JSON).
+func fields(t *client.Task) wire.Fields {
+	return wire.Fields{ID: t.ID, Type: t.Type, Payload: t.Payload, PayloadBytes: t.PayloadBytes,
+		DueAt: t.DueAt, Delay: t.Delay, Topic: t.Topic, Key: t.Key, Headers: t.Headers,
+		MaxAttempts: t.MaxAttempts, Timeout: t.Timeout, Priority: t.Priority}
+}
+
 // ScheduleBatch schedules tasks in one store call (at most DQ_MAX_BATCH).
 // The results are in the order of tasks, a refused task's with Err set;
 // the error is set only when nothing was scheduled (the batch is too
-// large, a task cannot be encoded, ctx ended, Close).
+// large, ctx ended, Close).
 func (p *Producer) ScheduleBatch(ctx context.Context, tasks []client.Task) ([]client.BatchResult, error) {
-	items := make([][]byte, len(tasks))
-	for i := range tasks {
-		b, err := tasks[i].MarshalJSON()
-		if err != nil {
-			return nil, err
-		}
-		items[i] = b
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -162,11 +162,15 @@ func (p *Producer) ScheduleBatch(ctx context.Context, tasks []client.Task) ([]cl
 		return nil, ErrClosed
 	}
 	defer p.exit()
-	if e := p.app.CheckBatch(len(items)); e != nil {
+	if e := p.app.CheckBatch(len(tasks)); e != nil {
 		return nil, apiError(e)
 	}
-	out := make([]client.BatchResult, len(items))
-	for i, s := range p.app.ScheduleTasks(ctx, items) {
+	fs := make([]wire.Fields, len(tasks))
+	for i := range tasks {
+		fs[i] = fields(&tasks[i])
+	}
+	out := make([]client.BatchResult, len(tasks))
+	for i, s := range p.app.ScheduleFieldsBatch(ctx, fs) {
 		if s.Err != nil {
 			out[i].Err = apiError(s.Err)
 			continue

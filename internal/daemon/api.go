@@ -265,10 +265,20 @@ func (a *App) handleBatch(c *call) (int, any, *wire.Error) {
 // ScheduleTask schedules one task given in the API's JSON (the body of
 // POST /v1/tasks), grouped with concurrent calls (the coalescer), and
 // answers as that endpoint does: Err set for a refused task (4xx naming
-// the field) or a failure. The handler and an embedded daemon's producer
-// both call it.
+// the field) or a failure. The handler calls it; an embedded daemon's
+// producer calls ScheduleFields.
 func (a *App) ScheduleTask(ctx context.Context, body []byte) wire.Scheduled {
-	sub, e := wire.DecodeTask(body, a.now())
+	return a.scheduleOne(ctx, func(now time.Time) (redisstore.Submit, *wire.Error) { return wire.DecodeTask(body, now) })
+}
+
+// ScheduleFields is ScheduleTask for a task given as Go values (package
+// embedded): the API's checks and answers, without JSON.
+func (a *App) ScheduleFields(ctx context.Context, f *wire.Fields) wire.Scheduled {
+	return a.scheduleOne(ctx, func(now time.Time) (redisstore.Submit, *wire.Error) { return wire.NewTask(f, now) })
+}
+
+func (a *App) scheduleOne(ctx context.Context, decode func(time.Time) (redisstore.Submit, *wire.Error)) wire.Scheduled {
+	sub, e := decode(a.now())
 	if e == nil {
 		e = a.checkRecordSize(sub.Task)
 	}
@@ -283,12 +293,25 @@ func (a *App) ScheduleTask(ctx context.Context, body []byte) wire.Scheduled {
 // order, a refused task's with Err set. The caller bounds the count
 // (DQ_MAX_BATCH, see CheckBatch).
 func (a *App) ScheduleTasks(ctx context.Context, items [][]byte) []wire.Scheduled {
+	return a.scheduleMany(ctx, len(items), func(i int, now time.Time) (redisstore.Submit, *wire.Error) {
+		return wire.DecodeTask(items[i], now)
+	})
+}
+
+// ScheduleFieldsBatch is ScheduleTasks for tasks given as Go values.
+func (a *App) ScheduleFieldsBatch(ctx context.Context, fs []wire.Fields) []wire.Scheduled {
+	return a.scheduleMany(ctx, len(fs), func(i int, now time.Time) (redisstore.Submit, *wire.Error) {
+		return wire.NewTask(&fs[i], now)
+	})
+}
+
+func (a *App) scheduleMany(ctx context.Context, n int, decode func(int, time.Time) (redisstore.Submit, *wire.Error)) []wire.Scheduled {
 	now := a.now()
-	results := make([]wire.Scheduled, len(items))
-	subs := make([]redisstore.Submit, 0, len(items))
-	pos := make([]int, 0, len(items))
-	for i, raw := range items {
-		sub, e := wire.DecodeTask(raw, now)
+	results := make([]wire.Scheduled, n)
+	subs := make([]redisstore.Submit, 0, n)
+	pos := make([]int, 0, n)
+	for i := range n {
+		sub, e := decode(i, now)
 		if e == nil {
 			e = a.checkRecordSize(sub.Task)
 		}
