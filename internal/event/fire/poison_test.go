@@ -85,6 +85,11 @@ func poisonRun(t *testing.T, f *fixture, grace time.Duration, poison *task.Task,
 	if err != nil || len(dead) != 1 || dead[0].Task.ID != poison.ID {
 		t.Errorf("dead listing %v, %v; want %s", dead, err, poison.ID)
 	}
+	// counted when the poller has the script's answer, just after the
+	// record reads dead
+	testenv.WaitFor(t, 5*time.Second, "the dead task counted and out of grace", func() bool {
+		return metricValue(f.m.DeadAtFire.WithLabelValues(class)) > 0 && metricValue(f.m.PoisonGrace) == 0
+	})
 	if got := metricValue(f.m.DeadAtFire.WithLabelValues(class)); got != 1 {
 		t.Errorf("delayq_fire_dead_total{reason=%q} = %v, want 1", class, got)
 	}
