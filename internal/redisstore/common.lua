@@ -62,10 +62,9 @@ local function waiting(attempt)
 end
 
 -- wake tells pollers that shard's earliest due time moved earlier. It
--- runs after a write that added members to the due set (added: the id of
--- the one, or a table whose keys are the ids) and publishes when the
--- set's first member is one of them: due, the earliest added due time,
--- is the message. The head is read by member, without its score: a
+-- runs after a write that added members to the due set (added: a table
+-- whose keys are their ids) and publishes when the set's first member is
+-- one of them: due, the earliest added due time, is the message. The head is read by member, without its score: a
 -- score reply is a double that Redis prints (%.17g) and Lua parses back,
 -- and those two cost more than the rest of a one-task section of a
 -- schedule (3.5 against 0.5 µs measured with redis-benchmark). A task
@@ -74,8 +73,7 @@ end
 -- (it reads the head again), never a missed one.
 local function wake(due_key, channel, shard, due, added)
   local h = redis.call('ZRANGE', due_key, '0', '0')[1]
-  if h == nil then return end
-  if h == added or (type(added) == 'table' and added[h]) then
+  if h and added[h] then
     redis.call('PUBLISH', channel, shard .. ':' .. string.format('%d', due))
   end
 end

@@ -18,5 +18,5 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], record('s', gen + 1, 1, now, body))
 redis.call('ZADD', KEYS[2], due_score(now, KEYS[3]), ARGV[1])
-wake(KEYS[2], ARGV[2], ARGV[3], now, ARGV[1])
+wake(KEYS[2], ARGV[2], ARGV[3], now, {[ARGV[1]] = true})
 return {1, 's', now}

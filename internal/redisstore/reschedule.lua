@@ -26,5 +26,5 @@ end
 redis.call('HSET', KEYS[2], ARGV[1], record(st, gen + 1, att, due, body))
 drop_claim(KEYS[5], ARGV[1], gen)
 redis.call('ZADD', KEYS[1], due_score(due, KEYS[2]), ARGV[1])
-wake(KEYS[1], ARGV[3], ARGV[4], due, ARGV[1])
+wake(KEYS[1], ARGV[3], ARGV[4], due, {[ARGV[1]] = true})
 return {1, st, due}
