@@ -167,7 +167,7 @@ func NewTask(f *Fields, now time.Time) (redisstore.Submit, *Error) {
 	}
 	for k, v := range f.Headers {
 		if !utf8.ValidString(k) {
-			return redisstore.Submit{}, InvalidTask(fmt.Sprintf("headers: name %q is not valid UTF-8", task.Truncate(k, 64)))
+			return redisstore.Submit{}, errHeaderName(k)
 		}
 		if !utf8.ValidString(v) {
 			return redisstore.Submit{}, errNotUTF8("headers." + k)
@@ -224,7 +224,7 @@ func NewTask(f *Fields, now time.Time) (redisstore.Submit, *Error) {
 	case f.Delay != 0:
 		d, e = relativeDue(f.Delay, f.Delay.String(), now)
 	default:
-		d = Due{At: now.Truncate(time.Millisecond).UTC(), Relative: true}
+		d = nowDue(now)
 	}
 	if e != nil {
 		return redisstore.Submit{}, e
@@ -244,6 +244,15 @@ func newID(t *task.Task) *Error {
 
 func errPayloadNotUTF8() *Error {
 	return InvalidTask(`payload: a string in it is not valid UTF-8 (invalid bytes or an unpaired \u surrogate escape); send binary data as payload_base64`)
+}
+
+func errHeaderName(k string) *Error {
+	return InvalidTask(fmt.Sprintf("headers: name %q is not valid UTF-8", task.Truncate(k, 64)))
+}
+
+// nowDue is the due time of a task sent with neither due_at nor delay.
+func nowDue(now time.Time) Due {
+	return Due{At: now.Truncate(time.Millisecond).UTC(), Relative: true}
 }
 
 func payloadsConflict() *Error { return InvalidTask("payload, payload_base64: set at most one") }
@@ -288,7 +297,7 @@ func parseDue(dueAt, delay *string, now time.Time, optional bool) (Due, *Error) 
 		}
 		return relativeDue(d, *delay, now)
 	case optional:
-		return Due{At: now.Truncate(time.Millisecond).UTC(), Relative: true}, nil
+		return nowDue(now), nil
 	default:
 		return Due{}, InvalidTask("due_at, delay: set one of them")
 	}
@@ -566,7 +575,7 @@ func (r *reader) headers(p *map[string]string) *Error {
 		k := string(key)
 		if r.badKey {
 			r.skip()
-			return InvalidTask(fmt.Sprintf("headers: name %q is not valid UTF-8", task.Truncate(k, 64)))
+			return errHeaderName(k)
 		}
 		if r.null() {
 			m[k] = ""
