@@ -211,7 +211,6 @@ func Truncate(s string, n int) string {
 // bare reason, with the type quoted (at most 64 bytes of it) where it
 // helps; pause and ratelimit wrap it in their ErrInvalidType.
 func ValidateKeyType(typ string) error {
-	q := Truncate(typ, 64)
 	switch {
 	case typ == "":
 		return errors.New("must not be empty")
@@ -220,11 +219,11 @@ func ValidateKeyType(typ string) error {
 	case !utf8.ValidString(typ):
 		return errors.New("not valid UTF-8")
 	case strings.Contains(typ, "/"):
-		return fmt.Errorf("%q: must not contain '/'", q)
+		return fmt.Errorf("%q: must not contain '/'", Truncate(typ, 64))
 	}
 	for _, r := range typ {
 		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return fmt.Errorf("%q: contains a control or white-space character (%U)", q, r)
+			return fmt.Errorf("%q: contains a control or white-space character (%U)", Truncate(typ, 64), r)
 		}
 	}
 	return nil
