@@ -20,15 +20,20 @@ const defaultCertPoll = time.Second
 // certs holds the HTTP server's certificate and reloads it from its files
 // on SIGHUP and when either file changes (size or modification time), so
 // that a renewed certificate (cert-manager, certbot, a rotated secret) is
-// served without a restart. A reload that fails keeps the certificate in
-// use and logs one warning per change of the files (or per SIGHUP).
+// served without a restart. A change is acted on once the files have
+// settled (the same stamp at two polls in a row), so that a file caught
+// half-written, or a pair caught between its cert and its key, is not
+// loaded. A reload that fails keeps the certificate in use and logs one
+// warning per settled change of the files (or per SIGHUP).
 type certs struct {
 	files config.ServerFiles
 	log   *slog.Logger
 	poll  time.Duration
 
-	cur  atomic.Pointer[tls.Certificate]
-	seen fileStamp // the files as of the last reload attempt; only Run's goroutine uses it
+	cur atomic.Pointer[tls.Certificate]
+	// Only Run's goroutine uses these.
+	seen    fileStamp // the files as of the last reload attempt
+	pending fileStamp // a change seen at the last poll, not yet settled
 }
 
 // fileStamp is what a change of the pair looks like from outside.
@@ -45,6 +50,7 @@ func (s fileStamp) same(o fileStamp) bool {
 func newCerts(files config.ServerFiles, log *slog.Logger, poll time.Duration) (*certs, error) {
 	c := &certs{files: files, log: log, poll: poll}
 	c.seen = c.stamp()
+	c.pending = c.seen
 	cert, err := files.Load()
 	if err != nil {
 		return nil, err
@@ -79,6 +85,7 @@ func (c *certs) stamp() fileStamp {
 // reload loads the pair again; on failure the current certificate stays.
 func (c *certs) reload(why string) {
 	c.seen = c.stamp()
+	c.pending = c.seen
 	cert, err := c.files.Load()
 	if err != nil {
 		c.log.Warn("http tls: certificate not reloaded, still serving the previous one", "reason", why, "err", err)
@@ -90,6 +97,20 @@ func (c *certs) reload(why string) {
 		attrs = append(attrs, "subject", cert.Leaf.Subject.String(), "serial", cert.Leaf.SerialNumber.String(), "not_after", cert.Leaf.NotAfter)
 	}
 	c.log.Info("http tls: certificate reloaded", attrs...)
+}
+
+// check is one poll: a change of the files is reloaded when the files
+// look the same as at the previous poll; until then it is only noted.
+func (c *certs) check() {
+	now := c.stamp()
+	switch {
+	case now.same(c.seen):
+		c.pending = c.seen
+	case now.same(c.pending):
+		c.reload("files changed")
+	default:
+		c.pending = now
+	}
 }
 
 // start installs the SIGHUP handler now (so that a SIGHUP after start
@@ -110,9 +131,7 @@ func (c *certs) start(ctx context.Context) (wait func()) {
 			case <-hup:
 				c.reload("SIGHUP")
 			case <-tick.C:
-				if !c.stamp().same(c.seen) {
-					c.reload("files changed")
-				}
+				c.check()
 			}
 		}
 	})

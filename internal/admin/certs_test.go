@@ -228,7 +228,15 @@ func TestHTTPSKeepsCertWhenReloadFails(t *testing.T) {
 	s := serve(t, e.files(t), &log, withCertPoll(testPoll))
 	servesSerial(t, s.Addr(), e.pool, first)
 
-	if err := os.WriteFile(filepath.Join(e.dir, "server.crt"), []byte("not a certificate\n"), 0o644); err != nil {
+	// Written aside and renamed: one change of the files, as a rotation
+	// tool makes it (os.WriteFile truncates first, and a poll between the
+	// truncation and the write that stalls past two polls is a second
+	// change, rightly warned about again).
+	tmp := filepath.Join(e.dir, "server.crt.new")
+	if err := os.WriteFile(tmp, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(e.dir, "server.crt")); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a WARN naming DQ_HTTP_TLS_CERT", func() bool {
@@ -246,6 +254,71 @@ func TestHTTPSKeepsCertWhenReloadFails(t *testing.T) {
 
 	second := e.write(t, e.ca2)
 	servesSerial(t, s.Addr(), e.pool, second)
+}
+
+// TestCertsWaitForTheFilesToSettle: a change is loaded once the files
+// look the same at two polls in a row, so that a half-written file or a
+// new certificate beside the old key is never tried (and warned about).
+func TestCertsWaitForTheFilesToSettle(t *testing.T) {
+	e := newTLSEnv(t)
+	first := e.write(t, e.ca1)
+	var log syncBuffer
+	c, err := newCerts(e.files(t), slog.New(slog.NewTextHandler(&log, nil)), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := func() *big.Int { return c.cur.Load().Leaf.SerialNumber }
+	crt, key := filepath.Join(e.dir, "server.crt"), filepath.Join(e.dir, "server.key")
+
+	c.check() // nothing changed
+	pem, err := os.ReadFile(crt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half of a certificate: seen once, not loaded.
+	if err := os.WriteFile(crt, pem[:len(pem)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.check()
+	// The new pair's certificate beside the old key: changed again, not loaded.
+	second := e.write(t, e.ca2)
+	keyPEM, err := os.ReadFile(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCrt, err := os.ReadFile(crt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, []byte("stale key of another size\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.check()
+	if got := serial(); got.Cmp(first) != 0 || log.String() != "" {
+		t.Fatalf("while the files change: serial %v (want the first %v), log:\n%s", got, first, log.String())
+	}
+	// The key arrives; the next poll sees a change, the one after loads it.
+	if err := os.WriteFile(key, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(crt, newCrt, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.check()
+	if got := serial(); got.Cmp(first) != 0 {
+		t.Fatalf("after one poll of the new pair: serial %v, want the first %v", got, first)
+	}
+	c.check()
+	if got := serial(); got.Cmp(second) != 0 {
+		t.Fatalf("after two polls of the new pair: serial %v, want the second %v", got, second)
+	}
+	if strings.Contains(log.String(), "level=WARN") || strings.Count(log.String(), "certificate reloaded") != 1 {
+		t.Errorf("want one reload and no warning:\n%s", log.String())
+	}
+	c.check() // settled: no second reload
+	if n := strings.Count(log.String(), "certificate reloaded"); n != 1 {
+		t.Errorf("%d reloads of one change, want 1:\n%s", n, log.String())
+	}
 }
 
 // TestListenTLSNamesTheVariable: a server does not start without its
