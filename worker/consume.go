@@ -2,15 +2,12 @@ package worker
 
 import (
 	"context"
-	"errors"
-	"io"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/delayq/delayq/internal/kafkaread"
 	"github.com/segmentio/kafka-go"
-
-	"github.com/delayq/delayq/internal/retry"
 )
 
 // abandonGrace bounds how long Run waits for handlers after cancelling their
@@ -31,7 +28,7 @@ const abandonGrace = 5 * time.Second
 //     the dead-letter writer.
 //
 // Redis is the caller's client; the caller closes it after Run returns.
-func (w *Worker) run(ctx context.Context, r messageReader, dw messageWriter) error {
+func (w *Worker) run(ctx context.Context, r kafkaread.Reader, dw messageWriter) error {
 	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
 	bgCtx, stopBG := context.WithCancel(workCtx)
@@ -123,8 +120,8 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 // records are held at once (claimed, running or storing their outcome); at
 // most Concurrency handlers run at once. The batches run under workCtx,
 // which outlives ctx so that running handlers finish after a stop.
-func (w *Worker) fetchLoop(ctx, workCtx context.Context, r messageReader) error {
-	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second, NoJitter: true}
+func (w *Worker) fetchLoop(ctx, workCtx context.Context, r kafkaread.Reader) error {
+	f := kafkaread.Fetcher{R: r, Log: w.log, Name: "worker"}
 	buf := make([]kafka.Message, 0, maxBatch)
 	for {
 		select {
@@ -132,23 +129,11 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context, r messageReader) error 
 		case <-ctx.Done():
 			return nil
 		}
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
+		m, ok, err := f.Next(ctx)
+		if !ok {
 			<-w.sem
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, io.EOF) {
-				return errors.New("worker: kafka reader closed")
-			}
-			delay := bo.Next()
-			w.log.Warn("fetch", "err", err, "retry_in", delay)
-			if !retry.Sleep(ctx, delay) {
-				return nil
-			}
-			continue
+			return err
 		}
-		bo.Reset()
 		// the batch is collected in buf, reused, and copied out at its
 		// size: one allocation, where growing it from a small slice
 		// allocated and copied it about twice over
@@ -167,7 +152,7 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context, r messageReader) error 
 // fetchMore adds to batch what the reader returns within batchWindow, up to
 // maxBatch records and as long as the hold limit allows. A fetch error
 // ends the batch; the next blocking fetch reports it.
-func (w *Worker) fetchMore(ctx context.Context, r messageReader, batch []kafka.Message) []kafka.Message {
+func (w *Worker) fetchMore(ctx context.Context, r kafkaread.Reader, batch []kafka.Message) []kafka.Message {
 	fctx, cancel := context.WithTimeout(ctx, batchWindow)
 	defer cancel()
 	for len(batch) < maxBatch {
@@ -186,25 +171,12 @@ func (w *Worker) fetchMore(ctx context.Context, r messageReader, batch []kafka.M
 	return batch
 }
 
-func (w *Worker) commitLoop(ctx context.Context, r messageReader) {
-	t := time.NewTicker(w.cfg.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := w.commitNow(cctx, r); err != nil && ctx.Err() == nil {
-				w.log.Warn("commit offsets", "err", err)
-			}
-			cancel()
-		}
-	}
+func (w *Worker) commitLoop(ctx context.Context, r kafkaread.Reader) {
+	kafkaread.CommitEvery(ctx, w.cfg.CommitInterval, w.log, "worker", func(ctx context.Context) error { return w.commitNow(ctx, r) })
 }
 
 // commitNow commits every partition whose commit point moved.
-func (w *Worker) commitNow(ctx context.Context, r messageReader) error {
+func (w *Worker) commitNow(ctx context.Context, r kafkaread.Reader) error {
 	cs := w.offs.pending()
 	if len(cs) == 0 {
 		return nil
@@ -225,7 +197,7 @@ func (w *Worker) commitNow(ctx context.Context, r messageReader) error {
 
 // statsLoop copies the reader's figures into metrics. kafka-go's Stats
 // resets its counters on every call; only this loop calls it.
-func (w *Worker) statsLoop(ctx context.Context, r messageReader) {
+func (w *Worker) statsLoop(ctx context.Context, r kafkaread.Reader) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {

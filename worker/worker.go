@@ -293,14 +293,6 @@ func (w *ownWriter) Close() error {
 	return err
 }
 
-// messageReader is the consuming half of the Kafka seam.
-type messageReader interface {
-	FetchMessage(ctx context.Context) (kafka.Message, error)
-	CommitMessages(ctx context.Context, msgs ...kafka.Message) error
-	Stats() kafka.ReaderStats
-	Close() error
-}
-
 // messageWriter is the producing half (dead letters).
 type messageWriter interface {
 	WriteMessages(ctx context.Context, msgs ...kafka.Message) error

@@ -2,9 +2,7 @@ package work
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -14,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/kafkaread"
 	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/retry"
@@ -55,14 +54,6 @@ const hookCommitInterval = time.Second
 // HooksGroupSuffix is appended to DQ_GROUP for the hooks' consumer group.
 const HooksGroupSuffix = ".hooks"
 
-// hookReader is what the hooks consumer needs of a kafka-go Reader.
-type hookReader interface {
-	FetchMessage(ctx context.Context) (kafka.Message, error)
-	CommitMessages(ctx context.Context, msgs ...kafka.Message) error
-	Stats() kafka.ReaderStats
-	Close() error
-}
-
 // HooksConfig configures a Hooks consumer.
 type HooksConfig struct {
 	Hooks           map[string]OutcomeHooks // by type; OutcomeHooksDefault for the rest; zero Timeout, MaxAge: the defaults
@@ -87,7 +78,7 @@ type Hooks struct {
 	met    *hookMetrics
 	now    func() time.Time
 	// newReader opens the consumer (a kafka-go Reader in the group).
-	newReader      func() hookReader
+	newReader      func() kafkaread.Reader
 	commitInterval time.Duration
 	topicPoll      time.Duration // between checks while the topic is missing
 }
@@ -138,7 +129,7 @@ func NewHooks(cfg HooksConfig) (*Hooks, error) {
 		commitInterval: hookCommitInterval,
 		topicPoll:      5 * time.Second,
 	}
-	h.newReader = func() hookReader { return kafka.NewReader(h.readerConfig()) }
+	h.newReader = func() kafkaread.Reader { return kafka.NewReader(h.readerConfig()) }
 	return h, nil
 }
 
@@ -276,25 +267,13 @@ func (h *Hooks) missingTopic(ctx context.Context) ([]string, error) {
 }
 
 // fetchLoop hands records to the lanes (by partition) until ctx ends.
-func (h *Hooks) fetchLoop(ctx context.Context, r hookReader, queues []chan kafka.Message) error {
-	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second, NoJitter: true}
+func (h *Hooks) fetchLoop(ctx context.Context, r kafkaread.Reader, queues []chan kafka.Message) error {
+	f := kafkaread.Fetcher{R: r, Log: h.log, Name: "hooks"}
 	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, io.EOF) {
-				return errors.New("hooks: kafka reader closed")
-			}
-			delay := bo.Next()
-			h.log.Warn("hooks: fetch", "err", err, "retry_in", delay)
-			if !retry.Sleep(ctx, delay) {
-				return nil
-			}
-			continue
+		m, ok, err := f.Next(ctx)
+		if !ok {
+			return err
 		}
-		bo.Reset()
 		select {
 		case queues[int(m.Partition)%len(queues)] <- m:
 		case <-ctx.Done():
@@ -344,26 +323,15 @@ func headerValue(m *kafka.Message, key string) string {
 	return ""
 }
 
-func (h *Hooks) commitLoop(ctx context.Context, r hookReader, offs *hookOffsets) {
-	t := time.NewTicker(h.commitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := h.commit(cctx, r, offs); err != nil && ctx.Err() == nil {
-				h.log.Warn("hooks: commit offsets", "err", err)
-			}
-			cancel()
-			h.met.lag.Set(float64(max(r.Stats().Lag, 0)))
-		}
-	}
+func (h *Hooks) commitLoop(ctx context.Context, r kafkaread.Reader, offs *hookOffsets) {
+	kafkaread.CommitEvery(ctx, h.commitInterval, h.log, "hooks", func(ctx context.Context) error {
+		defer func() { h.met.lag.Set(float64(max(r.Stats().Lag, 0))) }()
+		return h.commit(ctx, r, offs)
+	})
 }
 
 // commit commits every partition whose finished offset moved.
-func (h *Hooks) commit(ctx context.Context, r hookReader, offs *hookOffsets) error {
+func (h *Hooks) commit(ctx context.Context, r kafkaread.Reader, offs *hookOffsets) error {
 	msgs := offs.pending()
 	if len(msgs) == 0 {
 		return nil
