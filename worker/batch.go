@@ -172,7 +172,7 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 				// task finished and its record expired.
 				w.skip(it, outSkippedDone)
 			default:
-				w.hostileLater(it.m, "unknown task id \""+record.Short(it.rec.ID)+"\"")
+				w.hostileLater(it.m, "unknown task id \""+task.Truncate(it.rec.ID, 64)+"\"")
 			}
 		}
 		if len(again) > 0 {

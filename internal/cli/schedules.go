@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/task"
 )
 
 const schedulesUsage = `Usage: dq schedules [list] [flags]            every schedule with its next and last tick
@@ -325,7 +326,7 @@ func templateText(t client.ScheduleTask) string {
 	add("key", t.Key)
 	switch {
 	case len(t.Payload) > 0:
-		add("payload", truncateText(string(t.Payload), 60))
+		add("payload", task.Truncate(string(t.Payload), 60))
 	case len(t.PayloadBytes) > 0:
 		add("payload", fmt.Sprintf("%d bytes", len(t.PayloadBytes)))
 	}
@@ -347,11 +348,4 @@ func templateText(t client.ScheduleTask) string {
 		add("priority", fmt.Sprint(t.Priority))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func truncateText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -44,8 +44,8 @@ func (s *script) FetchMessage(ctx context.Context) (kafka.Message, error) {
 }
 
 func (s *script) CommitMessages(ctx context.Context, _ ...kafka.Message) error { return s.commit(ctx) }
-func (s *script) Stats() kafka.ReaderStats                                    { return kafka.ReaderStats{} }
-func (s *script) Close() error                                                { return nil }
+func (s *script) Stats() kafka.ReaderStats                                     { return kafka.ReaderStats{} }
+func (s *script) Close() error                                                 { return nil }
 
 type logBuf struct {
 	mu sync.Mutex

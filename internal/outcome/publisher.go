@@ -15,6 +15,7 @@ import (
 	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/lograte"
 	"github.com/delayq/delayq/internal/record"
+	"github.com/delayq/delayq/internal/task"
 )
 
 // Defaults of Config.
@@ -378,11 +379,11 @@ func ValidateTopic(name string) error {
 		return nil
 	}
 	if len(name) > 249 || name == "." || name == ".." {
-		return fmt.Errorf("outcomes-topic %q: not a valid Kafka topic name", record.Short(name))
+		return fmt.Errorf("outcomes-topic %q: not a valid Kafka topic name", task.Truncate(name, 64))
 	}
 	for i := 0; i < len(name); i++ {
 		if !topicByte(name[i]) {
-			return fmt.Errorf("outcomes-topic %q: not a valid Kafka topic name (letters, digits, '.', '_', '-')", record.Short(name))
+			return fmt.Errorf("outcomes-topic %q: not a valid Kafka topic name (letters, digits, '.', '_', '-')", task.Truncate(name, 64))
 		}
 	}
 	return nil

@@ -158,7 +158,7 @@ func ParseOutcome(m *kafka.Message) (*OutcomeRecord, error) {
 	var v outcomeJSON
 	dec := json.NewDecoder(bytes.NewReader(m.Value))
 	if err := dec.Decode(&v); err != nil {
-		return nil, hostile("outcome value is not the expected JSON object: %s", Short(err.Error()))
+		return nil, hostile("outcome value is not the expected JSON object: %s", short(err.Error()))
 	}
 	if dec.More() {
 		return nil, hostile("outcome value has data after the JSON object")
@@ -170,7 +170,7 @@ func ParseOutcome(m *kafka.Message) (*OutcomeRecord, error) {
 		return nil, hostile("missing or bad outcome type")
 	}
 	if !ValidOutcome(v.Outcome) {
-		return nil, hostile("unknown outcome %q", Short(v.Outcome))
+		return nil, hostile("unknown outcome %q", short(v.Outcome))
 	}
 	if v.Attempt < 0 || v.Attempt > task.MaxMaxAttempts {
 		return nil, hostile("outcome attempt %d out of range", v.Attempt)
@@ -195,33 +195,33 @@ func ParseOutcome(m *kafka.Message) (*OutcomeRecord, error) {
 	var err error
 	if v.DueAt != "" {
 		if o.DueAt, err = time.Parse(time.RFC3339Nano, v.DueAt); err != nil {
-			return nil, hostile("bad outcome due_at %q", Short(v.DueAt))
+			return nil, hostile("bad outcome due_at %q", short(v.DueAt))
 		}
 		o.DueAt = o.DueAt.UTC()
 	}
 	if o.FinishedAt, err = time.Parse(time.RFC3339Nano, v.FinishedAt); err != nil {
-		return nil, hostile("bad outcome finished_at %q", Short(v.FinishedAt))
+		return nil, hostile("bad outcome finished_at %q", short(v.FinishedAt))
 	}
 	o.FinishedAt = o.FinishedAt.UTC()
 	if len(o.Headers) == 0 {
 		o.Headers = nil
 	}
 	if len(m.Key) > 0 && string(m.Key) != o.ID {
-		return nil, hostile("outcome key %q is not its id", Short(string(m.Key)))
+		return nil, hostile("outcome key %q is not its id", short(string(m.Key)))
 	}
 	for _, h := range m.Headers {
 		switch h.Key {
 		case HeaderOutcome:
 			if string(h.Value) != o.Outcome {
-				return nil, hostile("%s header %q disagrees with the value", HeaderOutcome, Short(string(h.Value)))
+				return nil, hostile("%s header %q disagrees with the value", HeaderOutcome, short(string(h.Value)))
 			}
 		case HeaderID:
 			if string(h.Value) != o.ID {
-				return nil, hostile("%s header %q disagrees with the value", HeaderID, Short(string(h.Value)))
+				return nil, hostile("%s header %q disagrees with the value", HeaderID, short(string(h.Value)))
 			}
 		case HeaderType:
 			if string(h.Value) != o.Type {
-				return nil, hostile("%s header %q disagrees with the value", HeaderType, Short(string(h.Value)))
+				return nil, hostile("%s header %q disagrees with the value", HeaderType, short(string(h.Value)))
 			}
 		}
 	}

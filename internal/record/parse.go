@@ -57,7 +57,7 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 	for _, h := range m.Headers {
 		if strings.HasPrefix(strings.ToLower(h.Key), "dq-") {
 			if _, dup := dq[h.Key]; dup {
-				return nil, hostile("header %s given twice", Short(h.Key))
+				return nil, hostile("header %s given twice", short(h.Key))
 			}
 			dq[h.Key] = string(h.Value)
 			continue
@@ -99,7 +99,7 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 	if v, ok := dq[HeaderShard]; ok {
 		sh, err := strconv.Atoi(v)
 		if err != nil || sh < 0 || sh >= 1<<16 {
-			return nil, hostile("bad %s header %q", HeaderShard, Short(v))
+			return nil, hostile("bad %s header %q", HeaderShard, short(v))
 		}
 		r.Shard = sh
 	}
@@ -116,7 +116,7 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 	}
 	if p, ok := dq[HeaderPriority]; ok {
 		if _, err := strconv.Atoi(p); err != nil {
-			return nil, hostile("bad %s header %q", HeaderPriority, Short(p))
+			return nil, hostile("bad %s header %q", HeaderPriority, short(p))
 		}
 	}
 	r.ContentType = dq[HeaderContentType]
@@ -133,7 +133,7 @@ func parseUint(h map[string]string, name string, required bool) (uint64, error) 
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return 0, hostile("bad %s header %q", name, Short(v))
+		return 0, hostile("bad %s header %q", name, short(v))
 	}
 	return n, nil
 }
@@ -149,16 +149,11 @@ func parseMillis(h map[string]string, name string, required bool) (time.Time, er
 	return task.FromMillis(int64(n)), nil
 }
 
-// Short quotes at most 64 bytes of a hostile value in a reason.
-func Short(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
-}
-
 // IsHostile reports whether err is (or wraps) a *HostileError.
 func IsHostile(err error) bool {
 	var h *HostileError
 	return errors.As(err, &h)
 }
+
+// short quotes at most 64 bytes of a hostile value in a reason.
+func short(s string) string { return task.Truncate(s, 64) }

@@ -289,7 +289,7 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, er
 				if f.Kind != Dead {
 					due = dueArg(f.Due, f.Delay, f.Relative)
 				}
-				args = append(args, due, truncate(f.Error, 2048))
+				args = append(args, due, task.Clip(f.Error, 2048))
 			}
 		}
 		return keys, args

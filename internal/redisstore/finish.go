@@ -78,13 +78,6 @@ func (s *Store) Finish(ctx context.Context, f Finish) (task.State, error) {
 	return res[0].State, res[0].Err
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
-
 // Redrive schedules a dead task again now with a fresh set of attempts.
 func (s *Store) Redrive(ctx context.Context, id string) (time.Time, error) {
 	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {

@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"fmt"
 	"time"
+
+	"github.com/delayq/delayq/internal/task"
 )
 
 //go:embed firepoison.lua
@@ -58,7 +60,7 @@ func (s *Store) SettlePoison(ctx context.Context, shard int, token int64, lease 
 			if !p.DeadAfter.IsZero() {
 				nb = max(p.DeadAfter.UnixMilli(), 1)
 			}
-			args = append(args, p.ID, p.Gen, nb, max(p.Park.Milliseconds(), 1), truncate(p.Reason, 2048))
+			args = append(args, p.ID, p.Gen, nb, max(p.Park.Milliseconds(), 1), task.Clip(p.Reason, 2048))
 		}
 		v, err := s.run(ctx, firePoisonScript,
 			[]string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard), s.k.dead(shard), s.k.errs(shard), s.k.done(shard), s.k.runs(shard)}, args...)

@@ -172,17 +172,10 @@ func parseTime(field string, v *string) (*time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, *v)
 	if err != nil {
-		return nil, invalid(field, "%q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", truncate(*v, 64))
+		return nil, invalid(field, "%q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", task.Truncate(*v, 64))
 	}
 	t = t.Truncate(time.Millisecond)
 	return &t, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 func decodeError(err error) error {

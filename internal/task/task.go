@@ -196,12 +196,34 @@ func ValidateStoredType(typ string) error {
 	return nil
 }
 
-// Truncate shortens s to n bytes for a message, marking the cut with "…".
+// Truncate shortens s to at most n bytes for a message, marking the cut
+// with "…". The cut falls on a character boundary (see Clip).
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return Clip(s, n) + "…"
+}
+
+// Clip cuts s to at most n bytes, unmarked (text kept under a size cap,
+// such as a task's last error), at a character boundary: a cut inside a
+// multi-byte UTF-8 character would leave invalid UTF-8, which a JSON
+// answer shows as U+FFFD. Bytes that are not UTF-8 are cut where asked.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	n = max(n, 0)
+	// the last character that starts before the cut: split by it?
+	for j := n - 1; j >= 0 && j > n-utf8.UTFMax; j-- {
+		if utf8.RuneStart(s[j]) {
+			if r, size := utf8.DecodeRuneInString(s[j:]); (r != utf8.RuneError || size > 1) && j+size > n {
+				return s[:j]
+			}
+			break
+		}
+	}
+	return s[:n]
 }
 
 // ValidateKeyType checks a type that names a per-type etcd key (a pause

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // TestValidateID: a new task's id must be usable as the {id} path segment
@@ -120,6 +121,50 @@ func TestValidateKeyType(t *testing.T) {
 	} {
 		if err := ValidateKeyType(typ); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ValidateKeyType(%q) = %v, want %q", typ, err, want)
+		}
+	}
+}
+
+// TestTruncateKeepsCharactersWhole: a cut never splits a UTF-8
+// character, never exceeds n bytes (before the mark), and leaves bytes
+// that are not UTF-8 cut where asked.
+func TestTruncateKeepsCharactersWhole(t *testing.T) {
+	cases := []struct {
+		s    string
+		n    int
+		clip string
+	}{
+		{"short", 10, "short"},
+		{"exactly", 7, "exactly"},
+		{"abcdef", 3, "abc"},
+		{"aé", 2, "a"},                           // é is 2 bytes: cut before it
+		{"a€b", 3, "a"},                          // € is 3 bytes
+		{"a€b", 4, "a€"},                         // right after it
+		{"𝄞𝄞", 7, "𝄞"},                           // 4-byte characters
+		{"ab\x80\x80\x80\x80c", 4, "ab\x80\x80"}, // not UTF-8: cut as asked
+		{"é", 0, ""},
+	}
+	for _, c := range cases {
+		got := Clip(c.s, c.n)
+		if got != c.clip {
+			t.Errorf("Clip(%q, %d) = %q, want %q", c.s, c.n, got, c.clip)
+		}
+		if len(got) > c.n {
+			t.Errorf("Clip(%q, %d) = %q: over %d bytes", c.s, c.n, got, c.n)
+		}
+		want := c.clip
+		if c.clip != c.s {
+			want += "…"
+		}
+		if tr := Truncate(c.s, c.n); tr != want {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", c.s, c.n, tr, want)
+		}
+	}
+	// every cut of valid text is valid text
+	s := strings.Repeat("aé€𝄞", 20)
+	for n := range len(s) + 1 {
+		if got := Clip(s, n); !utf8.ValidString(got) || !strings.HasPrefix(s, got) || len(got) < n-3 {
+			t.Fatalf("Clip at %d: %q", n, got)
 		}
 	}
 }
