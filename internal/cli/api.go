@@ -20,6 +20,7 @@ import (
 
 	"github.com/delayq/delayq/client"
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/task"
 )
 
 // DefaultAddr is the daemon dq talks to when neither --addr nor DQ_ADDR is set.
@@ -541,11 +542,7 @@ func runDead(ctx context.Context, env Env, args []string) error {
 }
 
 func oneLine(s string, maxLen int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > maxLen {
-		s = s[:maxLen-1] + "…"
-	}
-	return s
+	return task.Truncate(strings.Join(strings.Fields(s), " "), maxLen-1)
 }
 
 // subcommand splits "dq <group> [sub] [flags] [args]" (sub defaults to

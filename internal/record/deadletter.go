@@ -24,11 +24,9 @@ const (
 // cut), headers dq-id, dq-gen, dq-fired-at, dq-error (the reason, cut to
 // DeadReasonMax; and dq-due-at, dq-type when known).
 func EncodeDead(t *task.Task, deadTopic string, firedAt time.Time, reason string) kafka.Message {
-	if len(reason) > DeadReasonMax {
-		reason = reason[:DeadReasonMax]
-	}
+	reason = task.Clip(reason, DeadReasonMax)
 	hs := []kafka.Header{
-		header(HeaderID, cut(t.ID, DeadReasonMax)),
+		header(HeaderID, task.Clip(t.ID, DeadReasonMax)),
 		header(HeaderGen, strconv.FormatUint(t.Gen, 10)),
 		header(HeaderFiredAt, ms(firedAt)),
 		header(HeaderError, reason),
@@ -37,21 +35,14 @@ func EncodeDead(t *task.Task, deadTopic string, firedAt time.Time, reason string
 		hs = append(hs, header(HeaderDueAt, ms(t.DueAt)))
 	}
 	if t.Type != "" {
-		hs = append(hs, header(HeaderType, cut(t.Type, DeadReasonMax)))
+		hs = append(hs, header(HeaderType, task.Clip(t.Type, DeadReasonMax)))
 	}
 	value := t.Payload
 	if len(value) > DeadPayloadMax {
 		hs = append(hs, header(HeaderPayloadBytes, strconv.Itoa(len(value))))
 		value = value[:DeadPayloadMax]
 	}
-	return kafka.Message{Topic: deadTopic, Key: []byte(cut(t.ID, DeadReasonMax)), Value: value, Headers: hs, Time: firedAt}
-}
-
-func cut(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
+	return kafka.Message{Topic: deadTopic, Key: []byte(task.Clip(t.ID, DeadReasonMax)), Value: value, Headers: hs, Time: firedAt}
 }
 
 // DeadLetter is a consumer's dead letter for the record m it read: the
@@ -72,9 +63,7 @@ func DeadLetter(m *kafka.Message, reason string, attempt int, now time.Time, max
 			hs = append(hs, h)
 		}
 	}
-	if len(reason) > DeadReasonMax {
-		reason = reason[:DeadReasonMax]
-	}
+	reason = task.Clip(reason, DeadReasonMax)
 	hs = append(hs,
 		kafka.Header{Key: HeaderError, Value: []byte(reason)},
 		kafka.Header{Key: HeaderDeadAt, Value: []byte(strconv.FormatInt(task.Millis(now), 10))},

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -113,7 +112,7 @@ func outcomeTime(t time.Time) string {
 func EncodeOutcome(o *OutcomeRecord, topic string) kafka.Message {
 	v := outcomeJSON{
 		ID: o.ID, Type: o.Type, Outcome: o.Outcome, Attempt: o.Attempt, MaxAttempts: o.MaxAttempts,
-		Error: cutUTF8(o.Error, OutcomeErrorMax), DueAt: outcomeTime(o.DueAt), FinishedAt: outcomeTime(o.FinishedAt),
+		Error: task.Clip(o.Error, OutcomeErrorMax), DueAt: outcomeTime(o.DueAt), FinishedAt: outcomeTime(o.FinishedAt),
 		DurationMS: o.Duration.Milliseconds(), Shard: o.Shard, Headers: o.Headers,
 	}
 	if len(v.Headers) == 0 {
@@ -136,15 +135,6 @@ func EncodeOutcome(o *OutcomeRecord, topic string) kafka.Message {
 		},
 		Time: o.FinishedAt,
 	}
-}
-
-// cutUTF8 cuts s to at most n bytes without leaving half a UTF-8
-// sequence at the end (invalid bytes are dropped).
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
 }
 
 // ParseOutcome reads an outcome record. The value is authoritative; the

@@ -22,6 +22,7 @@ import (
 
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/retry"
+	"github.com/delayq/delayq/internal/task"
 )
 
 // Process kinds.
@@ -274,10 +275,7 @@ func (r *Registrar) readiness(ctx context.Context) (bool, string) {
 	defer cancel()
 	ready, reason := r.cfg.Ready(rctx)
 	reason = strings.ReplaceAll(reason, "\n", "; ")
-	if len(reason) > maxReason {
-		reason = strings.ToValidUTF8(reason[:maxReason], "") + "..."
-	}
-	return ready, reason
+	return ready, task.Truncate(reason, maxReason)
 }
 
 func (r *Registrar) put(ctx context.Context, lease clientv3.LeaseID, p Proc) error {
