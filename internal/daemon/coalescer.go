@@ -3,27 +3,39 @@ package daemon
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
 )
 
-// coalescer groups concurrent single-task schedules (POST /v1/tasks) into
-// one store call: a Redis round trip and a script call per group instead
-// of per task. It adds no wait when the daemon is idle: a worker takes
-// the first request, then only those already waiting (group commit).
+// coalescer groups concurrent single-task schedules (POST /v1/tasks, an
+// embedded producer's Schedule) into one store call: a Redis round trip
+// and a script call per group instead of per task. It adds no wait when
+// the daemon is idle: group commit, with the callers themselves as the
+// committers (leader and followers, as LevelDB's writers).
 //
-// Requests are handed over on an unbuffered channel, so nothing queues
-// inside the coalescer: once its workers stopped, a request falls back to
-// scheduling on its own. Order: requests in one group are applied in the
-// order the worker received them; requests that overlap in time have no
-// order between them anyway.
+//   - A caller that finds fewer than coalesceWorkers store calls in flight
+//     leads: it makes the store call itself, for the group it was given.
+//   - Otherwise it queues and sleeps. When a leader's call returns, it
+//     answers its group and, if callers queued meanwhile, makes the first
+//     of them the next leader, with every queued caller (up to coalesceMax)
+//     as its group.
+//
+// So a caller sleeps at most once, and no goroutine stands between the
+// callers and Redis: a hand-over to a worker goroutine cost two wake-ups
+// per task (the hand-over, then the answer) and one per group.
+//
+// Order: requests in one group are applied in the order they queued;
+// requests that overlap in time have no order between them anyway. Before
+// Run and after it returned, a caller schedules alone.
 type coalescer struct {
-	app     *App
-	reqs    chan *coalesced
-	running atomic.Bool   // Run started (before that, requests go alone)
-	stopped chan struct{} // closed when Run's workers are gone
+	app *App
+
+	mu       sync.Mutex
+	running  bool          // between Run's start and its end
+	inflight int           // store calls made by leaders now
+	queue    []*coalesced  // callers waiting for a leader
+	idle     chan struct{} // closed and cleared when inflight drops to 0 while Run is ending
 }
 
 // coalesceWorkers is how many store calls may be in flight at once;
@@ -34,71 +46,94 @@ const (
 )
 
 type coalesced struct {
+	ctx  context.Context
 	sub  redisstore.Submit
 	res  wire.Scheduled
+	lead []*coalesced // set for the caller woken to lead: its group
 	done chan struct{}
 }
 
 func newCoalescer(a *App) *coalescer {
-	return &coalescer{app: a, reqs: make(chan *coalesced), stopped: make(chan struct{})}
+	return &coalescer{app: a}
 }
 
 // schedule schedules one task, grouped with concurrent ones.
 func (c *coalescer) schedule(ctx context.Context, sub redisstore.Submit) wire.Scheduled {
-	if !c.running.Load() {
+	c.mu.Lock()
+	if !c.running {
+		c.mu.Unlock()
 		return c.app.schedule(ctx, []redisstore.Submit{sub})[0]
 	}
-	req := &coalesced{sub: sub, done: make(chan struct{})}
-	select {
-	case c.reqs <- req:
-		<-req.done
+	req := &coalesced{ctx: ctx, sub: sub}
+	if c.inflight < coalesceWorkers {
+		c.inflight++
+		c.mu.Unlock()
+		c.lead([]*coalesced{req})
 		return req.res
-	case <-c.stopped:
-		return c.app.schedule(ctx, []redisstore.Submit{sub})[0]
 	}
+	req.done = make(chan struct{})
+	c.queue = append(c.queue, req)
+	c.mu.Unlock()
+	<-req.done
+	if req.lead != nil {
+		c.lead(req.lead)
+	}
+	return req.res
 }
 
-// Run serves groups until ctx ends.
-func (c *coalescer) Run(ctx context.Context) error {
-	c.running.Store(true)
-	var wg sync.WaitGroup
-	for range coalesceWorkers {
-		wg.Go(func() { c.work(ctx) })
+// lead makes the store call of a group, answers its callers and hands
+// the lead to the first caller that queued meanwhile, if any.
+func (c *coalescer) lead(group []*coalesced) {
+	subs := make([]redisstore.Submit, len(group))
+	for i, r := range group {
+		subs[i] = r.sub
 	}
-	wg.Wait()
-	close(c.stopped)
-	return nil
-}
-
-func (c *coalescer) work(ctx context.Context) {
-	group := make([]*coalesced, 0, coalesceMax)
-	subs := make([]redisstore.Submit, 0, coalesceMax)
-	for {
-		group = group[:0]
-		select {
-		case <-ctx.Done():
-			return
-		case r := <-c.reqs:
-			group = append(group, r)
-		}
-	more:
-		for len(group) < coalesceMax {
-			select {
-			case r := <-c.reqs:
-				group = append(group, r)
-			default:
-				break more
-			}
-		}
-		subs = subs[:0]
-		for _, r := range group {
-			subs = append(subs, r.sub)
-		}
-		c.app.m.groups.Observe(float64(len(subs)))
-		out := c.app.schedule(context.WithoutCancel(ctx), subs)
-		for i, r := range group {
-			r.res = out[i]
+	c.app.m.groups.Observe(float64(len(subs)))
+	// one caller's end does not cancel the others' call
+	out := c.app.schedule(context.WithoutCancel(group[0].ctx), subs)
+	for i, r := range group {
+		r.res = out[i]
+		if i > 0 { // group[0] is this goroutine's own caller
 			close(r.done)
 		}
 	}
+
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.inflight--
+		if c.inflight == 0 && c.idle != nil {
+			close(c.idle)
+			c.idle = nil
+		}
+		c.mu.Unlock()
+		return
+	}
+	n := min(len(c.queue), coalesceMax)
+	next := make([]*coalesced, n)
+	copy(next, c.queue)
+	c.queue = c.queue[:copy(c.queue, c.queue[n:])]
+	c.mu.Unlock()
+	next[0].lead = next
+	close(next[0].done)
+}
+
+// Run serves groups until ctx ends, then waits for the store calls in
+// flight; callers that queued behind them are served too.
+func (c *coalescer) Run(ctx context.Context) error {
+	c.mu.Lock()
+	c.running = true
+	c.mu.Unlock()
+	<-ctx.Done()
+	c.mu.Lock()
+	c.running = false
+	var idle chan struct{}
+	if c.inflight > 0 {
+		idle = make(chan struct{})
+		c.idle = idle
+	}
+	c.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/delayq/delayq/internal/daemon/wire"
 )
@@ -61,4 +62,51 @@ func groupSizes(t *testing.T, app *testApp) (count uint64, sum float64) {
 	}
 	t.Fatal("no delayq_schedule_group_size metric")
 	return 0, 0
+}
+
+// TestCoalescerServesQueuedCallersAtShutdown: callers queued behind the
+// store calls in flight when the daemon stops are still served by the
+// coalescer (their groups go to Redis before Run returns and the Redis
+// client closes), not sent alone against a closing daemon.
+func TestCoalescerServesQueuedCallersAtShutdown(t *testing.T) {
+	r := startRedis(t)
+	app := startApp(t, testConfig(t, r.Addr))
+	rdb := r.Client(t)
+	const callers = 32
+	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", 500, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]wire.Scheduled, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"id":"sd-%d","type":"it.co","payload":{"n":%d},"delay":"1h"}`, i, i)
+			res[i] = app.ScheduleTask(t.Context(), []byte(body))
+		})
+	}
+	// every caller is in a store call or queued behind one
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c := app.coalesce
+		c.mu.Lock()
+		queued, inflight := len(c.queue), c.inflight
+		c.mu.Unlock()
+		if queued == callers-inflight && inflight == coalesceWorkers {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d queued and %d in flight, want %d and %d", queued, inflight, callers-coalesceWorkers, coalesceWorkers)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	app.stop() // Redis resumes within 500 ms
+	wg.Wait()
+	for i, s := range res {
+		if s.Err != nil || s.Outcome != wire.OutcomeCreated || s.ID != fmt.Sprintf("sd-%d", i) {
+			t.Fatalf("caller %d: %+v, want its own task created in Redis (not journaled, not refused)", i, s)
+		}
+	}
+	if _, sum := groupSizes(t, app); sum != callers {
+		t.Fatalf("group sizes sum to %v, want %d: every caller went through the coalescer", sum, callers)
+	}
 }
