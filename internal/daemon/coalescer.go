@@ -111,7 +111,9 @@ func (c *coalescer) lead(group []*coalesced) {
 	n := min(len(c.queue), coalesceMax)
 	next := make([]*coalesced, n)
 	copy(next, c.queue)
-	c.queue = c.queue[:copy(c.queue, c.queue[n:])]
+	rest := copy(c.queue, c.queue[n:])
+	clear(c.queue[rest:]) // the queue's array keeps no answered request
+	c.queue = c.queue[:rest]
 	c.mu.Unlock()
 	next[0].lead = next
 	close(next[0].done)
