@@ -6,8 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/delayq/delayq/internal/kafkaread"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/kafkaread"
 )
 
 // abandonGrace bounds how long Run waits for handlers after cancelling their
