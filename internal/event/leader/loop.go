@@ -259,6 +259,7 @@ func (l *loop) reconcile() {
 	self := m.cfg.ID
 	lease := l.s.Lease()
 	leaders := make([]string, m.Shards())
+	since := make([]int64, len(leaders)) // our leaderships' tokens (see View.Since)
 	for s := range leaders {
 		_, c, found := l.first(s)
 		r := l.runs[s]
@@ -296,13 +297,16 @@ func (l *loop) reconcile() {
 			}
 		default:
 			leaders[s] = self
+			if state == runLeading {
+				since[s] = token
+			}
 		}
 	}
 	members := make([]string, 0, len(l.members))
 	for p := range l.members {
 		members = append(members, p)
 	}
-	plan := Decide(View{Self: self, Members: members, Leaders: leaders})
+	plan := Decide(View{Self: self, Members: members, Leaders: leaders, Since: since})
 	if len(plan.Acquire)+len(plan.Release) > 0 {
 		m.log.Debug("rebalance", "members", len(members), "acquire", plan.Acquire, "release", plan.Release, "view", leaders)
 	}

@@ -3,6 +3,7 @@ package leader
 import (
 	"encoding/binary"
 	"hash/fnv"
+	"math"
 	"slices"
 	"sort"
 )
@@ -19,6 +20,11 @@ type View struct {
 	// (a dead process whose key has not expired yet, a stale key of our own)
 	// makes the shard unavailable: nobody can win it before the key goes.
 	Leaders []string
+	// Since, when set, has one entry per shard: for a shard of Self's,
+	// the revision at which its leadership began (its fence token), 0
+	// while Self only campaigns for it. It orders what a process over its
+	// target gives back (see Decide); other entries are ignored.
+	Since []int64
 }
 
 // Plan is what Decide tells the process to do.
@@ -64,7 +70,8 @@ func Targets(members []string, leaders []string) map[string]int {
 // Decide is the balancing rule, a pure function of the view. A process
 // below its target campaigns for leaderless shards (the ones it prefers
 // most, so that processes rarely race for the same shard); a process above
-// its target gives back the shards it prefers least. Shards held by
+// its target gives back its campaigns first, then the shards it has led
+// the shortest time (see sortForRelease). Shards held by
 // non-members are left alone: they become free when the key expires.
 func Decide(v View) Plan {
 	members := dedupe(append(slices.Clone(v.Members), v.Self))
@@ -93,7 +100,7 @@ func Decide(v View) Plan {
 	var p Plan
 	switch {
 	case len(mine) > target:
-		sortByPreference(v.Self, mine)
+		sortForRelease(v, mine)
 		p.Release = slices.Clone(mine[target:])
 	case len(mine) < target && len(free) > 0:
 		sortByPreference(v.Self, free)
@@ -126,6 +133,36 @@ func preference(self string, shard int) uint64 {
 func sortByPreference(self string, shards []int) {
 	sort.Slice(shards, func(i, j int) bool {
 		pi, pj := preference(self, shards[i]), preference(self, shards[j])
+		if pi != pj {
+			return pi > pj
+		}
+		return shards[i] < shards[j]
+	})
+}
+
+// sortForRelease sorts Self's shards in the order to keep them: the
+// shards it leads before those it only campaigns for (withdrawing a
+// campaign stops nothing), the longest-led first (a shard taken a moment
+// ago, by a process that counted too few members, goes back before one
+// it has led for hours and that others expect it to keep), then by
+// preference. Without Since, by preference alone.
+func sortForRelease(v View, shards []int) {
+	if v.Since == nil {
+		sortByPreference(v.Self, shards)
+		return
+	}
+	since := func(s int) int64 {
+		if s < len(v.Since) && v.Since[s] > 0 {
+			return v.Since[s]
+		}
+		return math.MaxInt64 // a campaign: the newest of all
+	}
+	sort.Slice(shards, func(i, j int) bool {
+		si, sj := since(shards[i]), since(shards[j])
+		if si != sj {
+			return si < sj
+		}
+		pi, pj := preference(v.Self, shards[i]), preference(v.Self, shards[j])
 		if pi != pj {
 			return pi > pj
 		}

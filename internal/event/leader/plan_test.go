@@ -154,3 +154,31 @@ func TestDecideConverges(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideGivesBackCampaignsThenTheNewest: a process over its target
+// (here it counted itself alone, then saw the other member) withdraws its
+// campaigns first, then gives back the shards it has led the shortest
+// time; the shards it led longest stay, whatever its hash prefers.
+func TestDecideGivesBackCampaignsThenTheNewest(t *testing.T) {
+	const n = 8
+	leaders := make([]string, n)
+	since := make([]int64, n)
+	for s := range leaders {
+		leaders[s] = "b"
+	}
+	leaders[0], leaders[1] = "a", "a"
+	// b leads 2..6 (led since revisions 10, 11, 40, 41, 42) and campaigns for 7
+	for s, rev := range map[int]int64{2: 10, 3: 11, 4: 40, 5: 41, 6: 42} {
+		since[s] = rev
+	}
+	p := Decide(View{Self: "b", Members: []string{"a", "b"}, Leaders: leaders, Since: since})
+	// target 4 of 8: b counts 6 (five led, one campaign) and gives back 2
+	if want := []int{6, 7}; !slices.Equal(slices.Sorted(slices.Values(p.Release)), want) || len(p.Acquire) != 0 {
+		t.Fatalf("plan %+v, want to release %v (the campaign, then the newest leadership)", p, want)
+	}
+	// without Since: by preference, as before
+	p = Decide(View{Self: "b", Members: []string{"a", "b"}, Leaders: leaders})
+	if len(p.Release) != 2 {
+		t.Fatalf("plan %+v, want 2 released", p)
+	}
+}
