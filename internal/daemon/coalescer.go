@@ -14,7 +14,7 @@ import (
 // the daemon is idle: group commit, with the callers themselves as the
 // committers (leader and followers, as LevelDB's writers).
 //
-//   - A caller that finds fewer than coalesceWorkers store calls in flight
+//   - A caller that finds fewer than coalesceInflight store calls in flight
 //     leads: it makes the store call itself, for the group it was given.
 //   - Otherwise it queues and sleeps. When a leader's call returns, it
 //     answers its group and, if callers queued meanwhile, makes the first
@@ -38,10 +38,10 @@ type coalescer struct {
 	idle     chan struct{} // closed and cleared when inflight drops to 0 while Run is ending
 }
 
-// coalesceWorkers is how many store calls may be in flight at once;
+// coalesceInflight is how many store calls may be in flight at once;
 // coalesceMax bounds one group.
 const (
-	coalesceWorkers = 2
+	coalesceInflight = 2
 	coalesceMax     = 256
 )
 
@@ -65,7 +65,7 @@ func (c *coalescer) schedule(ctx context.Context, sub redisstore.Submit) wire.Sc
 		return c.app.schedule(ctx, []redisstore.Submit{sub})[0]
 	}
 	req := &coalesced{ctx: ctx, sub: sub}
-	if c.inflight < coalesceWorkers {
+	if c.inflight < coalesceInflight {
 		c.inflight++
 		c.mu.Unlock()
 		c.lead([]*coalesced{req})

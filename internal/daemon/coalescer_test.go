@@ -13,7 +13,7 @@ import (
 // wait on Redis go together as one group (one store call), each answered
 // on its own; delayq_schedule_group_size counts the groups and their
 // tasks. Redis holds every write for 500 ms (CLIENT PAUSE WRITE), so at
-// most coalesceWorkers groups are in flight and the other callers must
+// most coalesceInflight groups are in flight and the other callers must
 // queue behind them.
 func TestCoalescerGroupsWaitingSchedules(t *testing.T) {
 	r := startRedis(t)
@@ -42,7 +42,7 @@ func TestCoalescerGroupsWaitingSchedules(t *testing.T) {
 		t.Fatalf("group sizes sum to %v, want %d (one per single schedule)", sum, callers)
 	}
 	if count < 1 || count > callers-2 {
-		t.Fatalf("%d groups for %d callers of which at most %d could be in flight while Redis paused: nothing was grouped", count, callers, coalesceWorkers)
+		t.Fatalf("%d groups for %d callers of which at most %d could be in flight while Redis paused: nothing was grouped", count, callers, coalesceInflight)
 	}
 	t.Logf("%d single schedules in %d groups", callers, count)
 }
@@ -91,11 +91,11 @@ func TestCoalescerServesQueuedCallersAtShutdown(t *testing.T) {
 		c.mu.Lock()
 		queued, inflight := len(c.queue), c.inflight
 		c.mu.Unlock()
-		if queued == callers-inflight && inflight == coalesceWorkers {
+		if queued == callers-inflight && inflight == coalesceInflight {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d queued and %d in flight, want %d and %d", queued, inflight, callers-coalesceWorkers, coalesceWorkers)
+			t.Fatalf("%d queued and %d in flight, want %d and %d", queued, inflight, callers-coalesceInflight, coalesceInflight)
 		}
 		time.Sleep(time.Millisecond)
 	}
