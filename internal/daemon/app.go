@@ -177,7 +177,8 @@ func (a *App) JournalDepth() int { return a.jr.Len() }
 //  2. drain in-flight requests (within DQ_SHUTDOWN_TIMEOUT; a request that
 //     is journaling finishes its fsync'd append),
 //  3. stop the compensator, which finishes the batch it is replaying, and
-//     the coalescer's workers (a request still arriving schedules alone),
+//     the coalescer, once the groups queued in it are stored (a request
+//     still arriving schedules alone),
 //  4. close the journal (entries left are replayed by the next start),
 //  5. close the Redis client,
 //  6. close the outcome publisher (what is queued is written for at most
