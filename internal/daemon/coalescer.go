@@ -42,7 +42,7 @@ type coalescer struct {
 // coalesceMax bounds one group.
 const (
 	coalesceInflight = 2
-	coalesceMax     = 256
+	coalesceMax      = 256
 )
 
 type coalesced struct {
