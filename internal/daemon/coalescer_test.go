@@ -16,27 +16,9 @@ import (
 // most coalesceInflight groups are in flight and the other callers must
 // queue behind them.
 func TestCoalescerGroupsWaitingSchedules(t *testing.T) {
-	r := startRedis(t)
-	app := startApp(t, testConfig(t, r.Addr))
-	rdb := r.Client(t)
 	const callers = 32
-	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", 500, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	res := make([]wire.Scheduled, callers)
-	var wg sync.WaitGroup
-	for i := range callers {
-		wg.Go(func() {
-			body := fmt.Sprintf(`{"id":"co-%d","type":"it.co","payload":{"n":%d},"delay":"1h"}`, i, i)
-			res[i] = app.ScheduleTask(t.Context(), []byte(body))
-		})
-	}
-	wg.Wait()
-	for i, s := range res {
-		if s.Err != nil || s.Outcome != wire.OutcomeCreated || s.ID != fmt.Sprintf("co-%d", i) {
-			t.Fatalf("caller %d: %+v, want its own task created", i, s)
-		}
-	}
+	app, wait := pausedCallers(t, callers)
+	wait()
 	count, sum := groupSizes(t, app)
 	if sum != callers {
 		t.Fatalf("group sizes sum to %v, want %d (one per single schedule)", sum, callers)
@@ -45,6 +27,36 @@ func TestCoalescerGroupsWaitingSchedules(t *testing.T) {
 		t.Fatalf("%d groups for %d callers of which at most %d could be in flight while Redis paused: nothing was grouped", count, callers, coalesceInflight)
 	}
 	t.Logf("%d single schedules in %d groups", callers, count)
+}
+
+// pausedCallers starts a daemon on a Redis that holds every write for
+// 500 ms (CLIENT PAUSE WRITE) and n callers of single schedules; wait
+// waits for them and fails the test unless each got its own task created
+// in Redis (not journaled, not refused).
+func pausedCallers(t *testing.T, n int) (app *testApp, wait func()) {
+	t.Helper()
+	r := startRedis(t)
+	app = startApp(t, testConfig(t, r.Addr))
+	if err := r.Client(t).Do(t.Context(), "CLIENT", "PAUSE", 500, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]wire.Scheduled, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"id":"co-%d","type":"it.co","payload":{"n":%d},"delay":"1h"}`, i, i)
+			res[i] = app.ScheduleTask(t.Context(), []byte(body))
+		})
+	}
+	return app, func() {
+		t.Helper()
+		wg.Wait()
+		for i, s := range res {
+			if s.Err != nil || s.Outcome != wire.OutcomeCreated || s.ID != fmt.Sprintf("co-%d", i) {
+				t.Fatalf("caller %d: %+v, want its own task created in Redis", i, s)
+			}
+		}
+	}
 }
 
 // groupSizes reads delayq_schedule_group_size's count and sum.
@@ -69,21 +81,8 @@ func groupSizes(t *testing.T, app *testApp) (count uint64, sum float64) {
 // coalescer (their groups go to Redis before Run returns and the Redis
 // client closes), not sent alone against a closing daemon.
 func TestCoalescerServesQueuedCallersAtShutdown(t *testing.T) {
-	r := startRedis(t)
-	app := startApp(t, testConfig(t, r.Addr))
-	rdb := r.Client(t)
 	const callers = 32
-	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", 500, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	res := make([]wire.Scheduled, callers)
-	var wg sync.WaitGroup
-	for i := range callers {
-		wg.Go(func() {
-			body := fmt.Sprintf(`{"id":"sd-%d","type":"it.co","payload":{"n":%d},"delay":"1h"}`, i, i)
-			res[i] = app.ScheduleTask(t.Context(), []byte(body))
-		})
-	}
+	app, wait := pausedCallers(t, callers)
 	// every caller is in a store call or queued behind one
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -100,12 +99,7 @@ func TestCoalescerServesQueuedCallersAtShutdown(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	app.stop() // Redis resumes within 500 ms
-	wg.Wait()
-	for i, s := range res {
-		if s.Err != nil || s.Outcome != wire.OutcomeCreated || s.ID != fmt.Sprintf("sd-%d", i) {
-			t.Fatalf("caller %d: %+v, want its own task created in Redis (not journaled, not refused)", i, s)
-		}
-	}
+	wait()
 	if _, sum := groupSizes(t, app); sum != callers {
 		t.Fatalf("group sizes sum to %v, want %d: every caller went through the coalescer", sum, callers)
 	}
