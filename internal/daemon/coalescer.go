@@ -46,7 +46,6 @@ const (
 )
 
 type coalesced struct {
-	ctx  context.Context
 	sub  redisstore.Submit
 	res  wire.Scheduled
 	lead []*coalesced // set for the caller woken to lead: its group
@@ -64,11 +63,11 @@ func (c *coalescer) schedule(ctx context.Context, sub redisstore.Submit) wire.Sc
 		c.mu.Unlock()
 		return c.app.schedule(ctx, []redisstore.Submit{sub})[0]
 	}
-	req := &coalesced{ctx: ctx, sub: sub}
+	req := &coalesced{sub: sub}
 	if c.inflight < coalesceInflight {
 		c.inflight++
 		c.mu.Unlock()
-		c.lead([]*coalesced{req})
+		c.lead(ctx, []*coalesced{req})
 		return req.res
 	}
 	req.done = make(chan struct{})
@@ -76,21 +75,22 @@ func (c *coalescer) schedule(ctx context.Context, sub redisstore.Submit) wire.Sc
 	c.mu.Unlock()
 	<-req.done
 	if req.lead != nil {
-		c.lead(req.lead)
+		c.lead(ctx, req.lead)
 	}
 	return req.res
 }
 
-// lead makes the store call of a group, answers its callers and hands
-// the lead to the first caller that queued meanwhile, if any.
-func (c *coalescer) lead(group []*coalesced) {
+// lead makes the store call of a group (for its first caller, whose ctx
+// this is), answers its callers and hands the lead to the first caller
+// that queued meanwhile, if any.
+func (c *coalescer) lead(ctx context.Context, group []*coalesced) {
 	subs := make([]redisstore.Submit, len(group))
 	for i, r := range group {
 		subs[i] = r.sub
 	}
 	c.app.m.groups.Observe(float64(len(subs)))
 	// one caller's end does not cancel the others' call
-	out := c.app.schedule(context.WithoutCancel(group[0].ctx), subs)
+	out := c.app.schedule(context.WithoutCancel(ctx), subs)
 	for i, r := range group {
 		r.res = out[i]
 		if i > 0 { // group[0] is this goroutine's own caller

@@ -24,12 +24,12 @@ const (
 // cut), headers dq-id, dq-gen, dq-fired-at, dq-error (the reason, cut to
 // DeadReasonMax; and dq-due-at, dq-type when known).
 func EncodeDead(t *task.Task, deadTopic string, firedAt time.Time, reason string) kafka.Message {
-	reason = task.Clip(reason, DeadReasonMax)
+	id := task.Clip(t.ID, DeadReasonMax)
 	hs := []kafka.Header{
-		header(HeaderID, task.Clip(t.ID, DeadReasonMax)),
+		header(HeaderID, id),
 		header(HeaderGen, strconv.FormatUint(t.Gen, 10)),
 		header(HeaderFiredAt, ms(firedAt)),
-		header(HeaderError, reason),
+		header(HeaderError, task.Clip(reason, DeadReasonMax)),
 	}
 	if !t.DueAt.IsZero() {
 		hs = append(hs, header(HeaderDueAt, ms(t.DueAt)))
@@ -42,7 +42,7 @@ func EncodeDead(t *task.Task, deadTopic string, firedAt time.Time, reason string
 		hs = append(hs, header(HeaderPayloadBytes, strconv.Itoa(len(value))))
 		value = value[:DeadPayloadMax]
 	}
-	return kafka.Message{Topic: deadTopic, Key: []byte(task.Clip(t.ID, DeadReasonMax)), Value: value, Headers: hs, Time: firedAt}
+	return kafka.Message{Topic: deadTopic, Key: []byte(id), Value: value, Headers: hs, Time: firedAt}
 }
 
 // DeadLetter is a consumer's dead letter for the record m it read: the

@@ -64,13 +64,14 @@ end
 -- wake tells pollers that shard's earliest due time moved earlier. It
 -- runs after a write that added members to the due set (added: a table
 -- whose keys are their ids) and publishes when the set's first member is
--- one of them: due, the earliest added due time, is the message. The head is read by member, without its score: a
--- score reply is a double that Redis prints (%.17g) and Lua parses back,
--- and those two cost more than the rest of a one-task section of a
--- schedule (3.5 against 0.5 µs measured with redis-benchmark). A task
--- added in the same millisecond as the old head, or the head itself
--- moved later, may wake a poller that did not need it: a spare wake-up
--- (it reads the head again), never a missed one.
+-- one of them: due, the earliest added due time, is the message. The
+-- head is read by member, without its score: a score reply is a double
+-- that Redis prints (%.17g) and Lua parses back, and those two cost more
+-- than the rest of a one-task section of a schedule (3.5 against 0.5 µs
+-- measured with redis-benchmark). A task added in the same millisecond
+-- as the old head, or the head itself moved later, may wake a poller
+-- that did not need it: a spare wake-up (it reads the head again), never
+-- a missed one.
 local function wake(due_key, channel, shard, due, added)
   local h = redis.call('ZRANGE', due_key, '0', '0')[1]
   if h and added[h] then
