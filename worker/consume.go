@@ -60,11 +60,11 @@ func (w *Worker) run(ctx context.Context, r kafkaread.Reader, dw messageWriter) 
 
 	// 2. wait for running handlers
 	w.log.Info("worker stopping: waiting for running handlers", "running", w.offs.running(), "timeout", w.cfg.ShutdownTimeout)
-	ended := waitTimeout(&handlers, w.cfg.ShutdownTimeout)
+	ended := kafkaread.Drain(&handlers, w.cfg.ShutdownTimeout)
 	if !ended {
 		w.log.Warn("shutdown timeout: cancelling running handlers; their records stay uncommitted", "running", w.offs.running())
 		abandon()
-		if ended = waitTimeout(&handlers, abandonGrace); !ended {
+		if ended = kafkaread.Drain(&handlers, abandonGrace); !ended {
 			w.log.Error("handlers did not return after cancellation", "running", w.offs.running())
 		}
 	}
@@ -100,19 +100,6 @@ func (w *Worker) run(ctx context.Context, r kafkaread.Reader, dw messageWriter) 
 	}
 	w.log.Info("worker stopped")
 	return fetchErr
-}
-
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // fetchLoop fetches micro-batches until ctx ends and hands each to a

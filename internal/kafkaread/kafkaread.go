@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -87,5 +88,21 @@ func CommitEvery(ctx context.Context, interval time.Duration, log *slog.Logger, 
 			}
 			cancel()
 		}
+	}
+}
+
+// Drain waits at most d for a consumer's handlers (wg) to return at
+// shutdown and reports whether they did; on false the caller cancels them
+// and leaves their records uncommitted.
+func Drain(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
 	}
 }

@@ -150,3 +150,18 @@ func TestCommitEvery(t *testing.T) {
 		t.Errorf("want one warning, for the failed commit:\n%s", got)
 	}
 }
+
+// TestDrain: Drain reports handlers that returned within the time, and
+// gives up on ones that did not.
+func TestDrain(t *testing.T) {
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	wg.Go(func() { <-release })
+	if Drain(&wg, 20*time.Millisecond) {
+		t.Fatal("Drain = true while a handler still runs")
+	}
+	close(release)
+	if !Drain(&wg, 10*time.Second) {
+		t.Fatal("Drain = false after every handler returned")
+	}
+}

@@ -210,7 +210,7 @@ func (h *Hooks) Run(ctx context.Context) error {
 	for _, q := range queues {
 		close(q)
 	}
-	if !waitTimeout(&lanes, h.cfg.ShutdownTimeout) {
+	if !kafkaread.Drain(&lanes, h.cfg.ShutdownTimeout) {
 		h.log.Warn("hooks: shutdown timeout; cancelling hook calls in flight (called again after a restart)")
 		abandon()
 		lanes.Wait() // requests return once cancelled
@@ -389,20 +389,6 @@ func (o *hookOffsets) committed(msgs []kafka.Message) {
 		if o.next[tp] == m.Offset+1 {
 			delete(o.dirty, tp)
 		}
-	}
-}
-
-// waitTimeout waits for wg at most d and reports whether it finished.
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
 	}
 }
 
