@@ -207,7 +207,8 @@ end
 -- add, and a small set that is a skip list already costs only the pad's
 -- two commands. Smaller batches leave a small set compact.
 local zadd_skiplist_min = 16
-local zset_pad = '~pad ' .. string.rep('-', 123)
+-- (a literal: Lua makes it once, when the script is loaded, not per call)
+local zset_pad = '~pad ---------------------------------------------------------------------------------------------------------------------------'
 
 -- zadd_all adds score/member pairs (a flat list) to key, in chunks:
 -- unpack() of more than a few thousand values fails in Redis' Lua.
@@ -315,11 +316,21 @@ end
 -- still claims; its claims left behind are then dropped only by the next
 -- claim of their copy.
 local function sweep_claims(runs_key, now)
-  local s = redis.pcall('HRANDFIELD', runs_key, 4, 'WITHVALUES')
+  local s = redis.pcall('HRANDFIELD', runs_key, 4)
   if type(s) ~= 'table' or s.err then return end
+  -- the sampled claims' values, never the pad's: Redis' Lua hashes every
+  -- byte of a string it makes, and the pad's 8 KiB (sampled nearly always
+  -- from a hash of a few claims) cost more than the rest of a small claim
+  -- call
+  local fields = {}
+  for i = 1, #s do
+    if s[i] ~= claim_pad then fields[#fields + 1] = s[i] end
+  end
+  if #fields == 0 then return end
+  local v = redis.call('HMGET', runs_key, unpack(fields))
   local del = {}
-  for i = 1, #s, 2 do
-    if s[i] ~= claim_pad and not claim_holder(s[i + 1], now) then del[#del + 1] = s[i] end
+  for i = 1, #fields do
+    if not claim_holder(v[i], now) then del[#del + 1] = fields[i] end
   end
   if #del > 0 then redis.call('HDEL', runs_key, unpack(del)) end
 end
