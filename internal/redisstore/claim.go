@@ -84,8 +84,8 @@ type ClaimResult struct {
 // record must exist with that generation in state firing or fired, and the
 // claim (field <id>:<gen> of the shard's claims hash, see claim_holder in
 // common.lua) is set with Owner and a deadline TTL from now, unless another
-// owner holds it. Tasks are grouped by shard (at most maxPerCall per script call) and
-// all calls go out in one pipeline. Results are in the order of cs. The
+// owner holds it. Tasks are grouped by shard into script calls (packCalls)
+// and all calls go out in one pipeline. Results are in the order of cs. The
 // error is the first group error (those results carry it too).
 func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error) {
 	res := make([]ClaimResult, len(cs))
@@ -94,23 +94,21 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 	var calls []*shardCall
 	for _, group := range byTTL(cs) {
 		ttl := max(cs[group[0]].TTL.Milliseconds(), 1)
-		gc := s.groupCalls(len(group), func(j int) int { c := cs[group[j]]; return s.firedShard(c.ID, c.Shard, c.ShardSet) },
-			func(sh int, jdx []int) ([]string, []any) {
-				keys := make([]string, 0, 2+len(jdx))
-				keys = append(keys, s.k.runs(sh), s.k.done(sh))
-				args := make([]any, 0, 1+4*len(jdx))
-				args = append(args, ttl)
-				for _, j := range jdx {
-					c := cs[group[j]]
-					due := int64(-1)
-					if !c.Due.IsZero() {
-						due = task.Millis(c.Due)
-					}
-					keys = append(keys, s.k.bucket(sh, c.ID))
-					args = append(args, c.ID, c.Gen, c.Owner, due)
+		secs := chunks(len(group), func(j int) int { c := cs[group[j]]; return s.firedShard(c.ID, c.Shard, c.ShardSet) })
+		gc := packCalls(s.single(), secs, func(sh int) int { return sh }, []any{ttl}, func(sec *chunk[int], c *shardCall) {
+			sh := sec.key
+			c.keys = append(c.keys, s.k.runs(sh), s.k.done(sh))
+			c.args = append(c.args, len(sec.idx))
+			for _, j := range sec.idx {
+				cl := cs[group[j]]
+				due := int64(-1)
+				if !cl.Due.IsZero() {
+					due = task.Millis(cl.Due)
 				}
-				return keys, args
-			})
+				c.keys = append(c.keys, s.k.bucket(sh, cl.ID))
+				c.args = append(c.args, cl.ID, cl.Gen, cl.Owner, due)
+			}
+		})
 		for _, c := range gc {
 			for k, j := range c.idx {
 				c.idx[k] = group[j]
@@ -123,10 +121,10 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 	for _, c := range calls {
 		err := c.err
 		if err == nil {
-			err = s.fillClaims(res, c.idx, c.shard, cs, c.val)
+			err = s.fillClaims(res, c.idx, c.shards, cs, c.val)
 		}
 		if err != nil {
-			err = fmt.Errorf("claim on shard %d: %w", c.shard, err)
+			err = fmt.Errorf("claim on %s: %w", c.where(), err)
 			for _, i := range c.idx {
 				res[i] = ClaimResult{Err: err}
 			}
@@ -179,7 +177,7 @@ func byTTL(cs []Claim) [][]int {
 	return groups
 }
 
-func (s *Store) fillClaims(res []ClaimResult, idx []int, shard int, cs []Claim, v any) error {
+func (s *Store) fillClaims(res []ClaimResult, idx []int, shards []int, cs []Claim, v any) error {
 	a, ok := v.([]any)
 	if !ok || len(a) != 3*len(idx) {
 		return fmt.Errorf("unexpected claim reply of %d items for %d tasks", len(a), len(idx))
@@ -192,7 +190,7 @@ func (s *Store) fillClaims(res []ClaimResult, idx []int, shard int, cs []Claim, 
 			// a fired task's record keeps its waiting state (see common.lua)
 			r.State = task.StateFired
 			rec, _ := a[3*j+2].(string)
-			t, err := decodeRecord(cs[i].ID, rec, shard)
+			t, err := decodeRecord(cs[i].ID, rec, shards[j])
 			if err != nil {
 				r.Err = err
 			}
@@ -268,31 +266,32 @@ type FinishResult struct {
 }
 
 // FinishMany stores many outcomes (and gives up the execution claims of
-// those with an Owner): one finish script call per shard (and at most
-// maxPerCall outcomes), all in one pipeline. Results are in the
+// those with an Owner): one finish script call for the shards of one
+// redis-server (one per shard on a Redis Cluster; at most maxPerCall
+// outcomes a call, see packCalls), all in one pipeline. Results are in the
 // order of fs. The error is the first Redis error (not ErrStale,
 // ErrNotFound or a conflict, which are per task); the tasks of a call that
 // failed carry it too.
 func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
 	res := make([]FinishResult, len(fs))
-	calls := s.groupCalls(len(fs), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) }, func(sh int, idx []int) ([]string, []any) {
-		keys := []string{s.k.runs(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh)}
-		args := make([]any, 0, 4+4*len(idx))
-		args = append(args, s.retention.Milliseconds(), s.k.wake, sh, s.k.prefix[sh])
-		for _, i := range idx {
+	secs := chunks(len(fs), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) })
+	calls := packCalls(s.single(), secs, func(sh int) int { return sh }, []any{s.retention.Milliseconds(), s.k.wake}, func(sec *chunk[int], c *shardCall) {
+		sh := sec.key
+		c.keys = append(c.keys, s.k.runs(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
+		c.args = append(c.args, sh, s.k.prefix[sh], len(sec.idx))
+		for _, i := range sec.idx {
 			f := fs[i]
 			// a success needs four values; the other outcomes their due
 			// time and error text too (see finish.lua)
-			args = append(args, f.ID, f.Gen, f.Owner, string(f.Kind))
+			c.args = append(c.args, f.ID, f.Gen, f.Owner, string(f.Kind))
 			if f.Kind != Succeeded {
 				due := ""
 				if f.Kind != Dead {
 					due = dueArg(f.Due, f.Delay, f.Relative)
 				}
-				args = append(args, due, task.Clip(f.Error, 2048))
+				c.args = append(c.args, due, task.Clip(f.Error, 2048))
 			}
 		}
-		return keys, args
 	})
 	s.execCalls(ctx, finishScript, calls)
 	var firstErr error
@@ -306,7 +305,7 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, er
 			}
 		}
 		if err != nil {
-			err = fmt.Errorf("finish on shard %d: %w", c.shard, err)
+			err = fmt.Errorf("finish on %s: %w", c.where(), err)
 			for _, i := range c.idx {
 				res[i].Err = err
 			}
@@ -393,6 +392,38 @@ func (s *Store) groupCalls(n int, shardOf func(int) int, build func(shard int, i
 		calls = append(calls, c)
 	}
 	return calls
+}
+
+// packCalls puts sections (one shard's items each) into script calls:
+// with single (a client of one redis-server, see Store.single), as many sections as fit maxPerCall
+// items share a call, since the per-call cost of a script is about twice
+// an item's; with any other client (a Redis Cluster's), each section is a
+// call of its own, as a script's keys share one slot there. Every call's
+// arguments start with head; section appends one section's keys and
+// arguments to c. The calls' idx and shards list their items in order.
+func packCalls[K comparable](single bool, secs []*chunk[K], shardOf func(K) int, head []any, section func(sec *chunk[K], c *shardCall)) []*shardCall {
+	var calls []*shardCall
+	var c *shardCall
+	for _, sec := range secs {
+		sh := shardOf(sec.key)
+		if c == nil || !single || len(c.idx)+len(sec.idx) > maxPerCall {
+			c = &shardCall{shard: sh, args: slices.Clone(head)}
+			calls = append(calls, c)
+		}
+		section(sec, c)
+		c.idx = append(c.idx, sec.idx...)
+		for range sec.idx {
+			c.shards = append(c.shards, sh)
+		}
+	}
+	return calls
+}
+
+// single reports a client of one redis-server, whose script calls may
+// span shards (packCalls).
+func (s *Store) single() bool {
+	_, ok := s.rdb.(*redis.Client)
+	return ok
 }
 
 // execCalls sends every call in one pipeline (EVALSHA), re-sending a call

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -205,6 +207,50 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 		}
 	})
 
+	t.Run("ExpiredClaimsSweptOnEveryShard", func(t *testing.T) {
+		t.Parallel()
+		// one call sweeps one of its shards' claims (in turn): calls that
+		// span every shard still sweep every shard's
+		s := newStore(t, rdb, Options{Shards: 4})
+		ids, gen := fireN(t, s, "y", 40)
+		cs := make([]Claim, len(ids))
+		alive := map[int]Claim{} // one held claim per shard
+		for i, id := range ids {
+			cs[i] = Claim{ID: id, Gen: gen[id], TTL: time.Millisecond, Owner: "dead:1"}
+			if _, ok := alive[s.Shard(id)]; !ok {
+				cs[i].TTL, cs[i].Owner = time.Hour, "alive:1"
+				alive[s.Shard(id)] = cs[i]
+			}
+		}
+		if len(alive) != 4 {
+			t.Fatalf("tasks on %d of 4 shards", len(alive))
+		}
+		if _, err := s.ClaimMany(t.Context(), cs); err != nil {
+			t.Fatal(err)
+		}
+		again := make([]Claim, 0, 4) // the held claims again: one call over the 4 shards
+		for _, c := range alive {
+			again = append(again, c)
+		}
+		time.Sleep(5 * time.Millisecond)
+		testenv.WaitFor(t, 10*time.Second, "expired claims swept on every shard", func() bool {
+			if _, err := s.ClaimMany(t.Context(), again); err != nil {
+				t.Fatal(err)
+			}
+			for sh := range 4 {
+				if n, err := rdb.HLen(t.Context(), s.k.runs(sh)).Result(); err != nil || n != 2 { // the held claim and the pad
+					return false
+				}
+			}
+			return true
+		})
+		for _, c := range alive {
+			if holder(t, s, c.ID, c.Gen) != "alive:1" {
+				t.Fatal("a held claim was dropped")
+			}
+		}
+	})
+
 	t.Run("ExtendReleaseClaim", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, rdb, Options{})
@@ -388,4 +434,109 @@ func TestClaimWithoutTheSweepsPermission(t *testing.T) {
 		t.Fatalf("the user may run HRANDFIELD (%v): the test proves nothing", err)
 	}
 	mustFinish(t, s, Finish{ID: ids[0], Gen: gen[ids[0]], Kind: Succeeded, Owner: "w1:1"})
+}
+
+// TestPackedCallsSpanShards: on one redis-server, the claims and the
+// outcomes of a batch over many shards go in as few script calls as
+// maxPerCall allows (packCalls), each shard's section answered in the
+// batch's order and written to that shard's own keys.
+func TestPackedCallsSpanShards(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	s := newStore(t, rdb, Options{Shards: 16})
+	n := maxPerCall + 50 // two calls
+	ids, gen := fireN(t, s, "p", n)
+	scripts := func() int64 { return testenv.CommandStats(t, rdb)["evalsha"].Calls }
+	// the scripts in Redis' cache first (a first EVALSHA fails NOSCRIPT)
+	if _, err := s.ClaimMany(t.Context(), []Claim{{ID: "warm", Gen: 1, TTL: time.Minute, Owner: "w0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FinishMany(t.Context(), []Finish{{ID: "warm", Gen: 1, Kind: Succeeded}}); err != nil {
+		t.Fatal(err)
+	}
+
+	cs := make([]Claim, n)
+	for i, id := range ids {
+		cs[i] = Claim{ID: id, Gen: gen[id], TTL: time.Minute, Owner: "w1:1"}
+	}
+	cs[7].Gen++ // stale, in the middle of its shard's section
+	before := scripts()
+	res, err := s.ClaimMany(t.Context(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := scripts() - before; calls != 2 {
+		t.Fatalf("ClaimMany of %d tasks over 16 shards made %d script calls, want 2", n, calls)
+	}
+	for i, r := range res {
+		if i == 7 {
+			if r.Code != ClaimStale {
+				t.Fatalf("stale claim: %+v", r)
+			}
+			continue
+		}
+		if r.Code != Claimed || r.Task == nil || r.Task.ID != ids[i] || r.Task.Shard != s.Shard(ids[i]) {
+			t.Fatalf("claim %d (%s, shard %d): %+v", i, ids[i], s.Shard(ids[i]), r.Task)
+		}
+	}
+
+	// two retries on different shards: each goes back into its own
+	// shard's due set and wakes that shard's poller
+	a := ids[0]
+	b := ids[slices.IndexFunc(ids, func(id string) bool { return s.Shard(id) != s.Shard(a) })]
+	sub := rdb.Subscribe(t.Context(), s.WakeChannel())
+	defer sub.Close()
+	if _, err := sub.Receive(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	fs := make([]Finish, 0, n)
+	for i, id := range ids {
+		f := Finish{ID: id, Gen: cs[i].Gen, Owner: "w1:1", Kind: Succeeded}
+		if id == a || id == b {
+			f.Kind, f.Due, f.Error = Retry, due, "again"
+		}
+		fs = append(fs, f)
+	}
+	before = scripts()
+	fr, err := s.FinishMany(t.Context(), fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := scripts() - before; calls != 2 {
+		t.Fatalf("FinishMany of %d outcomes over 16 shards made %d script calls, want 2", n, calls)
+	}
+	for i, r := range fr {
+		want := task.StateSucceeded
+		switch ids[i] {
+		case a, b:
+			want = task.StateRetrying
+		}
+		if i == 7 {
+			if !errors.Is(r.Err, ErrStale) {
+				t.Fatalf("stale outcome: %+v", r)
+			}
+			continue
+		}
+		if r.Err != nil || r.State != want {
+			t.Fatalf("finish %d (%s): %+v, want %s", i, ids[i], r, want)
+		}
+	}
+	woke := map[string]bool{}
+	for range 2 {
+		select {
+		case m := <-sub.Channel():
+			woke[m.Payload] = true
+		case <-time.After(5 * time.Second):
+			t.Fatalf("wake-ups %v, want one for each retried task's shard", woke)
+		}
+	}
+	for _, id := range []string{a, b} {
+		sh := s.Shard(id)
+		if !woke[fmt.Sprintf("%d:%d", sh, due.UnixMilli())] {
+			t.Fatalf("no wake-up for shard %d in %v", sh, woke)
+		}
+		if err := rdb.ZScore(t.Context(), s.k.due(sh), id).Err(); err != nil {
+			t.Fatalf("retried %s not in the due set of its shard %d: %v", id, sh, err)
+		}
+	}
 }

@@ -155,11 +155,9 @@ func (s *Store) Schedule(ctx context.Context, subs []Submit) ([]Result, error) {
 }
 
 // scheduleCalls groups the pending submits into script sections by target
-// shard and mode, and the sections into calls: as many sections as fit
-// maxPerCall tasks with a client of a single redis-server, one section
-// per call otherwise (on a Redis Cluster a script's keys share one slot).
-// So concurrent single schedules spread over many shards still cost one
-// script call (the per-call cost of a script is about twice a task's).
+// shard and mode, and the sections into calls (packCalls): concurrent
+// single schedules spread over many shards of one redis-server still cost
+// one script call.
 func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forced map[int]int) []*shardCall {
 	type gk struct {
 		shard int
@@ -179,18 +177,9 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		}
 		return k
 	})
-	// only a client of one redis-server packs shards: a Cluster client
-	// (or any other kind) sends each shard its own call
-	_, single := s.rdb.(*redis.Client)
 	st := stamp(m)
-	var calls []*shardCall
-	var c *shardCall
-	for _, sec := range secs {
+	calls := packCalls(s.single(), secs, func(k gk) int { return k.shard }, []any{s.k.wake}, func(sec *chunk[gk], c *shardCall) {
 		sh := sec.key.shard
-		if c == nil || !single || len(c.idx)+len(sec.idx) > maxPerCall {
-			c = &shardCall{shard: sh, args: []any{s.k.wake}}
-			calls = append(calls, c)
-		}
 		c.keys = append(c.keys, s.k.due(sh), s.k.stamp(sh), s.k.done(sh), s.k.runs(sh))
 		c.args = append(c.args, sh, st, sec.key.mode, len(sec.idx))
 		for _, j := range sec.idx {
@@ -204,8 +193,11 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 				ms := task.Millis(t.DueAt)
 				c.args = append(c.args, t.ID, dueScoreArg(ms, b), newRecord(ms, t))
 			}
-			c.idx = append(c.idx, i)
-			c.shards = append(c.shards, sh)
+		}
+	})
+	for _, c := range calls { // sections list indexes of pending
+		for k, j := range c.idx {
+			c.idx[k] = pending[j]
 		}
 	}
 	return calls
