@@ -395,12 +395,13 @@ func (s *Store) groupCalls(n int, shardOf func(int) int, build func(shard int, i
 }
 
 // packCalls puts sections (one shard's items each) into script calls:
-// with single (a client of one redis-server, see Store.single), as many sections as fit maxPerCall
-// items share a call, since the per-call cost of a script is about twice
-// an item's; with any other client (a Redis Cluster's), each section is a
-// call of its own, as a script's keys share one slot there. Every call's
-// arguments start with head; section appends one section's keys and
-// arguments to c. The calls' idx and shards list their items in order.
+// with single (a client of one redis-server, see Store.single), as many
+// sections as fit maxPerCall items share a call, since the per-call cost
+// of a script is about twice an item's; with any other client (a Redis
+// Cluster's), each section is a call of its own, as a script's keys share
+// one slot there. Every call's arguments start with head; section appends
+// one section's keys and arguments to c. The calls' idx and shards list
+// their items in order.
 func packCalls[K comparable](single bool, secs []*chunk[K], shardOf func(K) int, head []any, section func(sec *chunk[K], c *shardCall)) []*shardCall {
 	var calls []*shardCall
 	var c *shardCall
