@@ -97,8 +97,10 @@ bench-fire:
 bench-lag:
 	$(GO) test ./integration -run '^$$' -bench 'BenchmarkLag' -benchtime 1x -count 1 -timeout 20m
 
+# one worker draining a full topic next to raw kafka-go (#4, #20), then
+# paced at 2,000 and 10,000 tasks/s (small micro-batches over the shards)
 bench-work:
-	$(GO) test ./worker -run '^$$' -bench 'BenchmarkThroughput' -benchtime 1x -count 1 -timeout 20m
+	$(GO) test ./worker -run '^$$' -bench 'BenchmarkThroughput|BenchmarkPaced' -benchtime 1x -count 1 -timeout 20m
 
 # The least Redis work of the take, claim and finish, next to the real ones.
 bench-floor:
