@@ -21,8 +21,10 @@ const (
 // one pipeline (redisstore.FinishMany), with up to maxFinishPipes pipelines
 // in flight (one at a time made the finisher the worker's bottleneck: the
 // handlers of a busy worker spent their time waiting for its round trip;
-// more than two made the pipelines smaller, and each script call has a
-// fixed cost of ~8 us of Redis CPU per shard, without going faster).
+// more than two made the pipelines smaller, without going faster: each
+// script call has a fixed cost, ~8 us of Redis CPU when a call held one
+// shard, and a call of one redis-server now holds all its shards, each
+// section with a fixed cost of its own).
 // It never waits for more when the queue is empty, so an outcome alone
 // costs one round trip.
 type finisher struct {
