@@ -82,8 +82,8 @@ while a <= #ARGV do
   sections[#sections + 1] = k
   k, a = k + 2 + n, a + 1 + 4 * n
 end
--- one section's claims hash is swept per call, in turn by Redis' clock: a
--- call of many small sections (a worker's micro-batch spread over the
--- shards) pays one sweep, not one per shard
-if #sections > 0 then sweep_claims(KEYS[sections[now % #sections + 1]], now) end
+-- one section's claims hash is swept per call, picked by the microsecond
+-- of Redis' clock: a call of many small sections (a worker's micro-batch
+-- spread over the shards) pays one sweep, not one per shard
+if #sections > 0 then sweep_claims(KEYS[sections[now_us % #sections + 1]], now) end
 return out

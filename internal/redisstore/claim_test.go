@@ -209,8 +209,8 @@ func batchSuite(t *testing.T, rdb redis.UniversalClient) {
 
 	t.Run("ExpiredClaimsSweptOnEveryShard", func(t *testing.T) {
 		t.Parallel()
-		// one call sweeps one of its shards' claims (in turn): calls that
-		// span every shard still sweep every shard's
+		// one call sweeps one of its shards' claims (picked by Redis'
+		// clock): calls that span every shard still sweep every shard's
 		s := newStore(t, rdb, Options{Shards: 4})
 		ids, gen := fireN(t, s, "y", 40)
 		cs := make([]Claim, len(ids))
