@@ -107,19 +107,7 @@ func pacedConsume(b *testing.B, brokers []string, rdb redisClient, ns, topic str
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
-	handled := func() int {
-		mfs, _ := reg.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() == "delayq_work_handled_total" {
-				sum := 0.0
-				for _, m := range mf.GetMetric() {
-					sum += m.GetCounter().GetValue()
-				}
-				return int(sum)
-			}
-		}
-		return 0
-	}
+	handled := func() int { return int(metricSum(b, reg, "delayq_work_handled_total", nil)) }
 	// the writer keeps to the rate on average: each millisecond it writes
 	// what the rate says is due by then
 	start := time.Now()

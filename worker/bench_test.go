@@ -242,17 +242,7 @@ func workerConsume(b *testing.B, brokers []string, rdb redisClient, ns, topic st
 	}
 	// the last outcomes reach Redis right after their handlers return
 	testenv.WaitFor(b, 30*time.Second, "outcomes stored", func() bool {
-		mfs, _ := reg.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() == "delayq_work_handled_total" {
-				sum := 0.0
-				for _, m := range mf.GetMetric() {
-					sum += m.GetCounter().GetValue()
-				}
-				return sum >= float64(n)
-			}
-		}
-		return false
+		return metricSum(b, reg, "delayq_work_handled_total", nil) >= float64(n)
 	})
 	rate := float64(n) / time.Since(start).Seconds()
 	mu.Lock()

@@ -109,7 +109,7 @@ func (r *running) handled(t *testing.T, outcome string) float64 {
 	return metricSum(t, r.reg, "delayq_work_handled_total", map[string]string{"outcome": outcome})
 }
 
-func metricSum(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+func metricSum(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
