@@ -94,13 +94,13 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 	var calls []*shardCall
 	for _, group := range byTTL(cs) {
 		ttl := max(cs[group[0]].TTL.Milliseconds(), 1)
-		secs := chunks(len(group), func(j int) int { c := cs[group[j]]; return s.firedShard(c.ID, c.Shard, c.ShardSet) })
+		secs := chunks(group, func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) })
 		gc := packCalls(s.single(), secs, func(sh int) int { return sh }, []any{ttl}, func(sec *chunk[int], c *shardCall) {
 			sh := sec.key
 			c.keys = append(c.keys, s.k.runs(sh), s.k.done(sh))
 			c.args = append(c.args, len(sec.idx))
-			for _, j := range sec.idx {
-				cl := cs[group[j]]
+			for _, i := range sec.idx {
+				cl := cs[i]
 				due := int64(-1)
 				if !cl.Due.IsZero() {
 					due = task.Millis(cl.Due)
@@ -109,11 +109,6 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 				c.args = append(c.args, cl.ID, cl.Gen, cl.Owner, due)
 			}
 		})
-		for _, c := range gc {
-			for k, j := range c.idx {
-				c.idx[k] = group[j]
-			}
-		}
 		calls = append(calls, gc...)
 	}
 	s.execCalls(ctx, claimScript, calls)
@@ -274,7 +269,7 @@ type FinishResult struct {
 // failed carry it too.
 func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
 	res := make([]FinishResult, len(fs))
-	secs := chunks(len(fs), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) })
+	secs := chunks(indexes(len(fs)), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) })
 	calls := packCalls(s.single(), secs, func(sh int) int { return sh }, []any{s.retention.Milliseconds(), s.k.wake}, func(sec *chunk[int], c *shardCall) {
 		sh := sec.key
 		c.keys = append(c.keys, s.k.runs(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
@@ -364,12 +359,12 @@ type chunk[K comparable] struct {
 	idx []int
 }
 
-// chunks groups items 0..n-1 by key, at most maxPerCall per chunk, in
-// order of first appearance.
-func chunks[K comparable](n int, key func(int) K) []*chunk[K] {
+// chunks groups items (indexes into the caller's slice) by key, at most
+// maxPerCall per chunk, in order of first appearance.
+func chunks[K comparable](items []int, key func(i int) K) []*chunk[K] {
 	var out []*chunk[K]
 	open := make(map[K]*chunk[K])
-	for i := range n {
+	for _, i := range items {
 		k := key(i)
 		c := open[k]
 		if c == nil || len(c.idx) == maxPerCall {
@@ -382,11 +377,20 @@ func chunks[K comparable](n int, key func(int) K) []*chunk[K] {
 	return out
 }
 
+// indexes is 0..n-1, the items of a whole slice of n (see chunks).
+func indexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // groupCalls groups n items by the shard of their id, at most maxPerCall
 // per call, in order of first appearance.
 func (s *Store) groupCalls(n int, shardOf func(int) int, build func(shard int, idx []int) ([]string, []any)) []*shardCall {
 	var calls []*shardCall
-	for _, ch := range chunks(n, shardOf) {
+	for _, ch := range chunks(indexes(n), shardOf) {
 		c := &shardCall{shard: ch.key, idx: ch.idx}
 		c.keys, c.args = build(c.shard, c.idx)
 		calls = append(calls, c)

@@ -163,8 +163,7 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		shard int
 		mode  string
 	}
-	secs := chunks(len(pending), func(j int) gk {
-		i := pending[j]
+	secs := chunks(pending, func(i int) gk {
 		id := subs[i].Task.ID
 		k := gk{shard: m.Shard(id)}
 		if sh, ok := forced[i]; ok {
@@ -178,12 +177,11 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		return k
 	})
 	st := stamp(m)
-	calls := packCalls(s.single(), secs, func(k gk) int { return k.shard }, []any{s.k.wake}, func(sec *chunk[gk], c *shardCall) {
+	return packCalls(s.single(), secs, func(k gk) int { return k.shard }, []any{s.k.wake}, func(sec *chunk[gk], c *shardCall) {
 		sh := sec.key.shard
 		c.keys = append(c.keys, s.k.due(sh), s.k.stamp(sh), s.k.done(sh), s.k.runs(sh))
 		c.args = append(c.args, sh, st, sec.key.mode, len(sec.idx))
-		for _, j := range sec.idx {
-			i := pending[j]
+		for _, i := range sec.idx {
 			t := subs[i].Task
 			b := bucketOf(t.ID)
 			c.keys = append(c.keys, s.k.bucketKey(sh, b))
@@ -195,12 +193,6 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 			}
 		}
 	})
-	for _, c := range calls { // sections list indexes of pending
-		for k, j := range c.idx {
-			c.idx[k] = pending[j]
-		}
-	}
-	return calls
 }
 
 func (s *Store) fillSchedule(res []Result, idx []int, v any) error {
