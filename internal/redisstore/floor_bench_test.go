@@ -177,6 +177,16 @@ func BenchmarkRedisFloor(b *testing.B) {
 				b.Fatalf("took %d of %d", taken, n)
 			}
 		}
+		// fire takes every task of s with a lease of lease (Store.Take)
+		fire := func(s *Store, lease time.Duration) {
+			drain(func(sh int) int {
+				t, err := s.Take(b.Context(), sh, 1, batch, lease)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return len(t.Tasks)
+			})
+		}
 		past, future := time.Now().Add(-time.Second), time.Now().Add(time.Hour)
 
 		fmt.Printf("\nRedis floor, %d tasks, 16 shards; takes of %d, claims and finishes of %d per script call; redis-server CPU from INFO cpu\n", n, batch, per)
@@ -203,13 +213,7 @@ func BenchmarkRedisFloor(b *testing.B) {
 		takeFloor := takeProbe("take/due-set+record")
 		s, _ := fresh(past)
 		take := measure("take/Store.Take", func() {
-			drain(func(sh int) int {
-				t, err := s.Take(b.Context(), sh, 1, batch, time.Minute)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return len(t.Tasks)
-			})
+			fire(s, time.Minute)
 		})
 
 		s, ids := fresh(future)
@@ -218,13 +222,7 @@ func BenchmarkRedisFloor(b *testing.B) {
 		// the real claim and finish run on fired tasks (taken, out of the
 		// due set), as a worker meets them
 		sched := measure("schedule/Store.Schedule", func() { s, ids = fresh(past) })
-		drain(func(sh int) int {
-			t, err := s.Take(b.Context(), sh, 1, batch, time.Hour)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return len(t.Tasks)
-		})
+		fire(s, time.Hour)
 		var all []string
 		for _, sh := range ids {
 			all = append(all, sh...)
@@ -259,13 +257,7 @@ func BenchmarkRedisFloor(b *testing.B) {
 		// a few tasks, spread over the shards: on one redis-server, one
 		// script call each (packCalls) instead of one per shard
 		s2, ids2 := fresh(past)
-		drain(func(sh int) int {
-			t, err := s2.Take(b.Context(), sh, 1, batch, time.Hour)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return len(t.Tasks)
-		})
+		fire(s2, time.Hour)
 		var mixed []string // round robin over the shards
 		for k := 0; len(mixed) < n; k++ {
 			for sh := range shards {
