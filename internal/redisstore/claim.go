@@ -201,23 +201,24 @@ func (s *Store) fillClaims(res []ClaimResult, idx []int, shards []int, cs []Clai
 
 // ReleaseMany gives up execution claims: each claim is deleted only
 // if it still holds its Claim's Owner (ID, Gen and Owner are used). Claims
-// are grouped by shard, all calls in one pipeline. It returns how many
+// are grouped by shard and the shards packed into script calls
+// (packCalls), all calls in one pipeline. It returns how many
 // markers were deleted and the first error (a claim not released expires
 // with its TTL).
 func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
-	calls := s.groupCalls(len(cs), func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) },
-		func(sh int, idx []int) ([]string, []any) {
-			args := make([]any, 0, 2*len(idx))
-			for _, i := range idx {
-				args = append(args, claimField(cs[i].ID, cs[i].Gen), cs[i].Owner)
-			}
-			return []string{s.k.runs(sh)}, args
-		})
+	secs := chunks(indexes(len(cs)), func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) })
+	calls := packCalls(s.single(), secs, func(sh int) int { return sh }, nil, func(sec *chunk[int], c *shardCall) {
+		c.keys = append(c.keys, s.k.runs(sec.key))
+		c.args = append(c.args, len(sec.idx))
+		for _, i := range sec.idx {
+			c.args = append(c.args, claimField(cs[i].ID, cs[i].Gen), cs[i].Owner)
+		}
+	})
 	s.execCalls(ctx, unclaimScript, calls)
 	n := 0
 	for _, c := range calls {
 		if c.err != nil {
-			return n, fmt.Errorf("release on shard %d: %w", c.shard, c.err)
+			return n, fmt.Errorf("release on %s: %w", c.where(), c.err)
 		}
 		d, _ := c.val.(int64)
 		n += int(d)
@@ -230,7 +231,7 @@ func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
 // (ID, Gen and Owner are used). It reports whether it was deleted.
 func (s *Store) ReleaseClaim(ctx context.Context, c Claim) (bool, error) {
 	sh := s.firedShard(c.ID, c.Shard, c.ShardSet)
-	v, err := s.run(ctx, unclaimScript, []string{s.k.runs(sh)}, claimField(c.ID, c.Gen), c.Owner)
+	v, err := s.run(ctx, unclaimScript, []string{s.k.runs(sh)}, 1, claimField(c.ID, c.Gen), c.Owner)
 	if err != nil {
 		return false, fmt.Errorf("release claim %s gen %d: %w", c.ID, c.Gen, err)
 	}
@@ -384,18 +385,6 @@ func indexes(n int) []int {
 		out[i] = i
 	}
 	return out
-}
-
-// groupCalls groups n items by the shard of their id, at most maxPerCall
-// per call, in order of first appearance.
-func (s *Store) groupCalls(n int, shardOf func(int) int, build func(shard int, idx []int) ([]string, []any)) []*shardCall {
-	var calls []*shardCall
-	for _, ch := range chunks(indexes(n), shardOf) {
-		c := &shardCall{shard: ch.key, idx: ch.idx}
-		c.keys, c.args = build(c.shard, c.idx)
-		calls = append(calls, c)
-	}
-	return calls
 }
 
 // packCalls puts sections (one shard's items each) into script calls:

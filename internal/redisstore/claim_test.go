@@ -440,6 +440,106 @@ func TestClaimWithoutTheSweepsPermission(t *testing.T) {
 // outcomes of a batch over many shards go in as few script calls as
 // maxPerCall allows (packCalls), each shard's section answered in the
 // batch's order and written to that shard's own keys.
+// Releases and parks of several shards share script calls on one
+// redis-server too (packCalls): each section releases its own shard's
+// claims, and each parked task goes back into its own shard's due set.
+func TestReleaseAndParkSpanShards(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	s := newStore(t, rdb, Options{Shards: 16})
+	ctx := t.Context()
+	ids, gen := fireN(t, s, "rp", 64)
+	scripts := func() int64 { return testenv.CommandStats(t, rdb)["evalsha"].Calls }
+	claimAll := func(owner string) []Claim {
+		t.Helper()
+		cs := make([]Claim, len(ids))
+		for i, id := range ids {
+			cs[i] = Claim{ID: id, Gen: gen[id], TTL: time.Minute, Owner: owner}
+		}
+		res, err := s.ClaimMany(ctx, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Code != Claimed {
+				t.Fatalf("claim %s by %s: %+v", ids[i], owner, r)
+			}
+		}
+		return cs
+	}
+	holder := func(id string) string {
+		t.Helper()
+		who, _, err := s.ClaimHolder(ctx, id, gen[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return who
+	}
+	// the scripts in Redis' cache first (a first EVALSHA fails NOSCRIPT)
+	if _, err := s.ReleaseMany(ctx, []Claim{{ID: "warm", Gen: 1, Owner: "w0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ParkMany(ctx, []Park{{ID: "warm", Gen: 1, Type: "t", Shard: 0}}); err != nil {
+		t.Fatal(err)
+	}
+
+	cs := claimAll("w1:1")
+	cs[5].Owner = "w9:9" // not this claim's owner: left alone
+	before := scripts()
+	n, err := s.ReleaseMany(ctx, cs)
+	if err != nil || n != len(ids)-1 {
+		t.Fatalf("released %d (%v), want %d", n, err, len(ids)-1)
+	}
+	if calls := scripts() - before; calls != 1 {
+		t.Fatalf("ReleaseMany of %d claims over 16 shards made %d script calls, want 1", len(ids), calls)
+	}
+	for i, id := range ids {
+		want := ""
+		if i == 5 {
+			want = "w1:1"
+		}
+		if got := holder(id); got != want {
+			t.Fatalf("claim of %s (shard %d) held by %q after the release, want %q", id, s.Shard(id), got, want)
+		}
+	}
+	if ok, err := s.ReleaseClaim(ctx, Claim{ID: ids[5], Gen: gen[ids[5]], Owner: "w1:1"}); err != nil || !ok {
+		t.Fatalf("release one: %v %v", ok, err)
+	}
+
+	cs = claimAll("w2:1")
+	ps := make([]Park, len(ids))
+	for i, id := range ids {
+		ps[i] = Park{ID: id, Gen: gen[id], Type: "t" + strconv.Itoa(i%2), Owner: cs[i].Owner, Shard: s.Shard(id)}
+	}
+	ps[9].Gen++ // stale, in the middle of its shard's section: neither parked nor released
+	before = scripts()
+	if n, err := s.ParkMany(ctx, ps); err != nil || n != len(ids)-1 {
+		t.Fatalf("parked %d (%v), want %d", n, err, len(ids)-1)
+	}
+	if calls := scripts() - before; calls != 1 {
+		t.Fatalf("ParkMany of %d tasks over 16 shards made %d script calls, want 1", len(ids), calls)
+	}
+	for i, id := range ids {
+		g, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		score, zerr := rdb.ZScore(ctx, s.k.due(s.Shard(id)), id).Result()
+		if i == 9 {
+			if g.State != task.StateFired || holder(id) != "w2:1" || !errors.Is(zerr, redis.Nil) {
+				t.Fatalf("stale park of %s: %+v, claim %q, due score %v %v", id, g, holder(id), score, zerr)
+			}
+			continue
+		}
+		if g.State != task.StatePaused || g.Gen != gen[id]+1 || holder(id) != "" || zerr != nil || score < float64(ParkOffset)/2 {
+			t.Fatalf("parked %s (shard %d): %+v, claim %q, due score %v %v", id, s.Shard(id), g, holder(id), score, zerr)
+		}
+	}
+	types, err := s.ParkedTypes(ctx)
+	if err != nil || types["t0"] != 32 || types["t1"] != 31 {
+		t.Fatalf("parked types %v %v, want t0 32, t1 31", types, err)
+	}
+}
+
 func TestPackedCallsSpanShards(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
 	s := newStore(t, rdb, Options{Shards: 16})

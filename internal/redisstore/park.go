@@ -66,23 +66,22 @@ type Park struct {
 // is still in a fired state with generation Gen goes back to its shard's
 // due set out of reach of takes, with the next generation, and into its
 // type's parked index; the others (finished, changed, parked already) are
-// skipped. Tasks are grouped by shard (at most maxPerCall per script call).
+// skipped. Tasks are grouped by shard and the shards packed into script
+// calls (packCalls).
 // It returns how many it parked, and the first error (Redis: the tasks of
 // that call may or may not be parked; parking again is harmless).
 func (s *Store) ParkMany(ctx context.Context, ps []Park) (int, error) {
-	calls := s.groupCalls(len(ps), func(i int) int { return s.firedShard(ps[i].ID, ps[i].Shard, true) },
-		func(sh int, idx []int) ([]string, []any) {
-			keys := make([]string, 0, 4+2*len(idx))
-			keys = append(keys, s.k.due(sh), s.k.ptypes(sh), s.k.runs(sh), s.k.done(sh))
-			args := make([]any, 0, 1+4*len(idx))
-			args = append(args, int64(ParkOffset))
-			for _, i := range idx {
-				p := ps[i]
-				keys = append(keys, s.k.bucket(sh, p.ID), s.k.parked(sh, p.Type))
-				args = append(args, p.ID, p.Gen, p.Type, p.Owner)
-			}
-			return keys, args
-		})
+	secs := chunks(indexes(len(ps)), func(i int) int { return s.firedShard(ps[i].ID, ps[i].Shard, true) })
+	calls := packCalls(s.single(), secs, func(sh int) int { return sh }, []any{int64(ParkOffset)}, func(sec *chunk[int], c *shardCall) {
+		sh := sec.key
+		c.keys = append(c.keys, s.k.due(sh), s.k.ptypes(sh), s.k.runs(sh), s.k.done(sh))
+		c.args = append(c.args, len(sec.idx))
+		for _, i := range sec.idx {
+			p := ps[i]
+			c.keys = append(c.keys, s.k.bucket(sh, p.ID), s.k.parked(sh, p.Type))
+			c.args = append(c.args, p.ID, p.Gen, p.Type, p.Owner)
+		}
+	})
 	s.execCalls(ctx, parkScript, calls)
 	parked := 0
 	var firstErr error
@@ -94,7 +93,7 @@ func (s *Store) ParkMany(ctx context.Context, ps []Park) (int, error) {
 		}
 		if err != nil {
 			if firstErr == nil {
-				firstErr = fmt.Errorf("park on shard %d: %w", c.shard, err)
+				firstErr = fmt.Errorf("park on %s: %w", c.where(), err)
 			}
 			continue
 		}
