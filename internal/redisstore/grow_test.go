@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -253,6 +254,57 @@ func growSuite(t *testing.T, rdb redis.UniversalClient) {
 		t.Logf("moved %d tasks of %d from 4 to 16 shards under concurrent operations", moved, n)
 	})
 
+	t.Run("ByIDAfterAWholeMove", func(t *testing.T) {
+		// a by-id operation locates a task on its old shard, and the whole
+		// move (start, in, done) happens before its script runs there: the
+		// script finds nothing, and the operation locates the task again
+		// on its new shard instead of answering "not found"
+		t.Parallel()
+		s := newStore(t, rdb, Options{Shards: 4})
+		ctx := t.Context()
+		now := redisNow(t, s).Truncate(time.Millisecond)
+		var subs []Submit
+		for i := range 64 {
+			subs = append(subs, Submit{Task: mk(fmt.Sprintf("w-%d", i), now.Add(time.Hour))})
+		}
+		if _, err := s.Schedule(ctx, subs); err != nil {
+			t.Fatal(err)
+		}
+		m := grow(t, s, 16)
+		var id string
+		for _, sub := range subs {
+			if o, moving := m.Old(sub.Task.ID); moving && o != m.Shard(sub.Task.ID) {
+				id = sub.Task.ID
+				break
+			}
+		}
+		if id == "" {
+			t.Fatal("no task changes shard")
+		}
+		later := now.Add(2 * time.Hour)
+		var shards []int
+		v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {
+			if len(shards) == 0 {
+				moveAll(t, s, m, 1)
+			}
+			shards = append(shards, sh)
+			return s.run(ctx, rescheduleScript, []string{s.k.due(sh), s.k.bucket(sh, id), s.k.stamp(sh), s.k.done(sh), s.k.runs(sh)},
+				id, dueArg(later, 0, false), s.k.wake, sh, stamp(m))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if due, err := codeResult(id, v); err != nil || !due.Equal(later) {
+			t.Fatalf("reschedule after the whole move: %v %v (calls on shards %v)", due, err, shards)
+		}
+		o, _ := m.Old(id)
+		if !slices.Equal(shards, []int{o, m.Shard(id)}) {
+			t.Fatalf("calls on shards %v, want the old shard %d then the new one %d", shards, o, m.Shard(id))
+		}
+		if tk, err := s.Get(ctx, id); err != nil || !tk.DueAt.Equal(later) || tk.Shard != m.Shard(id) {
+			t.Fatalf("after: %+v %v", tk, err)
+		}
+	})
 	t.Run("HalfMoveFinishedByWhoeverMeetsIt", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t, rdb, Options{Shards: 2})

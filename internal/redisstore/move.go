@@ -48,11 +48,13 @@ var (
 	moveDoneScript  = script(moveDoneLua)
 )
 
-// codeMoved is the by-id scripts' answer for a record on its way to another
-// shard; codeAbsent is schedule's answer in existing-only mode.
+// codeNotFound is the by-id scripts' answer for no record; codeMoved
+// their answer for a record on its way to another shard; codeAbsent is
+// schedule's answer in existing-only mode.
 const (
-	codeMoved  = 7
-	codeAbsent = 8
+	codeNotFound = 0
+	codeMoved    = 7
+	codeAbsent   = 8
 )
 
 // errRelocate tells an operation to locate the task again: it moved while

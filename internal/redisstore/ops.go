@@ -28,7 +28,10 @@ var (
 
 // byID runs a by-id script on the shard where id lives under the store's
 // map (see locate), again after a stale-map refusal or when the task moved
-// meanwhile (the script answered code 7).
+// meanwhile: the script answered code 7 (on its way), or not found on the
+// task's old shard, which the whole move (movestart, movein, then movedone,
+// which deletes the old record) may have left between locate's probe and
+// the call.
 func (s *Store) byID(ctx context.Context, id string, call func(m shardmap.Map, sh int) (any, error)) (any, error) {
 	var out any
 	err := s.routed(ctx, func(m shardmap.Map) error {
@@ -41,7 +44,7 @@ func (s *Store) byID(ctx context.Context, id string, call func(m shardmap.Map, s
 			if err != nil {
 				return err
 			}
-			if r, perr := parseReply(v, 0); perr == nil && r.code == codeMoved {
+			if r, perr := parseReply(v, 0); perr == nil && (r.code == codeMoved || (r.code == codeNotFound && sh != m.Shard(id))) {
 				continue
 			}
 			out = v
