@@ -95,7 +95,7 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 	for _, group := range byTTL(cs) {
 		ttl := max(cs[group[0]].TTL.Milliseconds(), 1)
 		secs := chunks(group, func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) })
-		gc := packCalls(s.single(), secs, func(sh int) int { return sh }, []any{ttl}, func(sec *chunk[int], c *shardCall) {
+		gc := s.packShards(secs, []any{ttl}, func(sec *chunk[int], c *shardCall) {
 			sh := sec.key
 			c.keys = append(c.keys, s.k.runs(sh), s.k.done(sh))
 			c.args = append(c.args, len(sec.idx))
@@ -207,7 +207,7 @@ func (s *Store) fillClaims(res []ClaimResult, idx []int, shards []int, cs []Clai
 // with its TTL).
 func (s *Store) ReleaseMany(ctx context.Context, cs []Claim) (int, error) {
 	secs := chunks(indexes(len(cs)), func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) })
-	calls := packCalls(s.single(), secs, func(sh int) int { return sh }, nil, func(sec *chunk[int], c *shardCall) {
+	calls := s.packShards(secs, nil, func(sec *chunk[int], c *shardCall) {
 		c.keys = append(c.keys, s.k.runs(sec.key))
 		c.args = append(c.args, len(sec.idx))
 		for _, i := range sec.idx {
@@ -271,7 +271,7 @@ type FinishResult struct {
 func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
 	res := make([]FinishResult, len(fs))
 	secs := chunks(indexes(len(fs)), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) })
-	calls := packCalls(s.single(), secs, func(sh int) int { return sh }, []any{s.retention.Milliseconds(), s.k.wake}, func(sec *chunk[int], c *shardCall) {
+	calls := s.packShards(secs, []any{s.retention.Milliseconds(), s.k.wake}, func(sec *chunk[int], c *shardCall) {
 		sh := sec.key
 		c.keys = append(c.keys, s.k.runs(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
 		c.args = append(c.args, sh, s.k.prefix[sh], len(sec.idx))
@@ -411,6 +411,12 @@ func packCalls[K comparable](single bool, secs []*chunk[K], shardOf func(K) int,
 		}
 	}
 	return calls
+}
+
+// packShards is packCalls for sections keyed by their shard (claims,
+// finishes, releases, parks).
+func (s *Store) packShards(secs []*chunk[int], head []any, section func(sec *chunk[int], c *shardCall)) []*shardCall {
+	return packCalls(s.single(), secs, func(sh int) int { return sh }, head, section)
 }
 
 // single reports a client of one redis-server, whose script calls may

@@ -72,7 +72,7 @@ type Park struct {
 // that call may or may not be parked; parking again is harmless).
 func (s *Store) ParkMany(ctx context.Context, ps []Park) (int, error) {
 	secs := chunks(indexes(len(ps)), func(i int) int { return s.firedShard(ps[i].ID, ps[i].Shard, true) })
-	calls := packCalls(s.single(), secs, func(sh int) int { return sh }, []any{int64(ParkOffset)}, func(sec *chunk[int], c *shardCall) {
+	calls := s.packShards(secs, []any{int64(ParkOffset)}, func(sec *chunk[int], c *shardCall) {
 		sh := sec.key
 		c.keys = append(c.keys, s.k.due(sh), s.k.ptypes(sh), s.k.runs(sh), s.k.done(sh))
 		c.args = append(c.args, len(sec.idx))
