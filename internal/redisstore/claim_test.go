@@ -436,10 +436,15 @@ func TestClaimWithoutTheSweepsPermission(t *testing.T) {
 	mustFinish(t, s, Finish{ID: ids[0], Gen: gen[ids[0]], Kind: Succeeded, Owner: "w1:1"})
 }
 
-// TestPackedCallsSpanShards: on one redis-server, the claims and the
-// outcomes of a batch over many shards go in as few script calls as
-// maxPerCall allows (packCalls), each shard's section answered in the
-// batch's order and written to that shard's own keys.
+// scriptCalls counts the script calls (EVALSHA) redis-server served while
+// fn ran.
+func scriptCalls(t *testing.T, rdb redis.UniversalClient, fn func()) int64 {
+	t.Helper()
+	before := testenv.CommandStats(t, rdb)["evalsha"].Calls
+	fn()
+	return testenv.CommandStats(t, rdb)["evalsha"].Calls - before
+}
+
 // Releases and parks of several shards share script calls on one
 // redis-server too (packCalls): each section releases its own shard's
 // claims, and each parked task goes back into its own shard's due set.
@@ -448,7 +453,6 @@ func TestReleaseAndParkSpanShards(t *testing.T) {
 	s := newStore(t, rdb, Options{Shards: 16})
 	ctx := t.Context()
 	ids, gen := fireN(t, s, "rp", 64)
-	scripts := func() int64 { return testenv.CommandStats(t, rdb)["evalsha"].Calls }
 	claimAll := func(owner string) []Claim {
 		t.Helper()
 		cs := make([]Claim, len(ids))
@@ -484,12 +488,13 @@ func TestReleaseAndParkSpanShards(t *testing.T) {
 
 	cs := claimAll("w1:1")
 	cs[5].Owner = "w9:9" // not this claim's owner: left alone
-	before := scripts()
-	n, err := s.ReleaseMany(ctx, cs)
+	var n int
+	var err error
+	calls := scriptCalls(t, rdb, func() { n, err = s.ReleaseMany(ctx, cs) })
 	if err != nil || n != len(ids)-1 {
 		t.Fatalf("released %d (%v), want %d", n, err, len(ids)-1)
 	}
-	if calls := scripts() - before; calls != 1 {
+	if calls != 1 {
 		t.Fatalf("ReleaseMany of %d claims over 16 shards made %d script calls, want 1", len(ids), calls)
 	}
 	for i, id := range ids {
@@ -511,11 +516,11 @@ func TestReleaseAndParkSpanShards(t *testing.T) {
 		ps[i] = Park{ID: id, Gen: gen[id], Type: "t" + strconv.Itoa(i%2), Owner: cs[i].Owner, Shard: s.Shard(id)}
 	}
 	ps[9].Gen++ // stale, in the middle of its shard's section: neither parked nor released
-	before = scripts()
-	if n, err := s.ParkMany(ctx, ps); err != nil || n != len(ids)-1 {
+	calls = scriptCalls(t, rdb, func() { n, err = s.ParkMany(ctx, ps) })
+	if err != nil || n != len(ids)-1 {
 		t.Fatalf("parked %d (%v), want %d", n, err, len(ids)-1)
 	}
-	if calls := scripts() - before; calls != 1 {
+	if calls != 1 {
 		t.Fatalf("ParkMany of %d tasks over 16 shards made %d script calls, want 1", len(ids), calls)
 	}
 	for i, id := range ids {
@@ -540,12 +545,15 @@ func TestReleaseAndParkSpanShards(t *testing.T) {
 	}
 }
 
+// TestPackedCallsSpanShards: on one redis-server, the claims and the
+// outcomes of a batch over many shards go in as few script calls as
+// maxPerCall allows (packCalls), each shard's section answered in the
+// batch's order and written to that shard's own keys.
 func TestPackedCallsSpanShards(t *testing.T) {
 	rdb := testenv.StartRedis(t).Client(t)
 	s := newStore(t, rdb, Options{Shards: 16})
 	n := maxPerCall + 50 // two calls
 	ids, gen := fireN(t, s, "p", n)
-	scripts := func() int64 { return testenv.CommandStats(t, rdb)["evalsha"].Calls }
 	// the scripts in Redis' cache first (a first EVALSHA fails NOSCRIPT)
 	if _, err := s.ClaimMany(t.Context(), []Claim{{ID: "warm", Gen: 1, TTL: time.Minute, Owner: "w0"}}); err != nil {
 		t.Fatal(err)
@@ -559,12 +567,13 @@ func TestPackedCallsSpanShards(t *testing.T) {
 		cs[i] = Claim{ID: id, Gen: gen[id], TTL: time.Minute, Owner: "w1:1"}
 	}
 	cs[7].Gen++ // stale, in the middle of its shard's section
-	before := scripts()
-	res, err := s.ClaimMany(t.Context(), cs)
+	var res []ClaimResult
+	var err error
+	calls := scriptCalls(t, rdb, func() { res, err = s.ClaimMany(t.Context(), cs) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if calls := scripts() - before; calls != 2 {
+	if calls != 2 {
 		t.Fatalf("ClaimMany of %d tasks over 16 shards made %d script calls, want 2", n, calls)
 	}
 	for i, r := range res {
@@ -597,12 +606,12 @@ func TestPackedCallsSpanShards(t *testing.T) {
 		}
 		fs = append(fs, f)
 	}
-	before = scripts()
-	fr, err := s.FinishMany(t.Context(), fs)
+	var fr []FinishResult
+	calls = scriptCalls(t, rdb, func() { fr, err = s.FinishMany(t.Context(), fs) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if calls := scripts() - before; calls != 2 {
+	if calls != 2 {
 		t.Fatalf("FinishMany of %d outcomes over 16 shards made %d script calls, want 2", n, calls)
 	}
 	for i, r := range fr {
