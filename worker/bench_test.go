@@ -79,16 +79,16 @@ func BenchmarkThroughput(b *testing.B) {
 		// worker pass is compared with the raw passes on either side of it
 		// and with the run's median
 		var raws []float64
-		var rawCPUs []time.Duration
+		var rawCPUs []float64 // µs per record
 		readRaw := func() {
 			pcpu0 := testenv.ProcessCPU()
 			raws = append(raws, rawConsume(b, k.Brokers, "bench.raw", "raw-"+strconv.Itoa(len(raws)), n))
-			rawCPUs = append(rawCPUs, (testenv.ProcessCPU()-pcpu0)/time.Duration(n))
+			rawCPUs = append(rawCPUs, float64((testenv.ProcessCPU()-pcpu0).Nanoseconds())/1000/float64(n))
 		}
 		readRaw()
 		fmt.Printf("\nThroughput, %d records per run, one kfake broker (4 partitions, in this process) + one redis-server, GOMAXPROCS=%d\n",
 			n, runtime.GOMAXPROCS(0))
-		fmt.Printf("  raw kafka-go Reader (group, FetchMessage + CommitMessages, CommitInterval 100ms): %8.0f msgs/s (%.2fus of CPU per record: kafka-go and kfake)\n", raws[0], us(rawCPUs[0]))
+		fmt.Printf("  raw kafka-go Reader (group, FetchMessage + CommitMessages, CommitInterval 100ms): %8.0f msgs/s (%.2fus of CPU per record: kafka-go and kfake)\n", raws[0], rawCPUs[0])
 		cpu0, pcpu0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU()
 		ideal := idealConsume(b, k.Brokers, rdb, "bench.ideal", n)
 		fmt.Printf("  ideal worker (the same Reader; per micro-batch one ZMSCORE done-check and one ZADD done-marker of <id>:<gen>, nothing else): %8.0f tasks/s = %3.0f%% of raw (CPU per task: redis-server %.2fus, this process %.2fus)\n",
@@ -121,15 +121,13 @@ func BenchmarkThroughput(b *testing.B) {
 			rates[c] = rate
 		}
 		med := median(raws)
-		fmt.Printf("  raw kafka-go, %d passes of this run: %s msgs/s (median %.0f, CPU per record %s us)\n", len(raws), joinRates(raws), med, joinUS(rawCPUs))
+		fmt.Printf("  raw kafka-go, %d passes of this run: %s msgs/s (median %.0f, CPU per record %s us)\n", len(raws), join(raws, 0), med, join(rawCPUs, 2))
 		for _, c := range concurrency {
 			fmt.Printf("  share of the median raw pass, concurrency %3d: %3.0f%%\n", c, 100*rates[c]/med)
 		}
 		b.ReportMetric(med, "raw_msgs/s")
 	}
 }
-
-func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
 // median is the median of xs (the mean of the middle two for an even count).
 func median(xs []float64) float64 {
@@ -141,18 +139,11 @@ func median(xs []float64) float64 {
 	return s[m]
 }
 
-func joinRates(xs []float64) string {
+// join lists xs with prec decimals.
+func join(xs []float64, prec int) string {
 	out := make([]string, len(xs))
 	for i, x := range xs {
-		out[i] = strconv.FormatFloat(x, 'f', 0, 64)
-	}
-	return strings.Join(out, ", ")
-}
-
-func joinUS(ds []time.Duration) string {
-	out := make([]string, len(ds))
-	for i, d := range ds {
-		out[i] = strconv.FormatFloat(us(d), 'f', 2, 64)
+		out[i] = strconv.FormatFloat(x, 'f', prec, 64)
 	}
 	return strings.Join(out, ", ")
 }
