@@ -19,6 +19,7 @@ import (
 type Common struct {
 	Namespace     string
 	RedisAddrs    []string
+	RedisCluster  bool // a Redis Cluster even with one address (a cluster's configuration endpoint)
 	RedisUsername string
 	RedisPassword string
 	RedisTLS      TLSFiles
@@ -37,6 +38,7 @@ type Common struct {
 func (c *Common) BindCommon(b *Binder, httpDefault string) {
 	b.String(&c.Namespace, "namespace", "DQ_NAMESPACE", "dq", "namespace: key prefix in Redis and etcd")
 	b.List(&c.RedisAddrs, "redis-addrs", "DQ_REDIS_ADDRS", "127.0.0.1:6379", "Redis address; more than one means Redis Cluster")
+	b.Bool(&c.RedisCluster, "redis-cluster", "DQ_REDIS_CLUSTER", false, "Redis Cluster even with one address in redis-addrs (a cluster's configuration endpoint)")
 	b.String(&c.RedisUsername, "redis-username", "DQ_REDIS_USERNAME", "", "Redis ACL user (empty: the default user)")
 	b.Secret(&c.RedisPassword, "redis-password", "DQ_REDIS_PASSWORD", "", "Redis password (of the ACL user, or requirepass)")
 	b.TLS(&c.RedisTLS, "redis", "DQ_REDIS", "Redis", true, true)
@@ -103,7 +105,7 @@ func (c *Common) Logger(binary string) *slog.Logger {
 }
 
 // RedisClient is a standalone client for one address, a cluster client
-// for several, with the ACL user, password and TLS of the settings. An
+// for several or with RedisCluster, with the ACL user, password and TLS of the settings. An
 // error names the setting at fault (a TLS file).
 func (c *Common) RedisClient() (redis.UniversalClient, error) {
 	tlsc, err := c.RedisTLS.Client()
@@ -115,7 +117,7 @@ func (c *Common) RedisClient() (redis.UniversalClient, error) {
 		Username:      c.RedisUsername,
 		Password:      c.RedisPassword,
 		Dialer:        redisDialer(2*time.Second, tlsc),
-		IsClusterMode: len(c.RedisAddrs) > 1,
+		IsClusterMode: c.RedisCluster || len(c.RedisAddrs) > 1,
 		DialTimeout:   2 * time.Second,
 		ReadTimeout:   3 * time.Second,
 		WriteTimeout:  3 * time.Second,

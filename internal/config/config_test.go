@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestPrecedenceFlagThenEnvThenDefault(t *testing.T) {
@@ -69,5 +71,34 @@ func TestSecretsRedacted(t *testing.T) {
 	_ = b.Parse([]string{"-redis-password", "hunter2"}, func(string) string { return "" }, nil)
 	if s := fmt.Sprint(b.LogAttrs()); strings.Contains(s, "hunter2") || !strings.Contains(s, "REDACTED") {
 		t.Fatalf("secret not redacted: %s", s)
+	}
+}
+
+// One address is a standalone client unless DQ_REDIS_CLUSTER says it is a
+// cluster's endpoint; several addresses are a cluster either way.
+func TestRedisClusterSetting(t *testing.T) {
+	for _, c := range []struct {
+		env     map[string]string
+		cluster bool
+	}{
+		{map[string]string{"DQ_REDIS_ADDRS": "a:1"}, false},
+		{map[string]string{"DQ_REDIS_ADDRS": "a:1", "DQ_REDIS_CLUSTER": "true"}, true},
+		{map[string]string{"DQ_REDIS_ADDRS": "a:1,b:2"}, true},
+	} {
+		var cfg Common
+		b := NewBinder("test")
+		cfg.BindCommon(b, ":1")
+		if err := b.Parse(nil, func(k string) string { return c.env[k] }, nil); err != nil {
+			t.Fatal(err)
+		}
+		rdb, err := cfg.RedisClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, isCluster := rdb.(*redis.ClusterClient)
+		_ = rdb.Close()
+		if isCluster != c.cluster {
+			t.Errorf("%v: cluster client %v, want %v", c.env, isCluster, c.cluster)
+		}
 	}
 }

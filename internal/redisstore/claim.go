@@ -419,12 +419,9 @@ func (s *Store) packShards(secs []*chunk[int], head []any, section func(sec *chu
 	return packCalls(s.single(), secs, func(sh int) int { return sh }, head, section)
 }
 
-// single reports a client of one redis-server, whose script calls may
-// span shards (packCalls).
-func (s *Store) single() bool {
-	_, ok := s.rdb.(*redis.Client)
-	return ok
-}
+// single reports a client of one redis-server that is not a Redis Cluster
+// node, whose script calls may span shards (packCalls; probeCluster).
+func (s *Store) single() bool { return s.pack }
 
 // execCalls sends every call in one pipeline (EVALSHA), re-sending a call
 // with EVAL after NOSCRIPT, and stores each call's reply or error. On Redis

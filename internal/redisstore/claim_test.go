@@ -26,6 +26,27 @@ func TestClaimFinishManyCluster(t *testing.T) {
 	batchSuite(t, c.Client(t))
 }
 
+// A client of one address that reaches a Redis Cluster of one master (a
+// cluster's endpoint): every call stays within one shard, since the node
+// refuses a script whose keys span slots (CROSSSLOT) as a cluster does.
+func TestClaimFinishManyOneAddressOfAOneMasterCluster(t *testing.T) {
+	c := testenv.StartRedisClusterN(t, 1)
+	rdb := c.Nodes[0].Client(t)
+	batchSuite(t, rdb)
+	s := newStore(t, rdb, Options{})
+	fireN(t, s, "one-address-", 64) // a group of every shard
+}
+
+// The same client of a cluster of several masters would meet MOVED on
+// most shards: New refuses it and says what to set.
+func TestOneAddressOfAClusterOfSeveralMastersRefused(t *testing.T) {
+	c := testenv.StartRedisClusterN(t, 2)
+	_, err := New(t.Context(), c.Nodes[0].Client(t), Options{Namespace: "several"})
+	if !errors.Is(err, ErrClusterNode) || !strings.Contains(err.Error(), "DQ_REDIS_CLUSTER") {
+		t.Fatalf("New: %v, want ErrClusterNode naming DQ_REDIS_CLUSTER", err)
+	}
+}
+
 // fireN schedules n tasks due now and takes them; it returns their ids and
 // generations.
 func fireN(t *testing.T, s *Store, prefix string, n int) ([]string, map[string]uint64) {

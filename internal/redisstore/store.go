@@ -54,6 +54,9 @@ type Store struct {
 	takes     []atomic.Uint32 // per shard, to purge finished records every few takes
 	m         atomic.Pointer[shardmap.Map]
 	reloaded  atomic.Int64 // unix ns of the last mirror read
+	// pack: a script call may span shards (packCalls); set by New for a
+	// client of one redis-server that is not a Redis Cluster node
+	pack bool
 }
 
 //go:embed common.lua
@@ -89,7 +92,49 @@ func New(ctx context.Context, rdb redis.UniversalClient, o Options) (*Store, err
 	if err := s.checkMeta(ctx, o.Shards); err != nil {
 		return nil, err
 	}
+	if err := s.probeCluster(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// ErrClusterNode is New's answer to a client of one address that reaches
+// a node of a Redis Cluster of several masters: most shards would answer
+// MOVED. A cluster client is needed (go-redis' ClusterClient; the
+// binaries: several addresses in DQ_REDIS_ADDRS, or DQ_REDIS_CLUSTER).
+var ErrClusterNode = errors.New("redis: the address is a node of a Redis Cluster of several masters")
+
+// probeCluster sets s.pack. A client of one address (*redis.Client) may
+// reach a standalone redis-server, whose script calls may span shards, or
+// a node of a Redis Cluster (a cluster's configuration endpoint, a cluster
+// of one master), which refuses a script whose keys are in several slots
+// (CROSSSLOT): there every call stays within one shard, as with a cluster
+// client. CLUSTER SLOTS tells them apart (the least-privilege ACL allows
+// it): a standalone server answers it with an error.
+func (s *Store) probeCluster(ctx context.Context) error {
+	c, ok := s.rdb.(*redis.Client)
+	if !ok {
+		return nil // a cluster client: one call per shard
+	}
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		if _, answered := errors.AsType[redis.Error](err); answered {
+			s.pack = true // "cluster support disabled" (or not permitted): one redis-server
+			return nil
+		}
+		return fmt.Errorf("probe for Redis Cluster (CLUSTER SLOTS): %w", err)
+	}
+	masters := map[string]bool{}
+	for _, sl := range slots {
+		if len(sl.Nodes) > 0 {
+			masters[sl.Nodes[0].Addr] = true
+		}
+	}
+	if len(masters) > 1 {
+		return fmt.Errorf("%w (%s, %d masters): use a cluster client (DQ_REDIS_CLUSTER=true, or several DQ_REDIS_ADDRS)",
+			ErrClusterNode, c.Options().Addr, len(masters))
+	}
+	return nil // a cluster of one master: every slot is here, one call per shard
 }
 
 func (s *Store) checkMeta(ctx context.Context, initial int) error {
