@@ -18,7 +18,7 @@ import (
 
 // Micro-batches: the fetch loop hands over whatever records FetchMessage
 // returned within batchWindow of the first one (at most maxBatch, and no
-// more than maxHeld records held at once). A batch costs one Redis round trip to
+// more than Config.MaxHeld records held at once). A batch costs one Redis round trip to
 // claim every record's execution and read its task (redisstore.ClaimMany),
 // one to the Limiter when one is set, then its handlers run in the pool and
 // their outcomes are stored by the finisher, which coalesces concurrent
@@ -27,6 +27,13 @@ const (
 	maxBatch    = 256
 	batchWindow = time.Millisecond
 )
+
+// DefaultHeldBatches is how many micro-batches (of up to 256 records) a
+// worker holds besides its Concurrency by default (Config.MaxHeld). Two
+// were what bounded one work process on a 16-core machine whose Redis had
+// cores to spare (8 masters): 22% of the raw kafka-go rate with 2, 29–38%
+// with 8 (docs/benchmarks.md, session 21).
+const DefaultHeldBatches = 8
 
 // item is one fetched record on its way through a micro-batch.
 type item struct {

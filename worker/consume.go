@@ -53,7 +53,7 @@ func (w *Worker) run(ctx context.Context, r kafkaread.Reader, dw messageWriter) 
 	w.running = &handlers
 	w.runners = &runners
 	w.stopRunners = make(chan struct{})
-	w.sem = make(chan struct{}, w.cfg.Concurrency+2*maxBatch)
+	w.sem = make(chan struct{}, w.cfg.MaxHeld)
 	w.fetching.Store(true)
 	fetchErr := w.fetchLoop(ctx, workCtx, r)
 	w.fetching.Store(false)
@@ -104,7 +104,7 @@ func (w *Worker) run(ctx context.Context, r kafkaread.Reader, dw messageWriter) 
 
 // fetchLoop fetches micro-batches until ctx ends and hands each to a
 // goroutine that claims and dispatches it (see processBatch). A slot of
-// w.sem is taken before each fetch, so at most Concurrency + maxBatch
+// w.sem is taken before each fetch, so at most Config.MaxHeld
 // records are held at once (claimed, running or storing their outcome); at
 // most Concurrency handlers run at once. The batches run under workCtx,
 // which outlives ctx so that running handlers finish after a stop.

@@ -61,6 +61,15 @@ type Config struct {
 	Backoff        Backoff        // delays between attempts; defaults 1s..10m, ×2, jitter 0.5
 	MaxPayload     int            // larger records are dead-lettered; default 1 MiB; negative: no limit
 
+	// MaxHeld bounds the records held at once: fetched and not yet
+	// finished (claiming, waiting for a handler, running, storing their
+	// outcome). Default Concurrency + DefaultHeldBatches micro-batches of
+	// 256: a busy worker keeps records in flight in its Redis round trips
+	// besides those its handlers run. It bounds the memory the records
+	// take (about MaxHeld × record size) and what a rebalance or a crash
+	// hands to another worker to skip.
+	MaxHeld int
+
 	// Redis is delayq's task store; the worker claims and reads task
 	// records and stores outcomes there, in batched pipelines. Namespace,
 	// Shards and Retention
@@ -146,6 +155,9 @@ func (c *Config) setDefaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = 16
 	}
+	if c.MaxHeld == 0 {
+		c.MaxHeld = c.Concurrency + DefaultHeldBatches*maxBatch
+	}
 	if c.DefaultTimeout == 0 {
 		c.DefaultTimeout = 30 * time.Second
 	}
@@ -209,6 +221,8 @@ func (c *Config) validate() error {
 		return errors.New("worker: no Redis client")
 	case c.Concurrency < 1:
 		return fmt.Errorf("worker: concurrency %d below 1", c.Concurrency)
+	case c.MaxHeld < c.Concurrency:
+		return fmt.Errorf("worker: MaxHeld %d below concurrency %d", c.MaxHeld, c.Concurrency)
 	case c.DefaultTimeout < 0 || c.DefaultTimeout > task.MaxTimeout:
 		return fmt.Errorf("worker: default timeout %s not within 0..%s", c.DefaultTimeout, task.MaxTimeout)
 	case c.ClaimMargin < 0 || c.CommitInterval < 0 || c.ShutdownTimeout < 0:
@@ -320,7 +334,7 @@ type Worker struct {
 	finisher *finisher
 	deadq    *deadLetters
 	offs     *offsets
-	sem      chan struct{}   // one per record held (fetched, not ended): maxHeld
+	sem      chan struct{}   // one per record held (fetched, not ended): Config.MaxHeld
 	running  *sync.WaitGroup // every goroutine and item that holds records
 	queue    runQueue        // admitted items waiting for a runner (runner.go)
 	runners  *sync.WaitGroup // the runners

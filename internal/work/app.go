@@ -131,6 +131,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		Topics:            cfg.Topics,
 		DeadTopic:         cfg.DeadTopic,
 		Concurrency:       cfg.Concurrency,
+		MaxHeld:           cfg.MaxHeld,
 		DefaultTimeout:    cfg.DefaultTimeout,
 		Backoff:           worker.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax, Jitter: jitter(cfg.BackoffJitter)},
 		MaxPayload:        cfg.MaxPayload,

@@ -1,0 +1,74 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+	"github.com/delayq/delayq/internal/testenv/worktest"
+	"github.com/delayq/delayq/worker"
+)
+
+// Config.MaxHeld bounds the records a worker holds (fetched, not yet
+// finished): with its handlers blocked, it holds exactly MaxHeld records
+// and fetches no more; once they return, every task succeeds.
+func TestMaxHeldBoundsHeldRecords(t *testing.T) {
+	e := newEnv(t)
+	cfg, reg := e.config(t, "w1")
+	cfg.Concurrency, cfg.MaxHeld = 2, 5
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	start(t, cfg, reg, func(w *worker.Worker) {
+		w.HandleDefault(func(ctx context.Context, _ *worker.Task) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	var fg sync.WaitGroup
+	fg.Go(func() {
+		if err := e.Firer.Run(ctx); err != nil {
+			t.Errorf("firer: %v", err)
+		}
+	})
+	defer func() { cancel(); fg.Wait() }()
+	const n = 30
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("held-%d", i)
+		worktest.Schedule(t, e.Store, newTask(ids[i], "held"))
+	}
+	held := func() float64 { return metricSum(t, reg, "delayq_work_running", nil) }
+	testenv.WaitFor(t, 15*time.Second, "MaxHeld records held", func() bool { return held() == float64(cfg.MaxHeld) })
+	// the fetch loop waits for a slot: no more is held for a while
+	for range 20 {
+		if h := held(); h > float64(cfg.MaxHeld) {
+			t.Fatalf("%v records held, MaxHeld %d", h, cfg.MaxHeld)
+		}
+		time.Sleep(10 * time.Millisecond) // sampling the gauge
+	}
+	unblock()
+	e.WaitState(t, 30*time.Second, task.StateSucceeded, ids...)
+}
+
+// MaxHeld below Concurrency could never keep every handler busy: New
+// refuses it, naming both.
+func TestMaxHeldBelowConcurrencyRefused(t *testing.T) {
+	e := newEnv(t)
+	cfg, _ := e.config(t, "w1")
+	cfg.Concurrency, cfg.MaxHeld = 8, 4
+	_, err := worker.New(cfg)
+	if err == nil || !strings.Contains(err.Error(), "MaxHeld 4") || !strings.Contains(err.Error(), "concurrency 8") {
+		t.Fatalf("New: %v, want an error naming MaxHeld and concurrency", err)
+	}
+}
