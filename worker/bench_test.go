@@ -41,21 +41,23 @@ import (
 //
 //	go test ./worker -run '^$' -bench BenchmarkThroughput -benchtime 1x
 //
-// DQ_BENCH_TASKS sets N (default 20000).
+// DQ_BENCH_TASKS sets N (default 20000); DQ_BENCH_MASTERS=k puts the
+// store on a Redis Cluster of k masters instead of one redis-server
+// (benchRedis).
 func BenchmarkThroughput(b *testing.B) {
 	n := 20000
 	if v, err := strconv.Atoi(os.Getenv("DQ_BENCH_TASKS")); err == nil && v > 0 {
 		n = v
 	}
-	rds := testenv.StartRedis(b)
-	rdb := rds.Client(b)
+	ns := fmt.Sprintf("b%d", rand.Uint32())
+	rs := startBenchRedis(b, ns, 16)
+	rdb := rs.client
 	concurrency := []int{16, 64, 256} // 16 is the default
 	topics := []string{"bench.raw", "bench.ideal"}
 	for _, c := range concurrency {
 		topics = append(topics, "bench.c"+strconv.Itoa(c))
 	}
 	k := testenv.StartKafka(b, append(topics, "dq.dead")...)
-	ns := fmt.Sprintf("b%d", rand.Uint32())
 	store, err := redisstore.New(b.Context(), rdb, redisstore.Options{Namespace: ns, Shards: 16})
 	if err != nil {
 		b.Fatal(err)
@@ -86,37 +88,42 @@ func BenchmarkThroughput(b *testing.B) {
 			rawCPUs = append(rawCPUs, float64((testenv.ProcessCPU()-pcpu0).Nanoseconds())/1000/float64(n))
 		}
 		readRaw()
-		fmt.Printf("\nThroughput, %d records per run, one kfake broker (4 partitions, in this process) + one redis-server, GOMAXPROCS=%d\n",
-			n, runtime.GOMAXPROCS(0))
+		fmt.Printf("\nThroughput, %d records per run, one kfake broker (4 partitions, in this process) + %s, GOMAXPROCS=%d\n",
+			n, rs.what, runtime.GOMAXPROCS(0))
 		fmt.Printf("  raw kafka-go Reader (group, FetchMessage + CommitMessages, CommitInterval 100ms): %8.0f msgs/s (%.2fus of CPU per record: kafka-go and kfake)\n", raws[0], rawCPUs[0])
-		cpu0, pcpu0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU()
+		cpu0, pcpu0 := rs.cpu(b), testenv.ProcessCPU()
 		ideal := idealConsume(b, k.Brokers, rdb, "bench.ideal", n)
 		fmt.Printf("  ideal worker (the same Reader; per micro-batch one ZMSCORE done-check and one ZADD done-marker of <id>:<gen>, nothing else): %8.0f tasks/s = %3.0f%% of raw (CPU per task: redis-server %.2fus, this process %.2fus)\n",
-			ideal, 100*ideal/raws[0], float64((testenv.RedisCPU(b, rdb)-cpu0).Nanoseconds())/1000/float64(n), float64((testenv.ProcessCPU()-pcpu0).Nanoseconds())/1000/float64(n))
+			ideal, 100*ideal/raws[0], float64((rs.cpu(b)-cpu0).Nanoseconds())/1000/float64(n), float64((testenv.ProcessCPU()-pcpu0).Nanoseconds())/1000/float64(n))
 		b.ReportMetric(ideal, "ideal_tasks/s")
 		rates := map[int]float64{}
 		for _, c := range concurrency {
-			cs0 := testenv.CommandStats(b, rdb)
-			cpu0, pcpu0, t0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU(), time.Now()
+			cs0 := rs.commandStats(b)
+			nodes0 := rs.nodeCPU(b)
+			cpu0, pcpu0, t0 := rs.cpu(b), testenv.ProcessCPU(), time.Now()
 			mb0, mt0 := testenv.CPUTimes()
 			rate := workerConsume(b, k.Brokers, rdb, ns, "bench.c"+strconv.Itoa(c), n, c)
 			wall := time.Since(t0).Seconds()
-			busy := (testenv.RedisCPU(b, rdb) - cpu0).Seconds() / wall
+			busy := (rs.cpu(b) - cpu0).Seconds() / wall
+			busiest := 0.0 // the busiest master's share of its core
+			for i, c := range rs.nodeCPU(b) {
+				busiest = max(busiest, (c-nodes0[i]).Seconds()/wall)
+			}
 			pbusy := (testenv.ProcessCPU() - pcpu0).Seconds() / wall
 			mb1, mt1 := testenv.CPUTimes()
 			mbusy := float64(mb1-mb0) / float64(max(mt1-mt0, 1))
 			before := raws[len(raws)-1]
 			readRaw()
 			after := raws[len(raws)-1]
-			fmt.Printf("  worker, no-op handler, concurrency %3d:                                          %8.0f tasks/s = %3.0f%%, %3.0f%% of the raw passes before and after it (%.0f, %.0f msgs/s) (redis-server CPU %3.0f%% of a core, worker+kfake process %3.0f%%, machine %3.0f%% of all %d cores)\n",
-				c, rate, 100*rate/before, 100*rate/after, before, after, 100*busy, 100*pbusy, 100*mbusy, runtime.NumCPU())
+			fmt.Printf("  worker, no-op handler, concurrency %3d:                                          %8.0f tasks/s = %3.0f%%, %3.0f%% of the raw passes before and after it (%.0f, %.0f msgs/s) (redis-server CPU %3.0f%% of a core, busiest master %3.0f%%, worker+kfake process %3.0f%%, machine %3.0f%% of all %d cores)\n",
+				c, rate, 100*rate/before, 100*rate/after, before, after, 100*busy, 100*busiest, 100*pbusy, 100*mbusy, runtime.NumCPU())
 			// CPU per task = busy share x wall / n: what 50% of raw's
 			// rate would cost in cores at this CPU per task
 			taskCPU := (busy + pbusy) * wall / float64(n) * 1e6
 			fmt.Printf("      CPU per task %.2fus (redis-server %.2f + worker and kfake %.2f); 50%% of raw (%.0f tasks/s) would need %.1f cores at that cost (this machine: %d)\n",
 				taskCPU, busy*wall/float64(n)*1e6, pbusy*wall/float64(n)*1e6, before/2, before/2*taskCPU/1e6, runtime.NumCPU())
 			fmt.Printf("      redis-server per task, by command (INFO commandstats; evalsha includes the commands its scripts call): %s\n",
-				testenv.CommandStatsDelta(cs0, testenv.CommandStats(b, rdb), n))
+				testenv.CommandStatsDelta(cs0, rs.commandStats(b), n))
 			b.ReportMetric(rate, "c"+strconv.Itoa(c)+"_tasks/s")
 			rates[c] = rate
 		}
@@ -127,6 +134,68 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 		b.ReportMetric(med, "raw_msgs/s")
 	}
+}
+
+// benchRedis is BenchmarkThroughput's task store: one redis-server, or
+// with DQ_BENCH_MASTERS=k a Redis Cluster of k masters whose slots are
+// split so that each serves as many of the namespace's shards. On a
+// machine with cores to spare, the cluster shows what one work process
+// does when one redis-server's core is not its bound.
+type benchRedis struct {
+	what   string
+	client redis.UniversalClient
+	nodes  []*redis.Client // every redis-server, each read alone for INFO
+}
+
+func startBenchRedis(b *testing.B, ns string, shards int) benchRedis {
+	k, _ := strconv.Atoi(os.Getenv("DQ_BENCH_MASTERS"))
+	if k <= 0 {
+		r := testenv.StartRedis(b)
+		c := r.Client(b)
+		return benchRedis{what: "one redis-server", client: c, nodes: []*redis.Client{c}}
+	}
+	tags := make([]string, shards)
+	for s := range tags {
+		tags[s] = "{" + ns + ":" + strconv.Itoa(s) + "}"
+	}
+	cl := testenv.StartRedisClusterRanges(b, testenv.KeySlotRanges(k, tags))
+	rs := benchRedis{what: fmt.Sprintf("a Redis Cluster of %d masters (%d shards)", k, shards), client: cl.Client(b)}
+	for _, n := range cl.Nodes {
+		rs.nodes = append(rs.nodes, n.Client(b))
+	}
+	return rs
+}
+
+// nodeCPU is each redis-server's CPU time so far (testenv.RedisCPU).
+func (r benchRedis) nodeCPU(b *testing.B) []time.Duration {
+	out := make([]time.Duration, len(r.nodes))
+	for i, n := range r.nodes {
+		out[i] = testenv.RedisCPU(b, n)
+	}
+	return out
+}
+
+// cpu is the CPU time of all the redis-servers together.
+func (r benchRedis) cpu(b *testing.B) time.Duration {
+	var sum time.Duration
+	for _, c := range r.nodeCPU(b) {
+		sum += c
+	}
+	return sum
+}
+
+// commandStats is INFO commandstats summed over the redis-servers.
+func (r benchRedis) commandStats(b *testing.B) map[string]testenv.CommandStat {
+	out := map[string]testenv.CommandStat{}
+	for _, n := range r.nodes {
+		for name, s := range testenv.CommandStats(b, n) {
+			t := out[name]
+			t.Calls += s.Calls
+			t.Usec += s.Usec
+			out[name] = t
+		}
+	}
+	return out
 }
 
 // median is the median of xs (the mean of the middle two for an even count).
@@ -189,7 +258,7 @@ func rawConsume(b *testing.B, brokers []string, topic, group string, n int) floa
 // check against the record, no outcome other than success, one Redis key
 // instead of one per shard: an upper bound for any design, not a worker.
 // It returns tasks per second (from reader creation to the n-th commit).
-func idealConsume(b *testing.B, brokers []string, rdb redisClient, topic string, n int) float64 {
+func idealConsume(b *testing.B, brokers []string, rdb redis.UniversalClient, topic string, n int) float64 {
 	r := benchReader(brokers, "ideal-"+topic, topic)
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(b.Context(), 2*time.Minute)
@@ -252,7 +321,7 @@ func idealConsume(b *testing.B, brokers []string, rdb redisClient, topic string,
 
 // workerConsume runs one worker with a no-op handler on topic until it has
 // handled n tasks and reports tasks per second (from Run to the n-th).
-func workerConsume(b *testing.B, brokers []string, rdb redisClient, ns, topic string, n, conc int) float64 {
+func workerConsume(b *testing.B, brokers []string, rdb redis.UniversalClient, ns, topic string, n, conc int) float64 {
 	reg := prometheus.NewRegistry()
 	var mu sync.Mutex
 	done := 0

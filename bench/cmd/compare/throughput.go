@@ -64,7 +64,11 @@ func (b *bench) throughput() {
 				return err
 			}
 		})
-	b.dqEmbeddedThroughput(singleWorkers, p.SingleTasks)
+	b.dqEmbeddedThroughput(report.LabelDQEmbeddedSingle, singleWorkers, p.SingleTasks)
+	// as many callers as asynq's x64 row: a closed loop of callers that
+	// each wait for their answer makes the coalescer's groups as large as
+	// the callers are many
+	b.dqEmbeddedThroughput(report.LabelDQEmbeddedWide, asynqWideConc, p.BatchTasks)
 	b.dqThroughput(report.LabelDQClientBatch, fmt.Sprintf("Go client ScheduleBatch, %d tasks/call, %d goroutines", batchSize, batchWorkers), batchWorkers, p.BatchTasks, batchSize,
 		func(d *systems.DelayQ, n int) func(int) error {
 			batches := make([][]client.Task, n)
@@ -101,8 +105,8 @@ func (b *bench) dqThroughput(label, method string, workers, tasks, perCall int, 
 // dqEmbeddedThroughput is the single schedule of a producer that runs the
 // daemon in its own process (package embedded): Producer.Schedule from
 // workers goroutines, on a fresh namespace of the same Redis.
-func (b *bench) dqEmbeddedThroughput(workers, tasks int) {
-	scope := b.scope("throughput-" + report.LabelDQEmbeddedSingle)
+func (b *bench) dqEmbeddedThroughput(label string, workers, tasks int) {
+	scope := b.scope("throughput-" + label)
 	defer scope.Close()
 	p := systems.StartEmbedded(scope, b.in, 0)
 	ts := make([]client.Task, tasks)
@@ -122,7 +126,7 @@ func (b *bench) dqEmbeddedThroughput(workers, tasks int) {
 	if st, err := p.Client().Stats(b.ctx()); err == nil {
 		stored = st.Totals.Scheduled
 	}
-	b.addThroughput(report.DelayQ, report.LabelDQEmbeddedSingle,
+	b.addThroughput(report.DelayQ, label,
 		fmt.Sprintf("embedded.Producer Schedule, %d goroutines", workers), workers, tasks, 1, c, stored, m0, m1)
 }
 

@@ -49,7 +49,7 @@ func (b *bench) verdict() {
 		}
 		b.note("Target \"less memory per pending task\": %s (%.0f vs %.0f bytes).", status, dqMem, aqMem)
 	}
-	var dqBatch, aqBest, dqSingle, aqSingle, dqEmbedded float64
+	var dqBatch, aqBest, dqSingle, aqSingle, dqEmbedded, dqWide, aqWide float64
 	for _, t := range r.Throughput {
 		switch t.Label {
 		case report.LabelDQHTTPBatch:
@@ -60,6 +60,10 @@ func (b *bench) verdict() {
 			dqEmbedded = t.TasksPerSec
 		case report.LabelAQEnqueue16:
 			aqSingle = t.TasksPerSec
+		case report.LabelDQEmbeddedWide:
+			dqWide = t.TasksPerSec
+		case report.LabelAQEnqueue64:
+			aqWide = t.TasksPerSec
 		}
 		if t.System == report.Asynq {
 			aqBest = max(aqBest, t.TasksPerSec)
@@ -77,6 +81,9 @@ func (b *bench) verdict() {
 	}
 	if dqEmbedded > 0 && aqSingle > 0 {
 		b.note("One task per call from the producer's process straight to Redis (package embedded, as asynq's client does): delayq %.0f vs asynq %.0f tasks/s, %.2fx; the target is 1.5x.", dqEmbedded, aqSingle, dqEmbedded/aqSingle)
+	}
+	if dqWide > 0 && aqWide > 0 {
+		b.note("The same from %d callers each: delayq %.0f vs asynq %.0f tasks/s, %.2fx (the target is stated for 16 callers).", asynqWideConc, dqWide, aqWide, dqWide/aqWide)
 	}
 	b.note("asynq keeps due times as whole Unix seconds (the scheduled ZSET score is ProcessAt.Unix()) and its forwarder moves every task whose second has begun, so a task can run up to 1 s before its ProcessAt time; the \"early\" columns count them. The shorter the check interval, the more tasks run early. delayq compares due times in milliseconds against Redis TIME and never fires early.")
 	b.note("asynq %s has no batch enqueue API: its batch figure is concurrent Enqueue calls (%d goroutines), its fastest way to schedule many tasks.", r.Machine.AsynqVersion, asynqWideConc)

@@ -31,6 +31,9 @@ const (
 	LabelDQClientBatch    = "dq client batch"
 	LabelAQEnqueue16      = "asynq x16"
 	LabelAQEnqueue64      = "asynq x64"
+	// LabelDQEmbeddedWide: LabelDQEmbeddedSingle from as many callers as
+	// LabelAQEnqueue64
+	LabelDQEmbeddedWide = "dq embedded x64"
 )
 
 // Phases and labels of the handling rows (workload 7).
@@ -208,6 +211,10 @@ func (r *Results) Markdown(chartDir, ext string) string {
 				num(dq.RedisCPUus), num(dq.ProcCPUus), num(dq.RedisCPUus+dq.ProcCPUus),
 				num(aq.RedisCPUus), num(aq.ProcCPUus), num(aq.RedisCPUus+aq.ProcCPUus), ratio(dq.RedisCPUus+dq.ProcCPUus, aq.RedisCPUus+aq.ProcCPUus))
 		}
+	}
+	if dq, aq := r.throughput(LabelDQEmbeddedWide), r.throughput(LabelAQEnqueue64); dq != nil && aq != nil {
+		w("| the same from %d callers (tasks/s) | %s (%s) | %s (%s) | %s |\n",
+			dq.Workers, num(dq.TasksPerSec), dq.Method, num(aq.TasksPerSec), aq.Method, ratio(dq.TasksPerSec, aq.TasksPerSec))
 	}
 	if dq, aq := r.memory(DelayQ), r.memory(Asynq); dq != nil && aq != nil {
 		w("| Redis memory per pending task, %s tasks (bytes; lower is better) | %s | %s | %s |\n",
