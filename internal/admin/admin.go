@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +66,9 @@ type Server struct {
 	log     *slog.Logger
 	timeout time.Duration
 	certs   *certs // nil: plain HTTP
+
+	mu    sync.Mutex
+	fresh map[net.Conn]time.Time // connections with no request yet (StateNew), since when
 }
 
 // Option configures a Server.
@@ -110,7 +114,9 @@ func Listen(addr string, h http.Handler, log *slog.Logger, shutdownTimeout time.
 			ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)},
 		log:     log,
 		timeout: shutdownTimeout,
+		fresh:   map[net.Conn]time.Time{},
 	}
+	s.srv.ConnState = s.track
 	if o.tls != nil {
 		c, err := newCerts(*o.tls, log, o.certPoll)
 		if err != nil {
@@ -151,9 +157,59 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	err := s.srv.Shutdown(sctx)
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Shutdown(sctx) }()
+	tick := time.NewTicker(freshCheck)
+	defer tick.Stop()
+	var err error
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case <-tick.C:
+			s.closeFresh(freshGrace)
+		}
+	}
 	if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
 		err = e
 	}
 	return err
+}
+
+// Shutdown waits for connections that have not sent a request yet
+// (StateNew) until they are 5 s old (golang/go#21204, #59037): a client
+// such as Go's Transport dials a spare connection when every one is busy
+// and parks it unused once another frees up. So a shutdown with a timeout
+// of 5 s or less failed, and any longer one waited 5 s for nothing. While
+// shutting down, Run closes a connection that stayed without a request for
+// freshGrace, as Shutdown closes idle keep-alive ones (a client's
+// Transport sends a request that found its connection closed, nothing
+// written, again on a new one).
+const (
+	freshCheck = 50 * time.Millisecond
+	freshGrace = 200 * time.Millisecond
+)
+
+// track follows the connections without a request yet (http.Server's
+// ConnState hook).
+func (s *Server) track(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st == http.StateNew {
+		s.fresh[c] = time.Now()
+	} else {
+		delete(s.fresh, c)
+	}
+}
+
+// closeFresh closes the connections without a request for at least grace.
+func (s *Server) closeFresh(grace time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c, since := range s.fresh {
+		if time.Since(since) >= grace {
+			_ = c.Close()
+			delete(s.fresh, c)
+		}
+	}
 }
