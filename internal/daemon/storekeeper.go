@@ -20,8 +20,10 @@ const pingInterval = time.Second
 // daemon started while Redis is unreachable runs without a store: schedules
 // go to the journal and the other /v1 endpoints answer 503. The keeper
 // retries with capped exponential backoff until the store opens. A
-// namespace written with another bucket layout is fatal; a shard count
-// other than DQ_SHARDS is not: the daemon follows the namespace's map.
+// namespace written with another bucket layout is fatal, and so is one
+// address that is a node of a Redis Cluster of several masters (it needs
+// DQ_REDIS_CLUSTER); a shard count other than DQ_SHARDS is not: the daemon
+// follows the namespace's map.
 type storeKeeper struct {
 	app *App
 }
@@ -50,7 +52,7 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 		a.noteWrite(nil) // New wrote the namespace's meta: Redis takes writes
 		a.wake()
 		return nil
-	case errors.Is(err, redisstore.ErrShardMismatch):
+	case errors.Is(err, redisstore.ErrShardMismatch), errors.Is(err, redisstore.ErrClusterNode):
 		return fmt.Errorf("open redis store: %w", err)
 	default:
 		a.m.redisErrs.Inc()

@@ -89,10 +89,11 @@ func New(ctx context.Context, rdb redis.UniversalClient, o Options) (*Store, err
 		return nil, fmt.Errorf("shards %d: must be between 1 and 4096", o.Shards)
 	}
 	s := &Store{rdb: rdb, k: newKeys(o.Namespace), retention: o.Retention, takes: make([]atomic.Uint32, shardmap.MaxShards)}
-	if err := s.checkMeta(ctx, o.Shards); err != nil {
+	// first: on a node of several masters the meta key may answer MOVED
+	if err := s.probeCluster(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.probeCluster(ctx); err != nil {
+	if err := s.checkMeta(ctx, o.Shards); err != nil {
 		return nil, err
 	}
 	return s, nil
