@@ -18,11 +18,11 @@ import (
 
 // Micro-batches: the fetch loop hands over whatever records FetchMessage
 // returned within batchWindow of the first one (at most maxBatch, and no
-// more than Config.MaxHeld records held at once). A batch costs one Redis round trip to
-// claim every record's execution and read its task (redisstore.ClaimMany),
-// one to the Limiter when one is set, then its handlers run in the pool and
-// their outcomes are stored by the finisher, which coalesces concurrent
-// outcomes into one pipeline.
+// more than Config.MaxHeld records held at once). A batch costs one Redis
+// round trip to claim every record's execution and read its task
+// (redisstore.ClaimMany), one to the Limiter when one is set, then its
+// handlers run in the pool and their outcomes are stored by the finisher,
+// which coalesces concurrent outcomes into one pipeline.
 const (
 	maxBatch    = 256
 	batchWindow = time.Millisecond

@@ -105,8 +105,8 @@ func (c *Common) Logger(binary string) *slog.Logger {
 }
 
 // RedisClient is a standalone client for one address, a cluster client
-// for several or with RedisCluster, with the ACL user, password and TLS of the settings. An
-// error names the setting at fault (a TLS file).
+// for several or with RedisCluster, with the ACL user, password and TLS of
+// the settings. An error names the setting at fault (a TLS file).
 func (c *Common) RedisClient() (redis.UniversalClient, error) {
 	tlsc, err := c.RedisTLS.Client()
 	if err != nil {
