@@ -117,7 +117,10 @@ func (s *Store) probeCluster(ctx context.Context) error {
 	if !ok {
 		return nil // a cluster client: one call per shard
 	}
-	slots, err := c.ClusterSlots(ctx).Result()
+	// CLUSTER SLOTS, not SHARDS: Redis 6 lacks SHARDS (its error would read
+	// as a standalone server), and go-redis' cluster routing, hence the
+	// least-privilege ACL, uses SLOTS
+	slots, err := c.ClusterSlots(ctx).Result() //nolint:staticcheck // SA1019: see above
 	if err != nil {
 		if _, answered := errors.AsType[redis.Error](err); answered {
 			s.pack = true // "cluster support disabled" (or not permitted): one redis-server
