@@ -34,14 +34,7 @@ func TestMaxHeldBoundsHeldRecords(t *testing.T) {
 			return nil
 		})
 	})
-	ctx, cancel := context.WithCancel(t.Context())
-	var fg sync.WaitGroup
-	fg.Go(func() {
-		if err := e.Firer.Run(ctx); err != nil {
-			t.Errorf("firer: %v", err)
-		}
-	})
-	defer func() { cancel(); fg.Wait() }()
+	e.runFirer(t)
 	const n = 30
 	ids := make([]string, n)
 	for i := range ids {

@@ -71,14 +71,7 @@ func TestLimiterDefersAndFailsClosed(t *testing.T) {
 			return nil
 		})
 	})
-	ctx, cancel := context.WithCancel(t.Context())
-	var fg sync.WaitGroup
-	fg.Go(func() {
-		if err := e.Firer.Run(ctx); err != nil {
-			t.Errorf("firer: %v", err)
-		}
-	})
-	defer func() { cancel(); fg.Wait() }()
+	e.runFirer(t)
 
 	var ids []string
 	var tasks []*task.Task

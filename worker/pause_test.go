@@ -69,18 +69,6 @@ func newEnvOneShard(t *testing.T) *env {
 	return &env{e}
 }
 
-// runFirer plays the event side until the test ends.
-func (e *env) runFirer(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	var fg sync.WaitGroup
-	fg.Go(func() {
-		if err := e.Firer.Run(ctx); err != nil {
-			t.Errorf("firer: %v", err)
-		}
-	})
-	t.Cleanup(func() { cancel(); fg.Wait() })
-}
-
 // stays checks that cond holds for d (what must not happen does not).
 func stays(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -31,14 +31,7 @@ func TestTwoWorkersRunEachTaskOnce(t *testing.T) {
 			})
 		}))
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	var fg sync.WaitGroup
-	fg.Go(func() {
-		if err := e.Firer.Run(ctx); err != nil {
-			t.Errorf("firer: %v", err)
-		}
-	})
-	defer func() { cancel(); fg.Wait() }()
+	e.runFirer(t)
 
 	const n = 400
 	var ids []string
