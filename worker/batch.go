@@ -35,6 +35,20 @@ const (
 // with 8 (docs/benchmarks.md, session 21).
 const DefaultHeldBatches = 8
 
+// DefaultMaxHeldBytes is Config.MaxHeldBytes' default: with records of a
+// few hundred bytes the count binds first; with large payloads (up to
+// MaxPayload, 1 MiB by default) this does, long before MaxHeld records.
+const DefaultMaxHeldBytes = 64 << 20
+
+// recordBytes is what a held record counts against Config.MaxHeldBytes.
+func recordBytes(m *kafka.Message) int64 {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return int64(n)
+}
+
 // item is one fetched record on its way through a micro-batch.
 type item struct {
 	m       *kafka.Message
@@ -72,8 +86,30 @@ func (w *Worker) end(m *kafka.Message, finished bool) {
 		w.offs.done(m.Topic, m.Partition, m.Offset)
 	}
 	w.met.running.Dec()
+	w.releaseBytes(recordBytes(m))
 	<-w.sem
 }
+
+// holdBytes counts n bytes of a fetched record as held.
+func (w *Worker) holdBytes(n int64) {
+	w.met.heldBytes.Add(float64(n))
+	w.heldBytes.Add(n)
+}
+
+// releaseBytes gives n held bytes back and wakes a fetch loop waiting for
+// the held bytes to fall below the bound.
+func (w *Worker) releaseBytes(n int64) {
+	w.met.heldBytes.Sub(float64(n))
+	if w.heldBytes.Add(-n) < w.cfg.MaxHeldBytes {
+		select {
+		case w.bytesFreed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// bytesFull reports whether the held bytes reached Config.MaxHeldBytes.
+func (w *Worker) bytesFull() bool { return w.heldBytes.Load() >= w.cfg.MaxHeldBytes }
 
 // processBatch claims, admits and dispatches one micro-batch. Every record
 // ends exactly once with w.end. ctx is the worker's hard shutdown deadline.

@@ -54,6 +54,7 @@ func (w *Worker) run(ctx context.Context, r kafkaread.Reader, dw messageWriter) 
 	w.runners = &runners
 	w.stopRunners = make(chan struct{})
 	w.sem = make(chan struct{}, w.cfg.MaxHeld)
+	w.bytesFreed = make(chan struct{}, 1)
 	w.fetching.Store(true)
 	fetchErr := w.fetchLoop(ctx, workCtx, r)
 	w.fetching.Store(false)
@@ -105,13 +106,21 @@ func (w *Worker) run(ctx context.Context, r kafkaread.Reader, dw messageWriter) 
 // fetchLoop fetches micro-batches until ctx ends and hands each to a
 // goroutine that claims and dispatches it (see processBatch). A slot of
 // w.sem is taken before each fetch, so at most Config.MaxHeld
-// records are held at once (claimed, running or storing their outcome); at
+// records are held at once, and no fetch starts while the held records'
+// bytes reach Config.MaxHeldBytes (claimed, running or storing their outcome); at
 // most Concurrency handlers run at once. The batches run under workCtx,
 // which outlives ctx so that running handlers finish after a stop.
 func (w *Worker) fetchLoop(ctx, workCtx context.Context, r kafkaread.Reader) error {
 	f := kafkaread.Fetcher{R: r, Log: w.log, Name: "worker"}
 	buf := make([]kafka.Message, 0, maxBatch)
 	for {
+		for w.bytesFull() {
+			select {
+			case <-w.bytesFreed:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		select {
 		case w.sem <- struct{}{}:
 		case <-ctx.Done():
@@ -122,6 +131,7 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context, r kafkaread.Reader) err
 			<-w.sem
 			return err
 		}
+		w.holdBytes(recordBytes(&m))
 		// the batch is collected in buf, reused, and copied out at its
 		// size: one allocation, where growing it from a small slice
 		// allocated and copied it about twice over
@@ -138,12 +148,13 @@ func (w *Worker) fetchLoop(ctx, workCtx context.Context, r kafkaread.Reader) err
 }
 
 // fetchMore adds to batch what the reader returns within batchWindow, up to
-// maxBatch records and as long as the hold limit allows. A fetch error
+// maxBatch records and as long as the hold limits allow (a batch ends when
+// the held bytes reach Config.MaxHeldBytes). A fetch error
 // ends the batch; the next blocking fetch reports it.
 func (w *Worker) fetchMore(ctx context.Context, r kafkaread.Reader, batch []kafka.Message) []kafka.Message {
 	fctx, cancel := context.WithTimeout(ctx, batchWindow)
 	defer cancel()
-	for len(batch) < maxBatch {
+	for len(batch) < maxBatch && !w.bytesFull() {
 		select {
 		case w.sem <- struct{}{}:
 		case <-fctx.Done():
@@ -154,6 +165,7 @@ func (w *Worker) fetchMore(ctx context.Context, r kafkaread.Reader, batch []kafk
 			<-w.sem
 			return batch
 		}
+		w.holdBytes(recordBytes(&m))
 		batch = append(batch, m)
 	}
 	return batch

@@ -65,3 +65,49 @@ func TestMaxHeldBelowConcurrencyRefused(t *testing.T) {
 		t.Fatalf("New: %v, want an error naming MaxHeld and concurrency", err)
 	}
 }
+
+// Config.MaxHeldBytes bounds the bytes of the records held: with records
+// of about 1.3 KB, a 4 KB bound holds a few records, far fewer than
+// MaxHeld; the fetch resumes as records end, and the held bytes return
+// to 0.
+func TestMaxHeldBytesBoundsHeldRecords(t *testing.T) {
+	e := newEnv(t)
+	cfg, reg := e.config(t, "w1")
+	const bound, payload = 4000, 1000
+	cfg.Concurrency, cfg.MaxHeld, cfg.MaxHeldBytes = 2, 100, bound
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	start(t, cfg, reg, func(w *worker.Worker) {
+		w.HandleDefault(func(ctx context.Context, _ *worker.Task) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	})
+	e.runFirer(t)
+	const n = 30
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("bytes-%d", i)
+		tk := newTask(ids[i], "held")
+		tk.Payload = []byte(`"` + strings.Repeat("x", payload-2) + `"`)
+		worktest.Schedule(t, e.Store, tk)
+	}
+	held := func() float64 { return metricSum(t, reg, "delayq_work_running", nil) }
+	heldBytes := func() float64 { return metricSum(t, reg, "delayq_work_held_bytes", nil) }
+	testenv.WaitFor(t, 15*time.Second, "the byte bound reached", func() bool { return heldBytes() >= bound })
+	for range 20 {
+		// at most the bound plus the one record that crossed it
+		if h, b := held(), heldBytes(); b > bound+2*payload || h > 5 || h < float64(cfg.Concurrency) {
+			t.Fatalf("%v records, %v bytes held (bound %d bytes, records of ~%d)", h, b, bound, payload)
+		}
+		time.Sleep(10 * time.Millisecond) // sampling the gauges
+	}
+	unblock()
+	e.WaitState(t, 30*time.Second, task.StateSucceeded, ids...)
+	testenv.WaitFor(t, 5*time.Second, "no bytes held", func() bool { return heldBytes() == 0 })
+}

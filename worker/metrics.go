@@ -103,6 +103,7 @@ type metrics struct {
 	dead        prometheus.Counter
 	consumerLag prometheus.Gauge
 	running     prometheus.Gauge
+	heldBytes   prometheus.Gauge
 	rebalances  prometheus.Counter
 	commits     *prometheus.CounterVec
 	claimWaits  prometheus.Counter
@@ -143,6 +144,8 @@ func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
 			Name: "consumer_lag", Help: "Records behind the partition end, as the Kafka reader last saw it."}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "running", Help: "Records being handled now."}),
+		heldBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "held_bytes", Help: "Bytes (key, value, headers) of the records held now: fetched and not yet finished (bounded by DQ_WORK_MAX_HELD_BYTES)."}),
 		rebalances: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "rebalances_total", Help: "Consumer group generations this worker joined."}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -178,7 +181,7 @@ func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
 			Help: "Parked tasks of types no longer paused that this worker's reconciler unparked (a park that landed after its type's resume)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.handled, m.duration, m.lag, m.retries, m.dead, m.consumerLag, m.running,
+		reg.MustRegister(m.handled, m.duration, m.lag, m.retries, m.dead, m.consumerLag, m.running, m.heldBytes,
 			m.rebalances, m.commits, m.claimWaits, m.reclaims,
 			m.redisRetries, m.deadErrors, m.deadDropped, m.deadQueued, m.slotRenewals,
 			m.parked, m.reconcileUnparked)

@@ -65,10 +65,15 @@ type Config struct {
 	// finished (claiming, waiting for a handler, running, storing their
 	// outcome). Default Concurrency + DefaultHeldBatches micro-batches of
 	// 256: a busy worker keeps records in flight in its Redis round trips
-	// besides those its handlers run. It bounds the memory the records
-	// take (about MaxHeld × record size) and what a rebalance or a crash
-	// hands to another worker to skip.
+	// besides those its handlers run. It bounds what a rebalance or a
+	// crash hands to another worker to skip, and with MaxHeldBytes the
+	// memory the records take.
 	MaxHeld int
+	// MaxHeldBytes bounds the bytes of the records held (key, value and
+	// headers): no record is fetched while they reach it, so a worker
+	// holds at most this plus one record. Default 64 MiB
+	// (DefaultMaxHeldBytes); with small records MaxHeld binds first.
+	MaxHeldBytes int64
 
 	// Redis is delayq's task store; the worker claims and reads task
 	// records and stores outcomes there, in batched pipelines. Namespace,
@@ -158,6 +163,9 @@ func (c *Config) setDefaults() {
 	if c.MaxHeld == 0 {
 		c.MaxHeld = c.Concurrency + DefaultHeldBatches*maxBatch
 	}
+	if c.MaxHeldBytes == 0 {
+		c.MaxHeldBytes = DefaultMaxHeldBytes
+	}
 	if c.DefaultTimeout == 0 {
 		c.DefaultTimeout = 30 * time.Second
 	}
@@ -223,6 +231,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: concurrency %d below 1", c.Concurrency)
 	case c.MaxHeld < c.Concurrency:
 		return fmt.Errorf("worker: MaxHeld %d below concurrency %d", c.MaxHeld, c.Concurrency)
+	case c.MaxHeldBytes < 1:
+		return fmt.Errorf("worker: MaxHeldBytes %d below 1", c.MaxHeldBytes)
 	case c.DefaultTimeout < 0 || c.DefaultTimeout > task.MaxTimeout:
 		return fmt.Errorf("worker: default timeout %s not within 0..%s", c.DefaultTimeout, task.MaxTimeout)
 	case c.ClaimMargin < 0 || c.CommitInterval < 0 || c.ShutdownTimeout < 0:
@@ -340,6 +350,10 @@ type Worker struct {
 	runners  *sync.WaitGroup // the runners
 	// closed when no item runs any more: the runners exit
 	stopRunners chan struct{}
+	// heldBytes are the bytes of the records held (Config.MaxHeldBytes);
+	// bytesFreed wakes a fetch loop that waits for them to fall below it
+	heldBytes  atomic.Int64
+	bytesFreed chan struct{}
 }
 
 // New checks cfg and builds a worker. It does not connect to anything.

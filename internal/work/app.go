@@ -132,6 +132,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		DeadTopic:         cfg.DeadTopic,
 		Concurrency:       cfg.Concurrency,
 		MaxHeld:           cfg.MaxHeld,
+		MaxHeldBytes:      int64(cfg.MaxHeldBytes),
 		DefaultTimeout:    cfg.DefaultTimeout,
 		Backoff:           worker.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax, Jitter: jitter(cfg.BackoffJitter)},
 		MaxPayload:        cfg.MaxPayload,

@@ -29,6 +29,7 @@ type Config struct {
 	DeadTopic      string        // DQ_DEAD_TOPIC
 	Concurrency    int           // DQ_WORK_CONCURRENCY
 	MaxHeld        int           // DQ_WORK_MAX_HELD: 0 is concurrency + worker.DefaultHeldBatches × 256
+	MaxHeldBytes   int           // DQ_WORK_MAX_HELD_BYTES
 	WebhookURL     string        // DQ_WEBHOOK_URL: every task type
 	WorkConfig     string        // DQ_WORK_CONFIG: JSON file with per-type webhooks
 	WebhookSecret  string        // DQ_WEBHOOK_SECRET: signs webhook requests
@@ -79,7 +80,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.List(&c.Topics, "topics", "DQ_TOPICS", task.DefaultTopic, "Kafka topics to consume")
 	b.String(&c.DeadTopic, "dead-topic", "DQ_DEAD_TOPIC", "dq.dead", "Kafka topic for dead letters (must exist)")
 	b.Int(&c.Concurrency, "concurrency", "DQ_WORK_CONCURRENCY", 16, "handlers running at once")
-	b.Int(&c.MaxHeld, "max-held", "DQ_WORK_MAX_HELD", 0, "records fetched and not yet finished, held at once (about max-held × record size of memory); 0: concurrency + 2048")
+	b.Int(&c.MaxHeld, "max-held", "DQ_WORK_MAX_HELD", 0, "records fetched and not yet finished, held at once; 0: concurrency + 2048")
+	b.SizeInt(&c.MaxHeldBytes, "max-held-bytes", "DQ_WORK_MAX_HELD_BYTES", worker.DefaultMaxHeldBytes, "bytes (key, value, headers) of the records held at once: no fetch while they reach it")
 	b.String(&c.WebhookURL, "webhook-url", "DQ_WEBHOOK_URL", "", "webhook for every task type without its own")
 	b.String(&c.WorkConfig, "work-config", "DQ_WORK_CONFIG", "", `JSON file with per-type webhooks and outcome hooks: {"webhooks": {"<type>": {"url": "...", "timeout": "5s"}}, "hooks": {"<type>" or "*": {"on_success": "...", "on_failure": "...", "timeout": "10s", "max_age": "1h"}}}`)
 	b.Secret(&c.WebhookSecret, "webhook-secret", "DQ_WEBHOOK_SECRET", "", "signs webhook requests (Standard Webhooks webhook-signature); raw or whsec_<base64>")
@@ -156,6 +158,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("concurrency %d: between 1 and 10000", c.Concurrency)
 	case c.MaxHeld != 0 && (c.MaxHeld < c.Concurrency || c.MaxHeld > 1000000):
 		return fmt.Errorf("max-held %d: 0 (the default) or between concurrency (%d) and 1000000", c.MaxHeld, c.Concurrency)
+	case c.MaxHeldBytes < 1<<20:
+		return fmt.Errorf("max-held-bytes %d: at least 1MiB", c.MaxHeldBytes)
 	case c.DefaultTimeout <= 0 || c.DefaultTimeout > task.MaxTimeout:
 		return fmt.Errorf("default-timeout %s: between 1ms and %s", c.DefaultTimeout, task.MaxTimeout)
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:

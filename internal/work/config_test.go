@@ -31,7 +31,7 @@ func TestConfigDefaultsAndEnv(t *testing.T) {
 	if c.HTTPAddr != ":7072" || c.Group != "delayq-work" || c.Topics[0] != "dq.tasks" || c.DeadTopic != "dq.dead" ||
 		c.Concurrency != 16 || c.DefaultTimeout != 30*time.Second || c.BackoffMin != time.Second ||
 		c.BackoffMax != 10*time.Minute || c.MaxPayload != 1<<20 || c.Brokers[0] != "127.0.0.1:9092" ||
-		len(c.EtcdEndpoints) != 1 || c.EtcdEndpoints[0] != "127.0.0.1:2379" || c.MaxTypes != 100 || c.MaxHeld != 0 {
+		len(c.EtcdEndpoints) != 1 || c.EtcdEndpoints[0] != "127.0.0.1:2379" || c.MaxTypes != 100 || c.MaxHeld != 0 || c.MaxHeldBytes != 64<<20 {
 		t.Errorf("defaults: %+v", c)
 	}
 	c, err = parse(t, []string{"-etcd-endpoints", ""}, map[string]string{"DQ_WEBHOOK_URL": "http://sink/x", "DQ_ETCD_ENDPOINTS": "e:1"})
@@ -42,7 +42,7 @@ func TestConfigDefaultsAndEnv(t *testing.T) {
 		"DQ_WEBHOOK_URL": "http://sink/x", "DQ_KAFKA_BROKERS": "a:1,b:2", "DQ_GROUP": "g", "DQ_TOPICS": "t1, t2",
 		"DQ_DEAD_TOPIC": "d", "DQ_WORK_CONCURRENCY": "99", "DQ_DEFAULT_TIMEOUT": "2s", "DQ_BACKOFF_MIN": "10ms",
 		"DQ_BACKOFF_MAX": "1s", "DQ_WEBHOOK_SECRET": "s", "DQ_MAX_PAYLOAD": "1000", "DQ_ETCD_ENDPOINTS": "e1:1, e2:2",
-		"DQ_METRICS_MAX_TYPES": "7", "DQ_WORK_MAX_HELD": "500",
+		"DQ_METRICS_MAX_TYPES": "7", "DQ_WORK_MAX_HELD": "500", "DQ_WORK_MAX_HELD_BYTES": "8MiB",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func TestConfigDefaultsAndEnv(t *testing.T) {
 	if c.Concurrency != 4 || len(c.Brokers) != 2 || c.Group != "g" || len(c.Topics) != 2 || c.Topics[1] != "t2" ||
 		c.DeadTopic != "d" || c.DefaultTimeout != 2*time.Second || c.BackoffMin != 10*time.Millisecond ||
 		c.BackoffMax != time.Second || c.WebhookSecret != "s" || c.MaxPayload != 1000 ||
-		len(c.EtcdEndpoints) != 2 || c.EtcdEndpoints[1] != "e2:2" || c.MaxTypes != 7 || c.MaxHeld != 500 {
+		len(c.EtcdEndpoints) != 2 || c.EtcdEndpoints[1] != "e2:2" || c.MaxTypes != 7 || c.MaxHeld != 500 || c.MaxHeldBytes != 8<<20 {
 		t.Errorf("from env and flags: %+v", c)
 	}
 }
@@ -74,6 +74,7 @@ func TestConfigErrors(t *testing.T) {
 		{map[string]string{"DQ_WEBHOOK_URL": "http://x", "DQ_WORK_CONCURRENCY": "0"}, "concurrency"},
 		{map[string]string{"DQ_WEBHOOK_URL": "http://x", "DQ_WORK_CONCURRENCY": "32", "DQ_WORK_MAX_HELD": "16"}, "max-held"},
 		{map[string]string{"DQ_WEBHOOK_URL": "http://x", "DQ_WORK_MAX_HELD": "-1"}, "max-held"},
+		{map[string]string{"DQ_WEBHOOK_URL": "http://x", "DQ_WORK_MAX_HELD_BYTES": "1000"}, "max-held-bytes"},
 		{map[string]string{"DQ_WEBHOOK_URL": "http://x", "DQ_BACKOFF_MIN": "2m", "DQ_BACKOFF_MAX": "1m"}, "backoff"},
 		{map[string]string{"DQ_WEBHOOK_URL": "http://x", "DQ_DEFAULT_TIMEOUT": "soon"}, "DQ_DEFAULT_TIMEOUT"},
 		{map[string]string{"DQ_WEBHOOK_URL": "http://x", "DQ_KAFKA_HEARTBEAT": "20s"}, "heartbeat"},
