@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,9 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 
+	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/retry"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -336,6 +339,7 @@ type Worker struct {
 
 	started  atomic.Bool
 	fetching atomic.Bool
+	missing  atomic.Pointer[string] // consumed topics missing while Run waits for them (waitTopics)
 
 	// set by Run
 	store    *redisstore.Store
@@ -409,9 +413,62 @@ func (w *Worker) Ready(ctx context.Context) error {
 		return fmt.Errorf("redis: %w", err)
 	}
 	if !w.fetching.Load() {
+		if m := w.missing.Load(); m != nil {
+			return fmt.Errorf("worker: waiting for kafka topics: %s", *m)
+		}
 		return errors.New("worker: not consuming")
 	}
 	return nil
+}
+
+// topicPoll is how often Run looks again for consumed topics it found
+// missing.
+const topicPoll = time.Second
+
+// waitTopics waits until every consumed topic exists, and reports false
+// when ctx ended first. A kafka-go group Reader on a missing topic starts
+// a new consumer-group generation every few seconds, and kafka-go v0.4.51
+// races at a generation switch (Reader.unsubscribe of the old generation
+// reads r.cancel while the new one's subscribe writes it: found by -race in
+// CI, session 21); waiting also spares the group that churn. Ready names
+// the missing topics meanwhile. A failed metadata request waits too: the
+// Reader could not consume either.
+func (w *Worker) waitTopics(ctx context.Context) bool {
+	tr := &kafka.Transport{ClientID: "delayq-work", TLS: w.cfg.KafkaTLS, SASL: w.cfg.KafkaSASL}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Transport: tr, Timeout: 5 * time.Second}
+	defer w.missing.Store(nil)
+	warned := false
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		missing, err := kafkatopic.MissingTopics(cctx, cl, w.cfg.Topics)
+		cancel()
+		switch {
+		case err == nil && len(missing) == 0:
+			if warned {
+				w.log.Info("kafka topics present; starting", "topics", w.cfg.Topics)
+			}
+			return true
+		case ctx.Err() != nil:
+			return false
+		case err != nil:
+			why := "cannot check: " + err.Error()
+			w.missing.Store(&why)
+			if !warned {
+				w.log.Warn("cannot check the kafka topics; the worker waits", "topics", w.cfg.Topics, "err", err)
+			}
+		default:
+			m := strings.Join(missing, ", ")
+			w.missing.Store(&m)
+			if !warned {
+				w.log.Warn("kafka topics missing; the worker waits for them (create them, or set DQ_KAFKA_AUTO_CREATE=true)", "missing", missing)
+			}
+		}
+		warned = true
+		if !retry.Sleep(ctx, topicPoll) {
+			return false
+		}
+	}
 }
 
 // Run consumes until ctx ends, then shuts down gracefully (see Config.
@@ -460,6 +517,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("worker: open store: %w", err)
+	}
+	if !w.waitTopics(ctx) {
+		return nil // ctx ended first
 	}
 	w.store = store
 	w.parker = store
