@@ -414,12 +414,16 @@ func (w *Worker) Ready(ctx context.Context) error {
 	}
 	if !w.fetching.Load() {
 		if m := w.missing.Load(); m != nil {
-			return fmt.Errorf("worker: waiting for kafka topics: %s", *m)
+			return fmt.Errorf("%w: %s", ErrWaitingForTopics, *m)
 		}
 		return errors.New("worker: not consuming")
 	}
 	return nil
 }
+
+// ErrWaitingForTopics is Ready's answer while Run waits for consumed
+// topics that are missing (or for the brokers' metadata that says so).
+var ErrWaitingForTopics = errors.New("worker: waiting for kafka topics")
 
 // topicPoll is how often Run looks again for consumed topics it found
 // missing.
@@ -452,7 +456,7 @@ func (w *Worker) waitTopics(ctx context.Context) bool {
 		case ctx.Err() != nil:
 			return false
 		case err != nil:
-			why := "cannot check: " + err.Error()
+			why := fmt.Sprintf("cannot check: %v talking to kafka at %s", err, strings.Join(w.cfg.Brokers, ","))
 			w.missing.Store(&why)
 			if !warned {
 				w.log.Warn("cannot check the kafka topics; the worker waits", "topics", w.cfg.Topics, "err", err)

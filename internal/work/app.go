@@ -192,7 +192,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	})
 	mux := http.NewServeMux()
 	ready := func(ctx context.Context) error {
-		if err := w.Ready(ctx); err != nil {
+		err := w.Ready(ctx)
+		if errors.Is(err, worker.ErrWaitingForTopics) {
+			// the topic check says why, with the configured TLS/SASL's
+			// diagnosis (a misconfigured login, a missing topic)
+			if terr := topicsReady(topics); terr != nil {
+				err = terr
+			}
+		}
+		if err != nil {
 			return err
 		}
 		return topicsReady(topics)
