@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
 	"github.com/delayq/delayq/internal/testenv/worktest"
@@ -21,19 +23,8 @@ func TestMaxHeldBoundsHeldRecords(t *testing.T) {
 	e := newEnv(t)
 	cfg, reg := e.config(t, "w1")
 	cfg.Concurrency, cfg.MaxHeld = 2, 5
-	release := make(chan struct{})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
+	unblock := startBlocked(t, cfg, reg)
 	defer unblock()
-	start(t, cfg, reg, func(w *worker.Worker) {
-		w.HandleDefault(func(ctx context.Context, _ *worker.Task) error {
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return nil
-		})
-	})
 	e.runFirer(t)
 	const n = 30
 	ids := make([]string, n)
@@ -75,19 +66,8 @@ func TestMaxHeldBytesBoundsHeldRecords(t *testing.T) {
 	cfg, reg := e.config(t, "w1")
 	const bound, payload = 4000, 1000
 	cfg.Concurrency, cfg.MaxHeld, cfg.MaxHeldBytes = 2, 100, bound
-	release := make(chan struct{})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
+	unblock := startBlocked(t, cfg, reg)
 	defer unblock()
-	start(t, cfg, reg, func(w *worker.Worker) {
-		w.HandleDefault(func(ctx context.Context, _ *worker.Task) error {
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return nil
-		})
-	})
 	e.runFirer(t)
 	const n = 30
 	ids := make([]string, n)
@@ -110,4 +90,22 @@ func TestMaxHeldBytesBoundsHeldRecords(t *testing.T) {
 	unblock()
 	e.WaitState(t, 30*time.Second, task.StateSucceeded, ids...)
 	testenv.WaitFor(t, 5*time.Second, "no bytes held", func() bool { return heldBytes() == 0 })
+}
+
+// startBlocked starts a worker whose handlers block until unblock is
+// called (or their context ends).
+func startBlocked(t *testing.T, cfg worker.Config, reg *prometheus.Registry) (unblock func()) {
+	t.Helper()
+	release := make(chan struct{})
+	var once sync.Once
+	start(t, cfg, reg, func(w *worker.Worker) {
+		w.HandleDefault(func(ctx context.Context, _ *worker.Task) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	})
+	return func() { once.Do(func() { close(release) }) }
 }

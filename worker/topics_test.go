@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-
-	"github.com/delayq/delayq/internal/kfakefix"
 	"github.com/delayq/delayq/internal/testenv"
 	"github.com/delayq/delayq/internal/testenv/worktest"
 	"github.com/delayq/delayq/worker"
@@ -19,14 +16,7 @@ import (
 // kafka-go), Ready names it, and once it exists the worker consumes.
 func TestWaitsForAMissingTopic(t *testing.T) {
 	e := newEnv(t)
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "dq.dead")) // creates no topic by itself
-	if err != nil {
-		t.Fatal(err)
-	}
-	kfakefix.Install(c)
-	t.Cleanup(c.Close)
-	k := &testenv.Kafka{Brokers: c.ListenAddrs(), Cluster: c}
-	worktest.FastGroups(t, k)
+	k := worktest.StrictKafka(t, "dq.dead")
 	cfg, _ := e.config(t, "w1")
 	cfg.Brokers, cfg.Topics = k.Brokers, []string{"late.tasks"}
 	w, err := worker.New(cfg)

@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-
 	"github.com/delayq/delayq/internal/config"
-	"github.com/delayq/delayq/internal/kfakefix"
 	"github.com/delayq/delayq/internal/testenv"
 	"github.com/delayq/delayq/internal/testenv/worktest"
 )
@@ -46,20 +43,11 @@ func runUnready(t *testing.T, vars map[string]string) *App {
 	return app
 }
 
-// strictKafka is a broker that never creates topics by itself, as
-// production brokers are configured (testenv's creates them on first use,
-// so the consumer group would create a missing topic).
+// strictKafka is a broker that never creates topics by itself
+// (worktest.StrictKafka) with the task and dead topics.
 func strictKafka(t *testing.T) *testenv.Kafka {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "dq.tasks", "dq.dead"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kfakefix.Install(c)
-	t.Cleanup(c.Close)
-	k := &testenv.Kafka{Brokers: c.ListenAddrs(), Cluster: c}
-	worktest.FastGroups(t, k)
-	return k
+	return worktest.StrictKafka(t, "dq.tasks", "dq.dead")
 }
 
 func workReadyz(t *testing.T, app *App) (int, string) {

@@ -12,9 +12,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/delayq/delayq/internal/kfakefix"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
@@ -157,6 +159,24 @@ func SetBrokerConfig(tb testing.TB, k *testenv.Kafka, name, value string) {
 func FastGroups(tb testing.TB, k *testenv.Kafka) {
 	tb.Helper()
 	SetBrokerConfig(tb, k, "group.min.session.timeout.ms", "100")
+}
+
+// StrictKafka starts a kfake broker that never creates a topic by itself,
+// as production brokers are configured (testenv.StartKafka's creates one
+// on first use, so a consumer group would create a missing topic), with
+// topics seeded (4 partitions) and short group sessions allowed
+// (FastGroups). It is closed at cleanup.
+func StrictKafka(tb testing.TB, topics ...string) *testenv.Kafka {
+	tb.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topics...))
+	if err != nil {
+		tb.Fatalf("worktest: start kfake cluster: %v", err)
+	}
+	kfakefix.Install(c)
+	tb.Cleanup(c.Close)
+	k := &testenv.Kafka{Brokers: c.ListenAddrs(), Cluster: c}
+	FastGroups(tb, k)
+	return k
 }
 
 // ReadTopic reads topic from the start with an independent (franz-go)
