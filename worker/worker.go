@@ -20,7 +20,6 @@ import (
 
 	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/redisstore"
-	"github.com/delayq/delayq/internal/retry"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -429,13 +428,10 @@ var ErrWaitingForTopics = errors.New("worker: waiting for kafka topics")
 // missing.
 const topicPoll = time.Second
 
-// waitTopics waits until every consumed topic exists, and reports false
-// when ctx ended first. A kafka-go group Reader on a missing topic starts
-// a new consumer-group generation every few seconds, and kafka-go v0.4.51
-// races at a generation switch (Reader.unsubscribe of the old generation
-// reads r.cancel while the new one's subscribe writes it: found by -race in
-// CI, session 21); waiting also spares the group that churn. Ready names
-// the missing topics meanwhile. A failed metadata request waits too: the
+// waitTopics waits until every consumed topic exists (kafkatopic.Wait:
+// a group Reader on a missing topic races in kafka-go; found by -race in
+// CI, session 21), and reports false when ctx ended first. Ready names the
+// missing topics meanwhile. A failed metadata request waits too: the
 // Reader could not consume either.
 func (w *Worker) waitTopics(ctx context.Context) bool {
 	tr := &kafka.Transport{ClientID: "delayq-work", TLS: w.cfg.KafkaTLS, SASL: w.cfg.KafkaSASL}
@@ -443,36 +439,26 @@ func (w *Worker) waitTopics(ctx context.Context) bool {
 	cl := &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Transport: tr, Timeout: 5 * time.Second}
 	defer w.missing.Store(nil)
 	warned := false
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		missing, err := kafkatopic.MissingTopics(cctx, cl, w.cfg.Topics)
-		cancel()
-		switch {
-		case err == nil && len(missing) == 0:
-			if warned {
-				w.log.Info("kafka topics present; starting", "topics", w.cfg.Topics)
-			}
-			return true
-		case ctx.Err() != nil:
-			return false
-		case err != nil:
+	ok := kafkatopic.Wait(ctx, cl, w.cfg.Topics, topicPoll, func(missing []string, err error, first bool) {
+		warned = true
+		if err != nil {
 			why := fmt.Sprintf("cannot check: %v talking to kafka at %s", err, strings.Join(w.cfg.Brokers, ","))
 			w.missing.Store(&why)
-			if !warned {
+			if first {
 				w.log.Warn("cannot check the kafka topics; the worker waits", "topics", w.cfg.Topics, "err", err)
 			}
-		default:
-			m := strings.Join(missing, ", ")
-			w.missing.Store(&m)
-			if !warned {
-				w.log.Warn("kafka topics missing; the worker waits for them (create them, or set DQ_KAFKA_AUTO_CREATE=true)", "missing", missing)
-			}
+			return
 		}
-		warned = true
-		if !retry.Sleep(ctx, topicPoll) {
-			return false
+		m := strings.Join(missing, ", ")
+		w.missing.Store(&m)
+		if first {
+			w.log.Warn("kafka topics missing; the worker waits for them (create them, or set DQ_KAFKA_AUTO_CREATE=true)", "missing", missing)
 		}
+	})
+	if ok && warned {
+		w.log.Info("kafka topics present; starting", "topics", w.cfg.Topics)
 	}
+	return ok
 }
 
 // Run consumes until ctx ends, then shuts down gracefully (see Config.

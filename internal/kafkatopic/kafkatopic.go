@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/retry"
 )
 
 // CreateTopics creates topics with the given partitions and replication
@@ -59,6 +60,31 @@ func MissingTopics(ctx context.Context, cl *kafka.Client, topics []string) ([]st
 		}
 	}
 	return missing, nil
+}
+
+// Wait asks the brokers every poll until none of topics is missing, and
+// reports false when ctx ended first. While some are missing, or the
+// metadata request fails, it calls waiting with what it found (first:
+// the first such call). A consumer joins its group only after this: a
+// kafka-go group Reader on a missing topic switches generations every few
+// seconds, and v0.4.51 races at the switch (Reader.unsubscribe of the old
+// generation reads r.cancel while the new one's subscribe writes it).
+func Wait(ctx context.Context, cl *kafka.Client, topics []string, poll time.Duration, waiting func(missing []string, err error, first bool)) bool {
+	for first := true; ; first = false {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		missing, err := MissingTopics(cctx, cl, topics)
+		cancel()
+		switch {
+		case err == nil && len(missing) == 0:
+			return true
+		case ctx.Err() != nil:
+			return false
+		}
+		waiting(missing, err, first)
+		if !retry.Sleep(ctx, poll) {
+			return false
+		}
+	}
 }
 
 // TopicCheckConfig configures a TopicCheck.

@@ -229,41 +229,28 @@ func (h *Hooks) Run(ctx context.Context) error {
 	return fetchErr
 }
 
-// waitTopic waits until the outcomes topic exists (a consumer group on a
-// missing topic logs a warning every second). It reports false when ctx
-// ended first.
+// waitTopic waits until the outcomes topic exists (kafkatopic.Wait; a
+// consumer group on a missing topic also logs a warning every second). It
+// reports false when ctx ended first.
 func (h *Hooks) waitTopic(ctx context.Context) bool {
-	warned := false
-	for {
-		missing, err := h.missingTopic(ctx)
-		switch {
-		case err == nil && len(missing) == 0:
-			if warned {
-				h.log.Info("hooks: outcomes topic present; starting", "topic", h.cfg.Topic)
-			}
-			return true
-		case ctx.Err() != nil:
-			return false
-		case !warned && err != nil:
-			h.log.Warn("hooks: cannot check the outcomes topic; hooks wait", "topic", h.cfg.Topic, "err", err)
-			warned = true
-		case !warned:
-			h.log.Warn("hooks: outcomes topic missing; hooks wait for it (create it, or set DQ_KAFKA_AUTO_CREATE=true)", "topic", h.cfg.Topic)
-			warned = true
-		}
-		if !retry.Sleep(ctx, h.topicPoll) {
-			return false
-		}
-	}
-}
-
-func (h *Hooks) missingTopic(ctx context.Context) ([]string, error) {
 	tr := h.cfg.Conn.Transport("delayq-work-hooks", 5*time.Second)
 	defer tr.CloseIdleConnections()
 	cl := &kafka.Client{Addr: kafka.TCP(h.cfg.Brokers...), Transport: tr, Timeout: 5 * time.Second}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return kafkatopic.MissingTopics(cctx, cl, []string{h.cfg.Topic})
+	warned := false
+	ok := kafkatopic.Wait(ctx, cl, []string{h.cfg.Topic}, h.topicPoll, func(_ []string, err error, first bool) {
+		warned = true
+		switch {
+		case !first:
+		case err != nil:
+			h.log.Warn("hooks: cannot check the outcomes topic; hooks wait", "topic", h.cfg.Topic, "err", err)
+		default:
+			h.log.Warn("hooks: outcomes topic missing; hooks wait for it (create it, or set DQ_KAFKA_AUTO_CREATE=true)", "topic", h.cfg.Topic)
+		}
+	})
+	if ok && warned {
+		h.log.Info("hooks: outcomes topic present; starting", "topic", h.cfg.Topic)
+	}
+	return ok
 }
 
 // fetchLoop hands records to the lanes (by partition) until ctx ends.
