@@ -366,3 +366,65 @@ func (w *watch) snapshot() (n int, first, last time.Time, lags []time.Duration, 
 	defer w.mu.Unlock()
 	return len(w.seen), w.first, w.last, append([]time.Duration(nil), w.lags...), w.dups
 }
+
+// cpuSnap is the CPU time each kind of process has used so far, at one
+// instant.
+type cpuSnap struct {
+	at                       time.Time
+	masters                  []time.Duration // INFO cpu of every master
+	daemons, events, workers time.Duration   // /proc/<pid>/stat, summed
+	bench                    time.Duration   // this process: kfake, etcd, the webhook, the consumer, the clients
+}
+
+func (e *env) cpuSnap() cpuSnap {
+	s := cpuSnap{at: time.Now(), masters: e.redisCPU(), bench: selfCPU()}
+	sum := func(ps []*proc) time.Duration {
+		var d time.Duration
+		for _, p := range ps {
+			d += procCPU(p.cmd.Process.Pid)
+		}
+		return d
+	}
+	s.daemons, s.events, s.workers = sum(e.daemons), sum(e.events), sum(e.workers)
+	return s
+}
+
+// Cores is how many cores each kind of process kept busy during a window
+// (CPU time used / wall time): where a rate stops growing, it tells which
+// part ran out of CPU, or that none did.
+type Cores struct {
+	Method        string  `json:"method"`
+	Seconds       float64 `json:"window_s"`
+	Redis         float64 `json:"redis_all_masters"`
+	BusiestMaster float64 `json:"redis_busiest_master"`
+	Daemons       float64 `json:"daemons"`
+	Events        float64 `json:"events"`
+	Workers       float64 `json:"workers"`
+	Bench         float64 `json:"bench_process"`
+	Total         float64 `json:"total"`
+}
+
+// coresBusy is the cores each kind kept busy between a and b.
+func coresBusy(a, b cpuSnap) Cores {
+	w := b.at.Sub(a.at).Seconds()
+	c := Cores{Method: "CPU time used between two instants / the wall time between them: INFO cpu of every master, /proc/<pid>/stat of every delayq process, getrusage of the bench process (the in-process kfake broker and etcd, the webhook server, the Kafka consumer, the scheduling clients)", Seconds: w}
+	if w <= 0 {
+		return c
+	}
+	for i := range a.masters {
+		m := (b.masters[i] - a.masters[i]).Seconds() / w
+		c.Redis += m
+		c.BusiestMaster = max(c.BusiestMaster, m)
+	}
+	c.Daemons = (b.daemons - a.daemons).Seconds() / w
+	c.Events = (b.events - a.events).Seconds() / w
+	c.Workers = (b.workers - a.workers).Seconds() / w
+	c.Bench = (b.bench - a.bench).Seconds() / w
+	c.Total = c.Redis + c.Daemons + c.Events + c.Workers + c.Bench
+	return c
+}
+
+func (c Cores) String() string {
+	return fmt.Sprintf("redis %.2f (busiest master %.2f), daemons %.2f, events %.2f, workers %.2f, bench process %.2f; total %.2f",
+		c.Redis, c.BusiestMaster, c.Daemons, c.Events, c.Workers, c.Bench, c.Total)
+}

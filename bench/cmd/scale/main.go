@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,7 @@ type config struct {
 	warm               int
 	short              bool
 	outFile            string
+	cpuProfile         string
 	shardsDesc, sizing string
 }
 
@@ -102,6 +104,9 @@ type Rate struct {
 	FirstMs      float64 `json:"first_ms,omitempty"`
 	Rate         float64 `json:"rate_per_s"`
 	RedisCPU     CPU     `json:"redis_cpu"`
+	// Cores: schedule, the whole phase; burst and handled, from T to the
+	// last task seen
+	Cores Cores `json:"cores_busy"`
 }
 
 // CPU is redis-server CPU per task.
@@ -218,6 +223,31 @@ func main() {
 	}
 }
 
+// startCPUProfile starts a CPU profile of this process into
+// prefix-k<k>-<phase>.prof (prefix "": none) and returns what stops it.
+// One profile per phase window: the in-process broker's share of a window
+// (kfake.(*Cluster).run handles every request on one goroutine) is what
+// tells whether it, not delayq, bounds a rate.
+func (b *run) startCPUProfile(phase string) func() {
+	if b.cfg.cpuProfile == "" {
+		return func() {}
+	}
+	path := fmt.Sprintf("%s-k%d-%s.prof", b.cfg.cpuProfile, b.e.k, phase)
+	f, err := os.Create(path)
+	if err != nil {
+		b.e.scope.Fatalf("-cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.e.scope.Fatalf("-cpuprofile: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.e.scope.Errorf("-cpuprofile: %v", err)
+		}
+	}
+}
+
 // runK measures one master count in a scope of its own: all of it stops
 // before the next k starts.
 func runK(tb *tbenv.TB, cfg *config, bin string, k int) *KRun {
@@ -303,6 +333,7 @@ func parseFlags() *config {
 	flag.DurationVar(&cfg.timeout, "timeout", 60*time.Second, "how long a phase waits after its last due time")
 	flag.BoolVar(&cfg.short, "short", false, "small sizes: the whole run in under 2 minutes")
 	flag.StringVar(&cfg.outFile, "out", "", "write the results as JSON to this file")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write CPU profiles of this process (the in-process kfake broker and etcd, the webhook, the consumer, the clients) over the windows of the schedule, burst and handled phases to PREFIX-k<masters>-<phase>.prof")
 	flag.Parse()
 	for f := range strings.SplitSeq(*masters, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

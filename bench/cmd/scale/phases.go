@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,9 +101,12 @@ func (b *run) cpuPerTask(what string, c0, c1 []time.Duration, n int) CPU {
 func (b *run) phaseSchedule() {
 	n := b.cfg.schedule
 	due := time.Now().Add(time.Hour)
-	c0 := b.e.redisCPU()
+	stop := b.startCPUProfile("schedule")
+	s0 := b.e.cpuSnap()
 	took, failed := b.schedule(fmt.Sprintf("k%d-s-", b.e.k), n, tasksTopic, func(int) time.Time { return due })
-	c1 := b.e.redisCPU()
+	s1 := b.e.cpuSnap()
+	stop()
+	c0, c1 := s0.masters, s1.masters
 	r := &b.res.Schedule
 	r.Method = fmt.Sprintf("POST /v1/tasks/batch (Go client ScheduleBatch), %d client goroutines over %d daemon(s), batches of %d, tasks due in 1h, %d-byte payload; rate = tasks / wall time",
 		b.cfg.clients, len(b.e.api), b.cfg.batch, len(payload))
@@ -110,6 +114,7 @@ func (b *run) phaseSchedule() {
 	r.Rate = float64(n-failed) / took.Seconds()
 	say("k=%d schedule  %d tasks in %v: %.0f tasks/s [%s]", b.e.k, n, took.Round(time.Millisecond), r.Rate, r.Method)
 	r.RedisCPU = b.cpuPerTask("schedule", c0, c1, n)
+	r.Cores = b.cores("schedule", s0, s1)
 }
 
 // phaseBurst: M tasks due at one instant T on a topic only the bench's
@@ -164,6 +169,18 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	p.tap.cur.Store(w)
 	defer p.tap.cur.Store(nil)
 	c0 := b.e.redisCPU()
+	// the cores busy from T on (the scheduling before T is not the phase's)
+	type started struct {
+		snap cpuSnap
+		stop func() // the phase's CPU profile
+	}
+	atSnap := make(chan started, 1)
+	go func() {
+		time.Sleep(time.Until(at))
+		st := started{stop: b.startCPUProfile(p.phase)}
+		st.snap = b.e.cpuSnap()
+		atSnap <- st
+	}()
 	took, failed := b.schedule(w.prefix, p.n, p.topic, func(int) time.Time { return at })
 	r.Method = p.method(lead)
 	r.Tasks, r.Failed = p.n, failed
@@ -172,6 +189,10 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	}
 	all := w.wait(time.Until(at) + b.cfg.timeout)
 	n, first, last, _, dups := w.snapshot()
+	endSnap := b.e.cpuSnap()
+	st := <-atSnap
+	st.stop()
+	s0 := st.snap
 	time.Sleep(p.settle)
 	c1 := b.e.redisCPU()
 	r.Seen, r.Dups = n, dups
@@ -188,6 +209,15 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	say("k=%d %-9s %d tasks due at once -> %s in %v: %.0f %s; first %s %.0f ms after T; %s %d [%s]",
 		b.e.k, p.phase, n, p.what, span.Round(time.Millisecond), r.Rate, p.unit, p.one, r.FirstMs, p.dupName, dups, r.Method)
 	r.RedisCPU = b.cpuPerTask(p.phase, c0, c1, n)
+	r.Cores = b.cores(p.phase, s0, endSnap)
+}
+
+// cores prints and returns the cores each kind of process kept busy
+// between a and b.
+func (b *run) cores(what string, a, z cpuSnap) Cores {
+	c := coresBusy(a, z)
+	say("k=%d %-8s cores busy over %.2fs (of %d): %s", b.e.k, what, c.Seconds, runtime.NumCPU(), c)
+	return c
 }
 
 // phaseLag: a steady stream, rate tasks/s due over dur, scheduled ahead;

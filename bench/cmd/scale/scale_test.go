@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -44,5 +46,42 @@ func TestQuantiles(t *testing.T) {
 	}
 	if q := quantiles(nil); q != (Lags{}) {
 		t.Fatalf("empty: %+v", q)
+	}
+}
+
+// procCPU reads a process's user + system time from /proc: for this
+// process it agrees with getrusage, after a burn that both must see.
+func TestProcCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc/<pid>/stat is Linux's; elsewhere procCPU reports 0 by design")
+	}
+	p0, s0 := procCPU(os.Getpid()), selfCPU()
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		// spin: CPU time, not sleep
+	}
+	p, s := procCPU(os.Getpid())-p0, selfCPU()-s0
+	if p < 150*time.Millisecond || s < 150*time.Millisecond {
+		t.Fatalf("after a 300ms spin: /proc %v, getrusage %v", p, s)
+	}
+	if d := p - s; d > 60*time.Millisecond || d < -60*time.Millisecond {
+		t.Fatalf("/proc %v and getrusage %v differ by more than a few ticks", p, s)
+	}
+	if procCPU(1<<30) != 0 {
+		t.Fatal("a process that does not exist used CPU")
+	}
+}
+
+// coresBusy divides each kind's CPU time by the window.
+func TestCoresBusy(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := cpuSnap{at: t0, masters: []time.Duration{0, time.Second}, bench: time.Second}
+	b := cpuSnap{at: t0.Add(2 * time.Second), masters: []time.Duration{time.Second, 2*time.Second + 500*time.Millisecond},
+		daemons: time.Second, events: 500 * time.Millisecond, workers: 4 * time.Second, bench: 3 * time.Second}
+	c := coresBusy(a, b)
+	if c.Seconds != 2 || c.Redis != 1.25 || c.BusiestMaster != 0.75 || c.Daemons != 0.5 || c.Events != 0.25 || c.Workers != 2 || c.Bench != 1 || c.Total != 5 {
+		t.Fatalf("%+v", c)
+	}
+	if c := coresBusy(a, a); c.Total != 0 {
+		t.Fatalf("an empty window: %+v", c)
 	}
 }
