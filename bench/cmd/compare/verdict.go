@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/delayq/delayq/bench/internal/report"
 )
 
@@ -50,6 +52,7 @@ func (b *bench) verdict() {
 		b.note("Target \"less memory per pending task\": %s (%.0f vs %.0f bytes).", status, dqMem, aqMem)
 	}
 	var dqBatch, aqBest, dqSingle, aqSingle, dqEmbedded, dqWide, aqWide float64
+	var dqEmbeddedRedis, aqSingleRedis float64 // redis-server µs per task
 	for _, t := range r.Throughput {
 		switch t.Label {
 		case report.LabelDQHTTPBatch:
@@ -57,9 +60,9 @@ func (b *bench) verdict() {
 		case report.LabelDQClientSingle:
 			dqSingle = t.TasksPerSec
 		case report.LabelDQEmbeddedSingle:
-			dqEmbedded = t.TasksPerSec
+			dqEmbedded, dqEmbeddedRedis = t.TasksPerSec, t.RedisCPUus
 		case report.LabelAQEnqueue16:
-			aqSingle = t.TasksPerSec
+			aqSingle, aqSingleRedis = t.TasksPerSec, t.RedisCPUus
 		case report.LabelDQEmbeddedWide:
 			dqWide = t.TasksPerSec
 		case report.LabelAQEnqueue64:
@@ -81,6 +84,9 @@ func (b *bench) verdict() {
 	}
 	if dqEmbedded > 0 && aqSingle > 0 {
 		b.note("One task per call from the producer's process straight to Redis (package embedded, as asynq's client does): delayq %.0f vs asynq %.0f tasks/s, %.2fx; the target is 1.5x.", dqEmbedded, aqSingle, dqEmbedded/aqSingle)
+		if dqEmbeddedRedis > 0 && aqSingleRedis > 0 {
+			b.note("%s", redisBoundNote(dqEmbedded, dqEmbeddedRedis, aqSingle, aqSingleRedis))
+		}
 	}
 	if dqWide > 0 && aqWide > 0 {
 		b.note("The same from %d callers each: delayq %.0f vs asynq %.0f tasks/s, %.2fx (the target is stated for 16 callers).", asynqWideConc, dqWide, aqWide, dqWide/aqWide)
@@ -93,4 +99,18 @@ func (b *bench) verdict() {
 		b.note("Handling: the process CPU per task is this whole process: for delayq it includes the in-process kfake broker serving the records (a real deployment pays that on the Kafka brokers), for asynq only its server; redis-server CPU per task is the like-for-like figure. The kafka-go raw rate is the same records read without Redis, the ceiling for any Kafka-fed worker on this broker.")
 	}
 	b.note("delayq's lag is taken where a Kafka consumer sees the record (franz-go PollFetches return), asynq's at handler start; delayq's figure at the record timestamp (dq-fired-at, before the produce) is in the last column of the steady table.")
+}
+
+// redisBoundNote says how busy each system's 16 single-call callers kept
+// redis-server's one core (rate × redis-server CPU per task): where both
+// are near 100%, the rate ratio is the inverse of their redis-server
+// µs per task, whatever else the machine has to spare (docs/benchmarks.md,
+// session 22).
+func redisBoundNote(dqRate, dqUs, aqRate, aqUs float64) string {
+	dqBusy, aqBusy := dqRate*dqUs/1e6, aqRate*aqUs/1e6
+	s := fmt.Sprintf("redis-server's core in use during those rows: delayq %.0f%%, asynq %.0f%% (rate × redis-server CPU per task: %.1f and %.1f µs)", 100*dqBusy, 100*aqBusy, dqUs, aqUs)
+	if dqBusy >= 0.85 && aqBusy >= 0.85 {
+		return s + fmt.Sprintf("; both are bound by redis-server, so their ratio follows its CPU per task: 1.5x needs delayq at %.1f µs or less.", aqUs/1.5)
+	}
+	return s + "."
 }
