@@ -41,18 +41,6 @@ func newEnvTopics(t *testing.T, topics ...string) *env {
 	return &env{worktest.NewEnv(t, shards, topics...)}
 }
 
-// runFirer plays the event side until the test ends.
-func (e *env) runFirer(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	var fg sync.WaitGroup
-	fg.Go(func() {
-		if err := e.Firer.Run(ctx); err != nil {
-			t.Errorf("firer: %v", err)
-		}
-	})
-	t.Cleanup(func() { cancel(); fg.Wait() })
-}
-
 // config is a worker configuration for tests: fast group timing, small
 // backoff, its own metrics registry.
 func (e *env) config(t *testing.T, name string) (worker.Config, *prometheus.Registry) {

@@ -71,7 +71,7 @@ func TestLimiterDefersAndFailsClosed(t *testing.T) {
 			return nil
 		})
 	})
-	e.runFirer(t)
+	e.Firer.Start(t)
 
 	var ids []string
 	var tasks []*task.Task

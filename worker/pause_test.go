@@ -135,7 +135,7 @@ func TestPauseParksTasksUntilResumed(t *testing.T) {
 		worktest.Schedule(t, e.Store, newTask(id, "mail"))
 	}
 	fired := e.Kafka.Collect(t, task.DefaultTopic)
-	e.runFirer(t)
+	e.Firer.Start(t)
 
 	e.WaitState(t, 20*time.Second, task.StateSucceeded, mails...)
 	e.WaitState(t, 20*time.Second, task.StatePaused, reports...)
@@ -224,7 +224,7 @@ func TestPauseReconcilerRepairsParkAfterResume(t *testing.T) {
 		invoices = append(invoices, fmt.Sprintf("invoice-%d", i))
 		worktest.Schedule(t, e.Store, newTask(reports[i], "report"), newTask(invoices[i], "invoice"))
 	}
-	e.runFirer(t)
+	e.Firer.Start(t)
 	e.WaitState(t, 20*time.Second, task.StatePaused, reports...)
 	e.WaitState(t, 20*time.Second, task.StatePaused, invoices...)
 
@@ -304,7 +304,7 @@ func TestPauseLiveFromEtcd(t *testing.T) {
 		worktest.Schedule(t, e.Store, newTask(reports[i], "report"))
 	}
 	worktest.Schedule(t, e.Store, newTask("mail-1", "mail"))
-	e.runFirer(t)
+	e.Firer.Start(t)
 	e.WaitState(t, 20*time.Second, task.StateSucceeded, "mail-1")
 	e.WaitState(t, 20*time.Second, task.StatePaused, reports...)
 

@@ -31,7 +31,7 @@ func TestTwoWorkersRunEachTaskOnce(t *testing.T) {
 			})
 		}))
 	}
-	e.runFirer(t)
+	e.Firer.Start(t)
 
 	const n = 400
 	var ids []string

@@ -1,7 +1,6 @@
 package work
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -30,18 +29,6 @@ func startApp(t *testing.T, vars map[string]string) *App {
 	return app
 }
 
-// runFirer plays the event side until the test ends.
-func runFirer(t *testing.T, e *env) {
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := e.Firer.Run(ctx); err != nil {
-			t.Errorf("firer: %v", err)
-		}
-	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
-}
-
 // Tasks fired in the pinned record format are handled once each by two work
 // processes (in-process Apps) through a webhook sink; signatures verify.
 func TestWorkEndToEndTwoWorkers(t *testing.T) {
@@ -49,7 +36,7 @@ func TestWorkEndToEndTwoWorkers(t *testing.T) {
 	s := newSink(t)
 	a1 := startApp(t, e.vars(s.srv.URL+"/w1"))
 	startApp(t, e.vars(s.srv.URL+"/w2"))
-	runFirer(t, e)
+	e.Firer.Start(t)
 
 	const n = 300
 	want := map[string]int{}
@@ -120,7 +107,7 @@ func TestWorkFailuresRetriesDead(t *testing.T) {
 		}
 	})
 	startApp(t, e.vars(s.srv.URL+"/w1"))
-	runFirer(t, e)
+	e.Firer.Start(t)
 
 	mk := func(id string, maxAttempts int, timeout time.Duration) *task.Task {
 		tk := jsonTask(id, "order.cancel")

@@ -51,7 +51,7 @@ func TestHooksEndToEnd(t *testing.T) {
 	vars := e.vars(s.srv.URL + "/w1")
 	vars["DQ_WORK_CONFIG"] = writeHooksConfig(t, hs.srv.URL)
 	app := startApp(t, vars)
-	runFirer(t, e)
+	e.Firer.Start(t)
 
 	want := map[string]string{} // id -> hook path
 	var ok, dead []string

@@ -45,7 +45,7 @@ func TestRateLimitWindowQuotaAcrossWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSink(t)
-	runFirer(t, e)
+	e.Firer.Start(t)
 	var apps []*App
 	for i := range 3 {
 		v := e.vars(s.srv.URL + fmt.Sprintf("/w%d", i))
@@ -182,7 +182,7 @@ func metricValue(t *testing.T, a *App, name, match string) float64 {
 func TestEtcdUnreachableRunsUnlimited(t *testing.T) {
 	e := newEnv(t)
 	s := newSink(t)
-	runFirer(t, e)
+	e.Firer.Start(t)
 	v := e.vars(s.srv.URL + "/w")
 	v["DQ_ETCD_ENDPOINTS"] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) // nothing listens
 	v["DQ_LOG_LEVEL"] = "error"

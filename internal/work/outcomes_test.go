@@ -70,7 +70,7 @@ func TestWorkOutcomesTopic(t *testing.T) {
 				vars["DQ_OUTCOMES_ATTEMPTS"] = "true"
 			}
 			app := startApp(t, vars)
-			runFirer(t, e)
+			e.Firer.Start(t)
 
 			var tasks []*task.Task
 			want := map[string]string{} // id -> terminal outcome

@@ -108,7 +108,7 @@ func TestPauseLiveAndRegistry(t *testing.T) {
 		t.Fatalf("registered as %+v (admin at %s)", me, app.Addr())
 	}
 
-	runFirer(t, e)
+	e.Firer.Start(t)
 	want := map[string]int{}
 	var reports, mails []string
 	for i := range 10 {

@@ -7,6 +7,7 @@ package worktest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,6 +83,19 @@ func (f *Firer) Once(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// Start runs the firer (Run) until the test ends; an error of Run fails
+// the test.
+func (f *Firer) Start(tb testing.TB) {
+	ctx, cancel := context.WithCancel(tb.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := f.Run(ctx); err != nil {
+			tb.Errorf("firer: %v", err)
+		}
+	})
+	tb.Cleanup(func() { cancel(); wg.Wait() })
 }
 
 // Run fires due tasks every 10ms until ctx ends.
