@@ -25,13 +25,8 @@ func TestMaxHeldBoundsHeldRecords(t *testing.T) {
 	cfg.Concurrency, cfg.MaxHeld = 2, 5
 	unblock := startBlocked(t, cfg, reg)
 	defer unblock()
-	e.runFirer(t)
-	const n = 30
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("held-%d", i)
-		worktest.Schedule(t, e.Store, newTask(ids[i], "held"))
-	}
+	e.Firer.Start(t)
+	ids := scheduleHeld(t, e, "held", nil)
 	held := func() float64 { return metricSum(t, reg, "delayq_work_running", nil) }
 	testenv.WaitFor(t, 15*time.Second, "MaxHeld records held", func() bool { return held() == float64(cfg.MaxHeld) })
 	// the fetch loop waits for a slot: no more is held for a while
@@ -68,15 +63,8 @@ func TestMaxHeldBytesBoundsHeldRecords(t *testing.T) {
 	cfg.Concurrency, cfg.MaxHeld, cfg.MaxHeldBytes = 2, 100, bound
 	unblock := startBlocked(t, cfg, reg)
 	defer unblock()
-	e.runFirer(t)
-	const n = 30
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("bytes-%d", i)
-		tk := newTask(ids[i], "held")
-		tk.Payload = []byte(`"` + strings.Repeat("x", payload-2) + `"`)
-		worktest.Schedule(t, e.Store, tk)
-	}
+	e.Firer.Start(t)
+	ids := scheduleHeld(t, e, "bytes", []byte(`"`+strings.Repeat("x", payload-2)+`"`))
 	held := func() float64 { return metricSum(t, reg, "delayq_work_running", nil) }
 	heldBytes := func() float64 { return metricSum(t, reg, "delayq_work_held_bytes", nil) }
 	testenv.WaitFor(t, 15*time.Second, "the byte bound reached", func() bool { return heldBytes() >= bound })
@@ -108,4 +96,19 @@ func startBlocked(t *testing.T, cfg worker.Config, reg *prometheus.Registry) (un
 		})
 	})
 	return func() { once.Do(func() { close(release) }) }
+}
+
+// scheduleHeld schedules 30 tasks of type "held" due now, ids prefix-0..29,
+// with payload when not nil, and returns their ids.
+func scheduleHeld(t *testing.T, e *env, prefix string, payload []byte) []string {
+	ids := make([]string, 30)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		tk := newTask(ids[i], "held")
+		if payload != nil {
+			tk.Payload = payload
+		}
+		worktest.Schedule(t, e.Store, tk)
+	}
+	return ids
 }
