@@ -18,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 
+	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
@@ -434,9 +435,8 @@ const topicPoll = time.Second
 // missing topics meanwhile. A failed metadata request waits too: the
 // Reader could not consume either.
 func (w *Worker) waitTopics(ctx context.Context) bool {
-	tr := &kafka.Transport{ClientID: "delayq-work", TLS: w.cfg.KafkaTLS, SASL: w.cfg.KafkaSASL}
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Transport: tr, Timeout: 5 * time.Second}
+	cl, done := kafkatopic.Client(w.cfg.Brokers, config.Conn{TLS: w.cfg.KafkaTLS, SASL: w.cfg.KafkaSASL}, "delayq-work")
+	defer done()
 	defer w.missing.Store(nil)
 	warned := false
 	ok := kafkatopic.Wait(ctx, cl, w.cfg.Topics, topicPoll, func(missing []string, err error, first bool) {

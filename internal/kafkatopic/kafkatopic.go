@@ -16,6 +16,13 @@ import (
 	"github.com/delayq/delayq/internal/retry"
 )
 
+// Client is an admin client of brokers (metadata, topic creation) with
+// conn's TLS and SASL, and the function that closes its connections.
+func Client(brokers []string, conn config.Conn, clientID string) (*kafka.Client, func()) {
+	tr := conn.Transport(clientID, 5*time.Second)
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: 5 * time.Second}, tr.CloseIdleConnections
+}
+
 // CreateTopics creates topics with the given partitions and replication
 // factor; one that exists already is fine.
 func CreateTopics(ctx context.Context, cl *kafka.Client, topics []string, partitions, replication int) error {
@@ -148,9 +155,8 @@ func (c *TopicCheck) Missing() ([]string, error) {
 // Check checks once (creating missing topics when configured to) and
 // returns the topics still missing.
 func (c *TopicCheck) Check(ctx context.Context) ([]string, error) {
-	tr := c.cfg.Conn.Transport("delayq-topics", 5*time.Second)
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: tr, Timeout: 5 * time.Second}
+	cl, done := Client(c.cfg.Brokers, c.cfg.Conn, "delayq-topics")
+	defer done()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	missing, err := MissingTopics(cctx, cl, c.cfg.Topics)

@@ -233,9 +233,8 @@ func (h *Hooks) Run(ctx context.Context) error {
 // consumer group on a missing topic also logs a warning every second). It
 // reports false when ctx ended first.
 func (h *Hooks) waitTopic(ctx context.Context) bool {
-	tr := h.cfg.Conn.Transport("delayq-work-hooks", 5*time.Second)
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(h.cfg.Brokers...), Transport: tr, Timeout: 5 * time.Second}
+	cl, done := kafkatopic.Client(h.cfg.Brokers, h.cfg.Conn, "delayq-work-hooks")
+	defer done()
 	warned := false
 	ok := kafkatopic.Wait(ctx, cl, []string{h.cfg.Topic}, h.topicPoll, func(_ []string, err error, first bool) {
 		warned = true
