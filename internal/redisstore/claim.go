@@ -416,12 +416,8 @@ func packCalls[K comparable](single bool, secs []*chunk[K], shardOf func(K) int,
 // packShards is packCalls for sections keyed by their shard (claims,
 // finishes, releases, parks).
 func (s *Store) packShards(secs []*chunk[int], head []any, section func(sec *chunk[int], c *shardCall)) []*shardCall {
-	return packCalls(s.single(), secs, func(sh int) int { return sh }, head, section)
+	return packCalls(s.pack, secs, func(sh int) int { return sh }, head, section)
 }
-
-// single reports a client of one redis-server that is not a Redis Cluster
-// node, whose script calls may span shards (packCalls; probeCluster).
-func (s *Store) single() bool { return s.pack }
 
 // execCalls sends every call in one pipeline (EVALSHA), re-sending a call
 // with EVAL after NOSCRIPT, and stores each call's reply or error. On Redis

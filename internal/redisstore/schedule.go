@@ -177,7 +177,7 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		return k
 	})
 	st := stamp(m)
-	return packCalls(s.single(), secs, func(k gk) int { return k.shard }, []any{s.k.wake}, func(sec *chunk[gk], c *shardCall) {
+	return packCalls(s.pack, secs, func(k gk) int { return k.shard }, []any{s.k.wake}, func(sec *chunk[gk], c *shardCall) {
 		sh := sec.key.shard
 		c.keys = append(c.keys, s.k.due(sh), s.k.stamp(sh), s.k.done(sh), s.k.runs(sh))
 		c.args = append(c.args, sh, st, sec.key.mode, len(sec.idx))
