@@ -193,17 +193,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	mux := http.NewServeMux()
 	ready := func(ctx context.Context) error {
 		err := w.Ready(ctx)
-		if errors.Is(err, worker.ErrWaitingForTopics) {
-			// the topic check says why, with the configured TLS/SASL's
-			// diagnosis (a misconfigured login, a missing topic)
+		if err == nil || errors.Is(err, worker.ErrWaitingForTopics) {
+			// while the worker waits for its topics, the topic check says
+			// why, with the configured TLS/SASL's diagnosis (a
+			// misconfigured login, a missing topic)
 			if terr := topicsReady(topics); terr != nil {
-				err = terr
+				return terr
 			}
 		}
-		if err != nil {
-			return err
-		}
-		return topicsReady(topics)
+		return err
 	}
 	admin.Mount(mux, reg, ready)
 	srv, err := admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
