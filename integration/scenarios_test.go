@@ -226,6 +226,83 @@ func duplicates(kl *kafkaLog, rec *recorder, ids []string) (kafka, webhook int) 
 	return kafka, webhook
 }
 
+// sessionsLost names the event processes whose etcd session ended during
+// the scenario (delayq_etcd_sessions_total above 1), or "" when none did.
+// Nothing has to be killed for that: on a loaded CI box a process or the
+// etcd server can miss a 2 s session's keep-alives (seen once, with firing
+// lag p99 at 12 s). The shard's next leader then adopts the takes the old
+// one had not settled and fires them again - at least once, as
+// docs/reliability.md promises - so a scenario that counts duplicates as a
+// defect "without any fault" must know whether this fault happened.
+func sessionsLost(c Cluster, events int) string {
+	var lost []string
+	for i := range events {
+		if v, ok := metric(hc, c.AdminURL(Event, i), "delayq_etcd_sessions_total"); ok && v > 1 {
+			lost = append(lost, fmt.Sprintf("event %d had %v etcd sessions", i, v))
+		}
+	}
+	return strings.Join(lost, ", ")
+}
+
+// unexplainedDuplicates counts the ids among ids with more than one Kafka
+// record and returns those whose copies do not look like a failover's
+// re-fire. When a session
+// was lost (lost != ""), a copy fired again by the shard's next leader
+// carries the same dq-shard and another dq-token; any other duplicate (two
+// shards, as a faulty move would make, or one leadership firing twice)
+// stays a defect. Without a lost session every duplicate is one.
+func unexplainedDuplicates(kl *kafkaLog, ids []string, lost string) (dups int, out []string) {
+	for _, id := range ids {
+		recs := kl.records(id)
+		if len(recs) < 2 {
+			continue
+		}
+		dups++
+		shards, tokens := map[string]bool{}, map[string]bool{}
+		for _, r := range recs {
+			shards[header(r, "dq-shard")] = true
+			tokens[header(r, "dq-token")] = true
+		}
+		if lost == "" || len(shards) != 1 || len(tokens) < 2 {
+			out = append(out, id)
+		}
+	}
+	return dups, out
+}
+
+// describeCopies lists each Kafka copy of id: when it was fired, by which
+// shard and leadership, and its generation.
+func describeCopies(kl *kafkaLog, id string) string {
+	var copies []string
+	for _, r := range kl.records(id) {
+		copies = append(copies, fmt.Sprintf("{record at %s, dq-fired-at %s, dq-shard %s, dq-token %s, dq-gen %s}",
+			r.Timestamp.UTC().Format("15:04:05.000"), header(r, "dq-fired-at"), header(r, "dq-shard"), header(r, "dq-token"), header(r, "dq-gen")))
+	}
+	return strings.Join(copies, " ")
+}
+
+// checkDuplicates fails the test for every Kafka duplicate among ids that a
+// lost etcd session does not explain (see unexplainedDuplicates), naming
+// why; what it allows it logs. what names the scenario's promise.
+func checkDuplicates(t *testing.T, c Cluster, events int, kl *kafkaLog, ids []string, what string) {
+	t.Helper()
+	lost := sessionsLost(c, events)
+	dups, bad := unexplainedDuplicates(kl, ids, lost)
+	for i, id := range bad {
+		if i == 5 {
+			t.Errorf("... and %d more", len(bad)-5)
+			break
+		}
+		t.Errorf("task %s produced to Kafka more than once %s; copies: %s", id, what, describeCopies(kl, id))
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d tasks produced to Kafka more than once %s (etcd sessions lost: %q)", len(bad), what, lost)
+	}
+	if lost != "" {
+		t.Logf("an etcd session ran out during the scenario (%s): %d tasks fired again by the shard's next leader, each from one shard under a new token (at least once)", lost, dups-len(bad))
+	}
+}
+
 // scenarioDelivery: tasks scheduled through both APIs fire at their due
 // time — never before — into Kafka under the record contract, and reach
 // the webhook once with their payload unchanged; their state ends
@@ -281,10 +358,8 @@ func scenarioDelivery(t *testing.T, p Provisioner) {
 		}
 	}
 	recs := checkRecords(t, kl, want)
-	kd, wd := duplicates(kl, rec, ids)
-	if kd > 0 {
-		t.Errorf("%d tasks produced to Kafka more than once without any fault", kd)
-	}
+	checkDuplicates(t, c, 2, kl, ids, "without any fault")
+	_, wd := duplicates(kl, rec, ids)
 	t.Logf("delivery: %d tasks; %s; webhook duplicates %d", len(ids), lagStats(recs), wd)
 }
 
