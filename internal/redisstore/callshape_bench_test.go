@@ -1,0 +1,118 @@
+package redisstore
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+// BenchmarkScheduleShapes measures redis-server CPU per task (INFO cpu) of
+// the schedule script by the shape of its calls: g tasks per call, all in
+// one shard or spread over 16 (so about min(g, 16) sections), 30,000 new
+// tasks per shape from one connection, each shape on a fresh namespace.
+// Comparing the rows splits a task's cost into the call's (dispatch,
+// event loop, script set-up), the section's and the task's own: what a
+// group of concurrent single schedules pays for being small and spread
+// (docs/benchmarks.md, "Session 23").
+//
+//	go test ./internal/redisstore -run '^$' -bench BenchmarkScheduleShapes -benchtime 1x
+func BenchmarkScheduleShapes(b *testing.B) {
+	const n = 30000
+	payload := bytes.Repeat([]byte("p"), 64)
+	for range b.N {
+		r := testenv.StartRedis(b)
+		rdb := r.Client(b)
+		due := time.Now().Add(time.Hour)
+		for k, shape := range []struct {
+			g        int
+			oneShard bool
+		}{{1, false}, {5, true}, {5, false}, {16, true}, {16, false}, {64, false}, {1000, false}} {
+			s, err := New(b.Context(), rdb, Options{Namespace: "shape" + strconv.Itoa(k), Shards: 16})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids := make([]string, 0, n)
+			for j := 0; len(ids) < n; j++ {
+				id := fmt.Sprintf("0192d3f4-%04x-7abc-8def-%012d", j%65536, j)
+				if !shape.oneShard || s.Shard(id) == 0 {
+					ids = append(ids, id)
+				}
+			}
+			sections := 0
+			cpu0, cs0 := testenv.RedisCPU(b, rdb), testenv.CommandStats(b, rdb)
+			for i := 0; i < n; i += shape.g {
+				subs := make([]Submit, 0, shape.g)
+				shards := map[int]bool{}
+				for _, id := range ids[i:min(i+shape.g, n)] {
+					shards[s.Shard(id)] = true
+					subs = append(subs, Submit{Task: &task.Task{ID: id, Type: "bench", Payload: payload, DueAt: due}})
+				}
+				sections += len(shards)
+				if _, err := s.Schedule(b.Context(), subs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			us := float64((testenv.RedisCPU(b, rdb) - cpu0).Microseconds()) / n
+			spread := "16 shards"
+			if shape.oneShard {
+				spread = "one shard"
+			}
+			name := fmt.Sprintf("g%d-%s", shape.g, map[bool]string{true: "one", false: "spread"}[shape.oneShard])
+			fmt.Printf("  %4d tasks/call, %-9s  %.2f sections/task  %6.2f us of redis-server CPU per task  (%s)\n",
+				shape.g, spread, float64(sections)/n, us, testenv.CommandStatsDelta(cs0, testenv.CommandStats(b, rdb), n))
+			b.ReportMetric(us, name+"-us/task")
+		}
+	}
+}
+
+// BenchmarkCallOverhead measures redis-server CPU per call (INFO cpu) of a
+// script that does nothing ("return 1", 5 keys and 8 arguments, the shape
+// of a one-task schedule call) from 1, 2, 4 and 16 connections at once,
+// 40,000 calls each: what a call costs redis-server beyond its script
+// (reading, parsing, dispatching, writing the reply, and the event loop's
+// turn, which serves every connection that is ready at once) depends on
+// how many calls arrive together.
+//
+//	go test ./internal/redisstore -run '^$' -bench BenchmarkCallOverhead -benchtime 1x
+func BenchmarkCallOverhead(b *testing.B) {
+	const n = 40000
+	for range b.N {
+		r := testenv.StartRedis(b)
+		rdb := r.Client(b)
+		sc := redis.NewScript("return 1")
+		if err := sc.Load(b.Context(), rdb).Err(); err != nil {
+			b.Fatal(err)
+		}
+		keys := []string{"a", "b", "c", "d", "e"}
+		for _, conns := range []int{1, 2, 4, 16} {
+			var next atomic.Int64
+			cpu0 := testenv.RedisCPU(b, rdb)
+			t0 := time.Now()
+			var wg sync.WaitGroup
+			for range conns {
+				wg.Go(func() {
+					for next.Add(1) <= n {
+						if err := sc.EvalSha(b.Context(), rdb, keys, 1, 2, 3, 4, 5, 6, 7, 8).Err(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			el := time.Since(t0)
+			us := float64((testenv.RedisCPU(b, rdb) - cpu0).Microseconds()) / n
+			fmt.Printf("  %2d connections: %6.2f us of redis-server CPU per call, %7.0f calls/s\n", conns, us, n/el.Seconds())
+			b.ReportMetric(us, fmt.Sprintf("conns%d-us/call", conns))
+		}
+	}
+}
