@@ -246,11 +246,11 @@ func sessionsLost(c Cluster, events int) string {
 
 // unexplainedDuplicates counts the ids among ids with more than one Kafka
 // record and returns those whose copies do not look like a failover's
-// re-fire. When a session
-// was lost (lost != ""), a copy fired again by the shard's next leader
-// carries the same dq-shard and another dq-token; any other duplicate (two
-// shards, as a faulty move would make, or one leadership firing twice)
-// stays a defect. Without a lost session every duplicate is one.
+// re-fire. When a session was lost (lost != ""), a copy fired again by the
+// shard's next leader carries the same dq-shard and another dq-token; any
+// other duplicate (two shards, as a faulty move would make, or one
+// leadership firing twice) stays a defect. Without a lost session every
+// duplicate is one.
 func unexplainedDuplicates(kl *kafkaLog, ids []string, lost string) (dups int, out []string) {
 	for _, id := range ids {
 		recs := kl.records(id)
