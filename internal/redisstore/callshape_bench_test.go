@@ -62,11 +62,10 @@ func BenchmarkScheduleShapes(b *testing.B) {
 				}
 			}
 			us := float64((testenv.RedisCPU(b, rdb) - cpu0).Microseconds()) / n
-			spread := "16 shards"
+			spread, name := "16 shards", fmt.Sprintf("g%d-spread", shape.g)
 			if shape.oneShard {
-				spread = "one shard"
+				spread, name = "one shard", fmt.Sprintf("g%d-one", shape.g)
 			}
-			name := fmt.Sprintf("g%d-%s", shape.g, map[bool]string{true: "one", false: "spread"}[shape.oneShard])
 			fmt.Printf("  %4d tasks/call, %-9s  %.2f sections/task  %6.2f us of redis-server CPU per task  (%s)\n",
 				shape.g, spread, float64(sections)/n, us, testenv.CommandStatsDelta(cs0, testenv.CommandStats(b, rdb), n))
 			b.ReportMetric(us, name+"-us/task")
