@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,20 @@ type Common struct {
 	RedisUsername string
 	RedisPassword string
 	RedisTLS      TLSFiles
+	// Redis Sentinel (redisha.go): with RedisSentinelAddrs the client asks
+	// the sentinels for the primary named RedisSentinelMaster and follows
+	// it; RedisAddrs is not used.
+	RedisSentinelAddrs    []string
+	RedisSentinelMaster   string
+	RedisSentinelUsername string
+	RedisSentinelPassword string
+	RedisSentinelTLS      TLSFiles // unset: the sentinels are dialled with RedisTLS
+	// How durable a write must be before it is acknowledged (redisha.go):
+	// held by RedisReplicaAcks replicas (WAIT), and with RedisWaitAOF in
+	// the AOF on disk (WAITAOF), within RedisAckTimeout.
+	RedisReplicaAcks int
+	RedisAckTimeout  time.Duration
+	RedisWaitAOF     bool
 	// HTTPTLS, when set, serves the binary's HTTP port (the daemon's API,
 	// every binary's /healthz, /readyz, /metrics) over HTTPS.
 	HTTPTLS       ServerFiles
@@ -42,6 +57,7 @@ func (c *Common) BindCommon(b *Binder, httpDefault string) {
 	b.String(&c.RedisUsername, "redis-username", "DQ_REDIS_USERNAME", "", "Redis ACL user (empty: the default user)")
 	b.Secret(&c.RedisPassword, "redis-password", "DQ_REDIS_PASSWORD", "", "Redis password (of the ACL user, or requirepass)")
 	b.TLS(&c.RedisTLS, "redis", "DQ_REDIS", "Redis", true, true)
+	c.bindRedisHA(b)
 	b.ServerTLS(&c.HTTPTLS, "http", "DQ_HTTP", "the HTTP port")
 	b.Int(&c.Shards, "shards", "DQ_SHARDS", 16, "shard count of a new namespace (an existing namespace keeps its own map; grow it with dq shards grow)")
 	b.String(&c.HTTPAddr, "http-addr", "DQ_HTTP_ADDR", httpDefault, "HTTP listen address")
@@ -82,7 +98,7 @@ func (c *Common) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return c.validateRedisHA()
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -104,24 +120,35 @@ func (c *Common) Logger(binary string) *slog.Logger {
 	return slog.New(h).With("binary", binary)
 }
 
-// RedisClient is a standalone client for one address, a cluster client
-// for several or with RedisCluster, with the ACL user, password and TLS of
-// the settings. An error names the setting at fault (a TLS file).
+// redisReadTimeout bounds every read from Redis; a command that blocks on
+// the server (WAIT, WAITAOF) must return before it.
+const redisReadTimeout = 3 * time.Second
+
+// redisDialTimeout bounds a dial to a Redis node or sentinel.
+const redisDialTimeout = 2 * time.Second
+
+// RedisClient is RedisClientHA without its failover log and metrics: a
+// standalone client for one address, a Sentinel client with
+// RedisSentinelAddrs, a cluster client for several addresses or with
+// RedisCluster, with the ACL user, password and TLS of the settings. An
+// error names the setting at fault (a TLS file).
 func (c *Common) RedisClient() (redis.UniversalClient, error) {
-	tlsc, err := c.RedisTLS.Client()
-	if err != nil {
-		return nil, err
-	}
-	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:         c.RedisAddrs,
-		Username:      c.RedisUsername,
-		Password:      c.RedisPassword,
-		Dialer:        redisDialer(2*time.Second, tlsc),
-		IsClusterMode: c.RedisCluster || len(c.RedisAddrs) > 1,
-		DialTimeout:   2 * time.Second,
-		ReadTimeout:   3 * time.Second,
-		WriteTimeout:  3 * time.Second,
-		MaxRetries:    2,
+	rdb, _, err := c.RedisClientHA(nil)
+	return rdb, err
+}
+
+// redisOptions are the settings every kind of client shares.
+func (c *Common) redisOptions(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		// a copy: a cluster client appends the nodes it discovers
+		Addrs:        slices.Clone(c.RedisAddrs),
+		Username:     c.RedisUsername,
+		Password:     c.RedisPassword,
+		Dialer:       dial,
+		DialTimeout:  redisDialTimeout,
+		ReadTimeout:  redisReadTimeout,
+		WriteTimeout: 3 * time.Second,
+		MaxRetries:   2,
 		// honour context deadlines while waiting on a stalled Redis, so a
 		// caller's per-operation timeout really bounds the operation
 		ContextTimeoutEnabled: true,
@@ -129,15 +156,16 @@ func (c *Common) RedisClient() (redis.UniversalClient, error) {
 		// no CLIENT SETINFO on connect: a least-privilege ACL user
 		// (internal/acl) need not be allowed it
 		DisableIdentity: true,
-	}), nil
+	}
 }
 
-// redisDialer dials a Redis node, over TLS when tlsc is set, and names the
-// node in its errors: a TLS failure ("x509: certificate signed by unknown
-// authority") says nothing of where it happened, and with Redis Cluster
-// there are many nodes.
-func redisDialer(timeout time.Duration, tlsc *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	nd := &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}
+// redisDialer dials a Redis node (service "redis") or a sentinel ("redis
+// sentinel"), over TLS when tlsc is set, and names the node in its
+// errors: a TLS failure ("x509: certificate signed by unknown authority")
+// says nothing of where it happened, and with Redis Cluster there are
+// many nodes.
+func redisDialer(tlsc *tls.Config, service string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: redisDialTimeout, KeepAlive: 5 * time.Minute}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var (
 			conn net.Conn
@@ -150,14 +178,14 @@ func redisDialer(timeout time.Duration, tlsc *tls.Config) func(ctx context.Conte
 			conn, err = td.DialContext(ctx, network, addr)
 		}
 		if err != nil {
-			return nil, &ConnError{Service: "redis", Addr: addr, Err: err}
+			return nil, &ConnError{Service: service, Addr: addr, Err: err}
 		}
 		if tlsc != nil {
 			// With TLS 1.3 a server refuses a client certificate after
 			// the client's handshake returned: the refusal ("remote
 			// error: tls: certificate required") comes with the first
 			// read, and must name the node too.
-			return &namedConn{Conn: conn, service: "redis", addr: addr}, nil
+			return &namedConn{Conn: conn, service: service, addr: addr}, nil
 		}
 		return conn, nil
 	}

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -51,10 +52,19 @@ type Redis struct {
 
 // RedisOptions configures StartRedis.
 type RedisOptions struct {
-	// AOF turns on the append-only file with appendfsync always, so every
-	// acknowledged write survives Kill+Restart. Without it persistence is
+	// AOF turns on the append-only file with appendfsync always (unless
+	// AppendFsync says otherwise), so every acknowledged write survives
+	// Kill+Restart. Without it persistence is
 	// off (save "").
 	AOF bool
+	// AppendFsync is the appendfsync policy with AOF: "always" (the
+	// default) or "everysec", which loses up to ~1 s of acknowledged
+	// writes on an OS crash but none on a kill -9 of redis-server.
+	AppendFsync string
+	// ClusterNodeTimeout is cluster-node-timeout of a cluster's nodes (it
+	// bounds failure detection, so a failover); default 5s,
+	// StartRedisClusterReplicas' 2s. StartRedis ignores it.
+	ClusterNodeTimeout time.Duration
 	// Password sets requirepass; Client and the readiness check use it.
 	// It cannot be combined with Users.
 	Password string
@@ -109,7 +119,7 @@ func redisBaseArgs(port int, dir string, opts RedisOptions) []string {
 		args = append(args, "--aclfile", filepath.Join(dir, aclFileName))
 	}
 	if opts.AOF {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+		args = append(args, "--appendonly", "yes", "--appendfsync", cmp.Or(opts.AppendFsync, "always"))
 	} else {
 		args = append(args, "--save", "", "--appendonly", "no")
 	}

@@ -28,6 +28,8 @@ type RedisCluster struct {
 
 	opts          RedisOptions // every node's, AddMaster's too
 	adminPassword string       // of RedisAdminUser on every node, with opts.Users
+	nodeTimeout   time.Duration
+	ha            *clusterHA // masters and replicas; nil without replicas
 }
 
 // StartRedisCluster starts three cluster-enabled redis-server processes,
@@ -37,8 +39,9 @@ type RedisCluster struct {
 //
 // Each node runs with the same settings as StartRedis (see redisBaseArgs)
 // plus cluster-enabled yes, cluster-config-file nodes.conf,
-// cluster-node-timeout 5000 and an explicit free cluster-port (the default
-// port+10000 could be taken or exceed 65535).
+// cluster-node-timeout 5000 (or RedisOptions.ClusterNodeTimeout) and an
+// explicit free cluster-port (the default port+10000 could be taken or
+// exceed 65535).
 //
 // At most one RedisOptions is used; it applies to every node. With TLS the
 // nodes listen on TLS only (Addrs are the TLS ports) and talk TLS on the
@@ -71,13 +74,29 @@ func StartRedisCluster(tb testing.TB, opts ...RedisOptions) *RedisCluster {
 	return c
 }
 
+// defaultNodeTimeout is the cluster-node-timeout of a cluster without
+// replicas: no failover to speed up, and no node flagged failing while a
+// loaded test box stalls it.
+const defaultNodeTimeout = 5 * time.Second
+
 // startClusterNodes starts n cluster-enabled nodes, not yet a cluster
 // (no slots, no MEET), with the first of opts.
 func startClusterNodes(tb testing.TB, n int, opts []RedisOptions) *RedisCluster {
 	tb.Helper()
-	c := &RedisCluster{adminPassword: randomSecret()}
+	return startClusterNodesHA(tb, n, opts, defaultNodeTimeout, nil)
+}
+
+// startClusterNodesHA is startClusterNodes with nodeTimeout the
+// cluster-node-timeout unless opts set one, and ha the replicas' state of
+// StartRedisClusterReplicas (nil otherwise).
+func startClusterNodesHA(tb testing.TB, n int, opts []RedisOptions, nodeTimeout time.Duration, ha *clusterHA) *RedisCluster {
+	tb.Helper()
+	c := &RedisCluster{adminPassword: randomSecret(), nodeTimeout: nodeTimeout, ha: ha}
 	if len(opts) > 0 {
 		c.opts = opts[0]
+	}
+	if c.opts.ClusterNodeTimeout > 0 {
+		c.nodeTimeout = c.opts.ClusterNodeTimeout
 	}
 	for range n {
 		r := c.startNode(tb)
@@ -163,9 +182,12 @@ func (c *RedisCluster) startNode(tb testing.TB) *Redis {
 		args := append(redisBaseArgs(port, r.Dir, c.opts),
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000",
+			"--cluster-node-timeout", strconv.FormatInt(c.nodeTimeout.Milliseconds(), 10),
 			"--cluster-port", strconv.Itoa(FreePort(tb)),
 		)
+		if c.ha != nil {
+			args = append(args, c.ha.nodeArgs(r)...)
+		}
 		if c.opts.TLS != nil {
 			args = append(args, "--tls-cluster", "yes", "--tls-replication", "yes")
 		}
