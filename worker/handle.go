@@ -13,6 +13,7 @@ import (
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/retry"
+	"github.com/delayq/delayq/internal/task"
 )
 
 // claimPoll is how often a record whose execution another run holds checks
@@ -133,6 +134,11 @@ func (w *Worker) storeOutcome(ctx context.Context, it *item, firstErr error) {
 			firstErr = nil
 		} else {
 			_, err = w.finisher.finish(ctx, it.out.f, &reply)
+			if ownOutcome(it.out.f.Kind, err) {
+				// an earlier try whose outcome was unknown (a timeout, the
+				// replicas' confirmation missing) had stored it
+				err = nil
+			}
 		}
 		if err == nil || storeAnswered(err) || ctx.Err() != nil {
 			return err
@@ -182,6 +188,26 @@ func (w *Worker) stored(ctx context.Context, it *item, err error) bool {
 func storeAnswered(err error) bool {
 	return errors.Is(err, redisstore.ErrStale) || errors.Is(err, redisstore.ErrConflict) ||
 		errors.Is(err, redisstore.ErrNotFound)
+}
+
+// ownOutcome reports whether err, the store's answer to storing an
+// outcome of kind k again, is what an earlier try of the same outcome
+// leaves: the task finished in that state (success, dead), or fired again
+// under a new generation (retry, deferral). storeOutcome stores again only
+// after a try whose outcome is unknown, so the answer most likely says
+// that try applied: the outcome is then reported (dead letter, outcome
+// record) as stored, instead of being dropped as someone else's.
+func ownOutcome(k redisstore.Kind, err error) bool {
+	var se *redisstore.StateError
+	switch k {
+	case redisstore.Succeeded:
+		return errors.As(err, &se) && se.State == task.StateSucceeded
+	case redisstore.Dead:
+		return errors.As(err, &se) && se.State == task.StateDead
+	case redisstore.Retry, redisstore.Defer:
+		return errors.Is(err, redisstore.ErrStale)
+	}
+	return false
 }
 
 // retryable marks an error retryRedis retries although Redis answered.

@@ -51,6 +51,18 @@ func (t *Task) LastAttempt() bool { return t.Attempt >= t.MaxAttempts }
 // return soon after it ends. A panic is a failure.
 type HandlerFunc func(ctx context.Context, t *Task) error
 
+// ReplicaAcks is how many Redis replicas must confirm a write of the
+// worker before it counts as done (Redis WAIT after the write, on the same
+// connection, one per pipeline). When fewer confirm within Timeout
+// (default 500ms) the worker stores the outcome again before it commits
+// the record's offset. AOF waits with WAITAOF instead (the primary's and
+// the replicas' AOF fsync; Redis 7.2 or later).
+type ReplicaAcks struct {
+	Replicas int
+	Timeout  time.Duration
+	AOF      bool
+}
+
 // Config configures a Worker. Only Brokers and Redis are required.
 type Config struct {
 	Brokers        []string       // Kafka bootstrap addresses
@@ -86,6 +98,11 @@ type Config struct {
 	Namespace string
 	Shards    int
 	Retention time.Duration
+	// Acks makes every outcome the worker stores (success, retry, dead,
+	// deferral) wait for Redis replicas before the record's offset is
+	// committed, so that a Redis failover cannot undo an outcome whose
+	// Kafka record is gone (DQ_REDIS_REPLICA_ACKS; zero: no wait).
+	Acks ReplicaAcks
 
 	// ClaimMargin is added to a task's timeout for the TTL of its execution
 	// claim; default 10s. A task whose worker crashed runs again elsewhere
@@ -499,7 +516,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	err := w.retryRedis(ctx, w.log, "open store", func() error {
 		var err error
 		store, err = redisstore.New(ctx, rdb, redisstore.Options{
-			Namespace: w.cfg.Namespace, Shards: w.cfg.Shards, Retention: w.cfg.Retention})
+			Namespace: w.cfg.Namespace, Shards: w.cfg.Shards, Retention: w.cfg.Retention,
+			ReplicaAcks: w.cfg.Acks.Replicas, AckTimeout: w.cfg.Acks.Timeout, WaitAOF: w.cfg.Acks.AOF})
 		return err
 	})
 	if ctx.Err() != nil {

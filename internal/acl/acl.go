@@ -23,6 +23,10 @@ var RedisCommands = []string{
 	"hello", "auth", "ping", "cluster|slots", "command", "asking",
 	// scripts: every transition is one script (EVALSHA, EVAL after NOSCRIPT)
 	"evalsha", "eval",
+	// durable writes (DQ_REDIS_REPLICA_ACKS): the replicas' confirmation
+	// after a script. DQ_REDIS_WAIT_AOF also needs +waitaof, which Redis
+	// before 7.2 refuses in an ACL rule: add it by hand there.
+	"wait",
 	// wake-ups
 	"publish", "subscribe", "unsubscribe",
 	// keys, hashes and sorted sets, read by the store and the scripts

@@ -27,13 +27,15 @@ import (
 // 4xx and changes nothing. Each endpoint is a function from the request
 // to its answer (see handle); the wire package decodes and encodes.
 //
-// Redis unavailable: schedules are journaled (202). Reads and
-// PATCH/DELETE/redrive answer 503 unavailable with Retry-After: they
-// cannot be journaled without breaking what they answer. A PATCH or DELETE
-// of an id that still has an entry in the journal also answers 503 until
-// the entry is replayed, so it cannot act on an older version in Redis.
-// GET /v1/stats always answers 200, with redis_up and journal_depth, so
-// operators can watch a journal drain during an outage.
+// Redis unavailable: schedules are journaled (202); on a Redis Cluster
+// only those of the shards whose master is unavailable (see App.schedule).
+// Reads and PATCH/DELETE/redrive answer 503 unavailable with Retry-After:
+// they cannot be journaled without breaking what they answer (by id: when
+// the id's shard is known down). A PATCH or DELETE of an id that still has
+// an entry in the journal also answers 503 until the entry is replayed, so
+// it cannot act on an older version in Redis. GET /v1/stats always answers
+// 200, with redis_up (a cluster: some master answers), shards_down and
+// journal_depth, so operators can watch a journal drain during an outage.
 
 func (a *App) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -352,43 +354,90 @@ func (a *App) checkRecordSize(t *task.Task) *wire.Error {
 			task.Truncate(t.ID, 64), n, len(t.Payload), n-len(t.Payload), a.cfg.MaxRecordBytes)}
 }
 
-// schedule stores tasks in Redis, or journals them when Redis is
-// unavailable (or the journal is not empty, to keep per-id order). The
-// results are in the order of subs.
+// Why a task of a schedule call is journaled; 0: it is not.
+const (
+	whyRedisDown uint8 = iota + 1
+	whyShardDown
+	whyUnavailable
+	whyOrder
+)
+
+var whyReason = [...]string{whyRedisDown: reasonRedisDown, whyShardDown: reasonShardDown, whyUnavailable: reasonUnavailable, whyOrder: reasonOrder}
+
+// schedule stores tasks in Redis, or journals them. A task is journaled
+// when
+//   - Redis does not answer (a single server, every master of a cluster)
+//     or the store is not open yet;
+//   - an earlier submission of its id, or of an id of the same lane,
+//     waits in the journal (lanes.go), or an earlier item of its id in
+//     subs is journaled: each id's submissions are applied in order;
+//   - its shard is known down (a cluster: shardhealth.go), so that no
+//     request waits for a dead master;
+//   - its write fails unavailable (redisstore.IsUnavailable: refused,
+//     timed out, refused writes, not replicated in time, ...); on a
+//     cluster that is the failing shard's tasks only.
+//
+// The others go to Redis in one store call: during one master's outage
+// the tasks of the other masters' shards are stored as usual. The results
+// are in the order of subs.
 func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []wire.Scheduled {
 	a.noteTypes(subs) // for GET /v1/types (types.go)
 	out := make([]wire.Scheduled, len(subs))
-	var toJournal []int
+	why := make([]uint8, len(subs))
 	st := a.store.Load()
-	// Straight to the journal when Redis is known to be down (no timeout
-	// per request during an outage) or entries wait for replay (order).
-	if st == nil || !a.redisUp.Load() || a.jr.Len() > 0 {
-		// (A Redis that refuses writes is tried again here while the
-		// journal is empty; the refusal journals the tasks.)
-		toJournal = make([]int, len(subs))
-		for i := range subs {
-			toJournal[i] = i
+	if st == nil || !a.redisUp.Load() {
+		for i := range why {
+			why[i] = whyRedisDown
 		}
-	} else {
+		a.journalWhy(ctx, subs, why, out)
+		return out
+	}
+	m, now := st.Map(), a.now()
+	var held map[string]bool // ids with an item journaled by this call
+	hold := func(i int, w uint8) {
+		if held == nil {
+			held = make(map[string]bool)
+		}
+		held[subs[i].Task.ID] = true
+		why[i] = w
+	}
+	send, pos := subs, []int(nil) // pos[j]: the index in subs of send[j] (nil: the same)
+	for i := range subs {
+		id := subs[i].Task.ID
+		switch {
+		case a.down.downFor(m, id, now):
+			hold(i, whyShardDown)
+		case held[id] || a.inJournal(ctx, id):
+			hold(i, whyOrder)
+		}
+	}
+	if held != nil {
+		send, pos = make([]redisstore.Submit, 0, len(subs)), make([]int, 0, len(subs))
+		for i := range subs {
+			if why[i] == 0 {
+				send, pos = append(send, subs[i]), append(pos, i)
+			}
+		}
+	}
+	if len(send) > 0 {
 		octx, cancel := a.opContext(ctx)
-		res, err := st.Schedule(octx, subs)
+		res, err := st.Schedule(octx, send)
 		cancel()
-		a.noteRedis(err)
-		a.noteWrite(err)
-		var journaledIDs map[string]bool // ids with an earlier item of this call journaled
+		a.noteResults(m, res, err)
 		var counts [5]int
-		for i := range res {
-			r := &res[i]
+		for j := range res {
+			r, i := &res[j], j
+			if pos != nil {
+				i = pos[j]
+			}
 			switch {
-			case journaledIDs[r.ID] || (r.Err != nil && redisstore.IsUnavailable(r.Err)):
+			case held[r.ID]:
 				// A later item of an id whose earlier item is journaled is
 				// journaled too (even if Redis took it): the replay must
 				// end with the latest submission.
-				if journaledIDs == nil {
-					journaledIDs = make(map[string]bool)
-				}
-				journaledIDs[r.ID] = true
-				toJournal = append(toJournal, i)
+				why[i] = whyOrder
+			case r.Err != nil && redisstore.IsUnavailable(r.Err):
+				hold(i, whyUnavailable)
 			case r.Outcome == redisstore.Rejected:
 				counts[redisstore.Rejected]++
 				out[i] = wire.Scheduled{ID: r.ID, Err: wire.Conflict(rejectedMessage(r))}
@@ -405,29 +454,65 @@ func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []wire.Sch
 			}
 		}
 	}
-	if len(toJournal) > 0 {
-		a.journal(ctx, subs, toJournal, out)
+	if held != nil {
+		a.journalWhy(ctx, subs, why, out)
 	}
 	return out
+}
+
+// journalWhy journals the tasks of subs that have a reason in why, in the
+// order of subs, and counts the reasons.
+func (a *App) journalWhy(ctx context.Context, subs []redisstore.Submit, why []uint8, out []wire.Scheduled) {
+	idx := make([]int, 0, len(subs))
+	var counts [len(whyReason)]int
+	for i, w := range why {
+		if w != 0 {
+			idx = append(idx, i)
+			counts[w]++
+		}
+	}
+	// the compensator has nothing to do for tasks of shards known down
+	wake := !a.cluster || counts[whyRedisDown] > 0 || counts[whyOrder] > 0
+	if !a.appendJournal(ctx, subs, idx, out, wake) {
+		return
+	}
+	for w, n := range counts {
+		if n > 0 {
+			a.m.journaled.WithLabelValues(whyReason[w]).Add(float64(n))
+		}
+	}
 }
 
 func rejectedMessage(r *redisstore.Result) string {
 	return fmt.Sprintf("task %s exists and is %s: a task can take other content only while it waits", r.ID, r.State)
 }
 
-// journal appends subs[idx...] to the journal in one fsync'd append.
+// journal appends subs[idx...] to the journal in one fsync'd append,
+// answers them in out and wakes the compensator.
 func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, out []wire.Scheduled) {
+	a.appendJournal(ctx, subs, idx, out, true)
+}
+
+// appendJournal is journal; it reports whether the append succeeded, and
+// wakes the compensator only if wake. The lanes of the ids count the
+// entries from before the append (lanes.go).
+func (a *App) appendJournal(ctx context.Context, subs []redisstore.Submit, idx []int, out []wire.Scheduled, wake bool) bool {
+	if len(idx) == 0 {
+		return true
+	}
 	entries := make([]journal.Entry, len(idx))
 	now := a.now()
 	for j, i := range idx {
 		t := subs[i].Task
 		entries[j] = journal.Entry{ID: t.ID, Data: encodeJournalData(t), At: now}
+		a.lanes.add(t.ID)
 	}
 	_, err := a.jr.Append(context.WithoutCancel(ctx), entries...)
 	for _, i := range idx {
 		t := subs[i].Task
 		if err != nil {
-			out[i] = wire.Scheduled{ID: t.ID, Err: wire.Unavailable("redis is unreachable and the journal write failed")}
+			a.lanes.done(t.ID)
+			out[i] = wire.Scheduled{ID: t.ID, Err: wire.Unavailable("redis cannot take the task now and the journal write failed")}
 			continue
 		}
 		out[i] = wire.Scheduled{ID: t.ID, State: task.StateJournaled, Outcome: wire.OutcomeJournaled, DueAt: t.DueAt,
@@ -435,10 +520,13 @@ func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, 
 	}
 	if err != nil {
 		a.log.Error("journal append failed", "tasks", len(idx), "error", err)
-		return
+		return false
 	}
 	a.m.scheduled.WithLabelValues(wire.OutcomeJournaled).Add(float64(len(idx)))
-	a.wake()
+	if wake {
+		a.wake()
+	}
+	return true
 }
 
 // --- single task ---
@@ -467,9 +555,32 @@ func (a *App) storeFor() (*redisstore.Store, *wire.Error) {
 	return st, nil
 }
 
+// storeForID is storeFor for an operation on id: 503 also while the id's
+// shard is known down (a cluster), without waiting for its master.
+func (a *App) storeForID(id string) (*redisstore.Store, *wire.Error) {
+	st, e := a.storeFor()
+	if e == nil && a.down.downFor(st.Map(), id, a.now()) {
+		return nil, wire.Unavailable("redis is unreachable for the shard of task " + id)
+	}
+	return st, e
+}
+
+// inJournal reports whether an entry of id waits in the journal: its
+// lane's count, then (only when the lane is busy) the journal's id index,
+// so that an id that merely shares a lane with a journaled one is not
+// journaled behind it. A failed lookup answers true: journaling keeps the
+// order either way.
+func (a *App) inJournal(ctx context.Context, id string) bool {
+	if !a.lanes.busy(id) {
+		return false
+	}
+	_, ok, err := a.jr.Lookup(ctx, id)
+	return ok || err != nil
+}
+
 // journaled returns the journal's latest entry for id, if any.
 func (a *App) journaled(ctx context.Context, id string) (*task.Task, bool, *wire.Error) {
-	if a.jr.Len() == 0 {
+	if !a.lanes.busy(id) { // no entry of its lane: no I/O
 		return nil, false, nil
 	}
 	e, ok, err := a.jr.Lookup(ctx, id)
@@ -497,6 +608,9 @@ func (a *App) storeError(id string, err error) *wire.Error {
 		return wire.NotFound("task " + id + " not found")
 	case errors.As(err, &se):
 		return wire.Conflict(fmt.Sprintf("task %s is %s", id, se.State))
+	case errors.Is(err, redisstore.ErrNotReplicated):
+		// a failover may still undo the change: never a 2xx (issue 39)
+		return wire.OutcomeUnknown("task " + id + ": the change ran on the Redis primary but its replicas did not confirm it in time (DQ_REDIS_REPLICA_ACKS); send it again")
 	case redisstore.IsUnavailable(err):
 		return wire.Unavailable("redis is " + redisCondition(err))
 	}
@@ -513,7 +627,7 @@ func (a *App) handleGet(c *call) (int, any, *wire.Error) {
 		return 0, nil, e
 	}
 	if !ok {
-		st, e := a.storeFor()
+		st, e := a.storeForID(id)
 		if e != nil {
 			return 0, nil, e
 		}
@@ -533,18 +647,26 @@ func (a *App) handleGet(c *call) (int, any, *wire.Error) {
 }
 
 // noteStore records a store error that is not an answer about a task.
+// On a cluster an operation that reached no master says nothing of the
+// others: the store keeper's ping decides whether Redis is down.
 func (a *App) noteStore(err error) {
 	var se *redisstore.StateError
 	if errors.Is(err, redisstore.ErrNotFound) || errors.As(err, &se) {
 		err = nil // Redis answered
 	}
+	if a.cluster && redisstore.IsUnavailable(err) && !redisAnswered(err) {
+		a.noteMisconfig(err)
+		a.m.redisErrs.Inc()
+		return
+	}
 	a.noteRedis(err)
 }
 
-// writable checks that id can be changed in Redis now: the store is open
-// and the journal holds no newer version of it.
+// writable checks that id can be changed in Redis now: the store is open,
+// the id's shard is not known down and the journal holds no newer version
+// of it.
 func (a *App) writable(ctx context.Context, id string) (*redisstore.Store, *wire.Error) {
-	st, e := a.storeFor()
+	st, e := a.storeForID(id)
 	if e != nil {
 		return nil, e
 	}
@@ -619,13 +741,18 @@ type statsResponse struct {
 	ShardCount   int                     `json:"shard_count"`
 	RedisUp      bool                    `json:"redis_up"`
 	RedisError   string                  `json:"redis_error,omitempty"`
+	ShardsDown   []int                   `json:"shards_down"` // shards whose master is known down (a cluster)
 	JournalDepth int                     `json:"journal_depth"`
 	Totals       statsTotals             `json:"totals"`
 	Shards       []redisstore.ShardStats `json:"shards"`
 }
 
 func (a *App) handleStats(c *call) (int, any, *wire.Error) {
-	resp := statsResponse{Namespace: a.cfg.Namespace, ShardCount: a.shardCount(), Shards: []redisstore.ShardStats{}}
+	resp := statsResponse{Namespace: a.cfg.Namespace, ShardCount: a.shardCount(), Shards: []redisstore.ShardStats{},
+		ShardsDown: a.shardsDown()}
+	if resp.ShardsDown == nil {
+		resp.ShardsDown = []int{}
+	}
 	if st, e := a.storeFor(); e != nil {
 		resp.RedisError = e.Message
 	} else {
@@ -634,9 +761,15 @@ func (a *App) handleStats(c *call) (int, any, *wire.Error) {
 			shards, err = st.Stats(ctx)
 			return err
 		})
-		if err != nil {
+		switch {
+		case err != nil && a.cluster && a.redisUp.Load():
+			// one master down fails the read of every shard's figures
+			// (one read); Redis answers the other shards
+			resp.RedisUp = true
+			resp.RedisError = "shard figures not read: redis " + redisCondition(err)
+		case err != nil:
 			resp.RedisError = "redis " + redisCondition(err)
-		} else {
+		default:
 			resp.RedisUp = true
 			resp.Shards = shards
 			for _, s := range shards {

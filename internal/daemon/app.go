@@ -19,6 +19,7 @@ import (
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/daemon/journal"
 	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/lograte"
 	"github.com/delayq/delayq/internal/outcome"
 	"github.com/delayq/delayq/internal/ratelimit"
 	"github.com/delayq/delayq/internal/redisstore"
@@ -36,14 +37,23 @@ type App struct {
 	now func() time.Time
 
 	rdb     redis.UniversalClient
-	store   atomic.Pointer[redisstore.Store] // nil until Redis answered once
+	cluster bool // rdb is a Redis Cluster client: each shard is its own failure domain
+	// unconfirmed warns of writes whose replicas did not confirm them
+	// (DQ_REDIS_REPLICA_ACKS), once a minute
+	unconfirmed lograte.Warner
+	store       atomic.Pointer[redisstore.Store] // nil until Redis answered once
+	// redisUp: Redis answers. A single server: it answered the last
+	// operation or ping. A cluster: some master answered the store
+	// keeper's ping (the shards known down are in down).
 	redisUp atomic.Bool
+	down    shardHealth             // shards known down (cluster only; shardhealth.go)
 	refused atomic.Pointer[refusal] // Redis answers but refused the last write (OOM, READONLY, ...)
 	// misconfig is why Redis refuses delayq's settings (TLS, login,
 	// permission; config.Misconfigured), nil while it does not.
 	misconfig atomic.Pointer[string]
 	jr        *journal.Journal
-	kick      chan struct{} // wakes the compensator (new journal entry, Redis back)
+	lanes     *lanes        // journal entries per lane of ids (lanes.go)
+	kick      chan struct{} // wakes the compensator (new journal entry, Redis or a shard back)
 
 	etcd   *clientv3.Client    // nil when the limits API is disabled
 	procs  *registry.Registrar // this daemon in the process registry; nil without etcd
@@ -88,12 +98,18 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger, listen bool) (*Ap
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &App{cfg: cfg, log: log, reg: admin.NewRegistry(), now: time.Now, kick: make(chan struct{}, 1)}
+	a := &App{cfg: cfg, log: log, reg: admin.NewRegistry(), now: time.Now, kick: make(chan struct{}, 1),
+		unconfirmed: lograte.Warner{Log: log, Every: time.Minute}}
 	jr, err := journal.Open(cfg.JournalDir)
 	if err != nil {
 		return nil, err
 	}
 	a.jr = jr
+	a.lanes = newLanes()
+	if err := a.lanes.load(ctx, jr); err != nil {
+		_ = a.jr.Close()
+		return nil, err
+	}
 	a.m = newMetrics(a.reg,
 		func() float64 { return float64(a.jr.Len()) },
 		func() float64 {
@@ -107,12 +123,16 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger, listen bool) (*Ap
 				return 1
 			}
 			return 0
-		})
+		},
+		func() float64 { return float64(len(a.shardsDown())) })
 	a.reg.MustRegister(newShardGauges(ctx, a.statsReader, log.With("component", "gauges")))
-	if a.rdb, err = cfg.RedisClient(); err != nil {
+	var ha *config.RedisHA
+	if a.rdb, ha, err = cfg.RedisClientHA(log); err != nil {
 		_ = a.jr.Close()
 		return nil, err
 	}
+	a.reg.MustRegister(ha) // delayq_redis_failovers_total
+	_, a.cluster = a.rdb.(*redis.ClusterClient)
 	a.keeper = &storeKeeper{app: a}
 	a.comp = &compensator{app: a}
 	a.coalesce = newCoalescer(a)
@@ -176,7 +196,7 @@ func (a *App) JournalDepth() int { return a.jr.Len() }
 //  1. stop accepting HTTP connections,
 //  2. drain in-flight requests (within DQ_SHUTDOWN_TIMEOUT; a request that
 //     is journaling finishes its fsync'd append),
-//  3. stop the compensator, which finishes the batch it is replaying, and
+//  3. stop the compensator, which finishes the page it is replaying, and
 //     the coalescer, once the groups queued in it are stored (a request
 //     still arriving schedules alone),
 //  4. close the journal (entries left are replayed by the next start),

@@ -3,44 +3,68 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/delayq/delayq/internal/daemon/journal"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/retry"
+	"github.com/delayq/delayq/internal/shardmap"
 )
 
-// replayBatch is how many journal entries one replay step schedules.
+// replayBatch is how many journal entries one replay step reads (a page)
+// and schedules in one store call.
 const replayBatch = 500
 
 // idlePoll bounds how long an idle compensator waits for a wake-up before
 // it looks at the journal again (covers a lost wake-up).
 const idlePoll = time.Second
 
-// compensator replays the journal into Redis: it peeks the oldest entries,
-// schedules them through the store (idempotent by id, absolute due times),
-// and removes them once Redis has them. It runs from the start, so a
+// passGap is the least time between two passes that left entries in
+// place: each pass reads the entries it leaves again.
+const passGap = 50 * time.Millisecond
+
+// compensator replays the journal into Redis. It runs from the start, so a
 // restarted daemon replays what an earlier run left.
 //
-// Order: entries are replayed oldest first in one Schedule call per batch,
-// whose results are applied per id in submission order. While the journal
-// is not empty the API journals new schedules too, so that a later
-// submission of an id can never overtake an earlier one.
+// A pass reads the journal from its oldest entry, a page (replayBatch) at
+// a time (journal.PeekAfter), schedules a page's entries through the store
+// in one call (idempotent by id, absolute due times, applied in order) and
+// removes the ones Redis has. Entries are kept per failure domain: a shard
+// on a Redis Cluster, the whole server otherwise. An entry of a shard known
+// down (shardhealth.go) is left in place without trying it, and an entry
+// whose write fails blocks its shard for the rest of the pass: every later
+// entry of that shard stays too, even one Redis took (it is applied again
+// after the earlier one). An id's entries share its shard, so they are
+// applied in order. The pass goes on past the entries it keeps, so a dead
+// master's thousands of entries never hold back another shard's. On a
+// single server a failure ends the pass.
 //
-// Failures: while Redis is unavailable (or answers a batch with an
-// unexpected error, e.g. OOM) nothing of the batch is removed and the whole
-// batch is retried after a capped exponential backoff (50ms to 2s); a
-// retry re-applies entries that did reach Redis, which is harmless because
-// they are applied again in the same order. An entry Redis rejects for
-// good (the id exists in a state that no longer accepts other content) or
-// one that cannot be decoded is removed and logged at warn with its id:
-// nothing loops forever on a poison entry.
+// An entry whose write ran but was not confirmed by the replicas
+// (DQ_REDIS_REPLICA_ACKS: redisstore.ErrNotReplicated) blocks nothing: it
+// stays and is applied again by every pass until they confirm it (hold).
+//
+// Order: while an entry of an id waits, the API journals new schedules of
+// the id's lane too (lanes.go), so a later submission never overtakes it.
+//
+// A page's entries share one store call, so a write to a master that has
+// just died holds the other shards' entries of its page until it fails
+// (DQ_REDIS_TIMEOUT at most); that happens once, then its shards are
+// known down.
+//
+// Failures: while Redis does not answer at all, and after a pass that met
+// any other failure (e.g. OOM on a single server, a journal read), the
+// compensator waits with a capped exponential backoff (50ms to 2s), cut
+// short once Redis is seen answering. Entries of shards known down wait
+// for a wake-up (new entries, or a shard back: the store keeper's probe),
+// at least passGap after the pass, at most idlePoll. An entry Redis
+// rejects for good (the id exists in a state that no longer accepts other
+// content) or one that cannot be decoded is removed and logged at warn
+// with its id: nothing loops forever on a poison entry.
 type compensator struct {
 	app *App
 }
 
-// Run replays until ctx ends; it finishes the batch in progress first.
+// Run replays until ctx ends; it finishes the page in progress first.
 func (c *compensator) Run(ctx context.Context) error {
 	a := c.app
 	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second, NoJitter: true}
@@ -54,14 +78,20 @@ func (c *compensator) Run(ctx context.Context) error {
 			c.backoff(ctx, bo.Next())
 			continue
 		}
-		// The batch runs to its end even when ctx ends meanwhile.
-		if err := c.replay(context.WithoutCancel(ctx), st); err != nil {
+		p := c.pass(ctx, st)
+		switch {
+		case p.failed != nil:
 			d := bo.Next()
-			a.log.Debug("journal replay deferred", "error", err, "retry_in", d, "journal_depth", a.jr.Len())
+			a.log.Debug("journal replay deferred", "error", p.failed, "retry_in", d, "journal_depth", a.jr.Len())
 			c.backoff(ctx, d)
-			continue
+		case p.kept > 0:
+			bo.Reset()
+			if retry.Sleep(ctx, passGap) {
+				c.idle(ctx)
+			}
+		default:
+			bo.Reset()
 		}
-		bo.Reset()
 	}
 	return nil
 }
@@ -95,56 +125,140 @@ func (c *compensator) idle(ctx context.Context) {
 	}
 }
 
-// errRetry marks a batch that must be replayed again later.
-var errRetry = errors.New("replay again later")
+// replayPass is one pass over the journal.
+type replayPass struct {
+	app     *App
+	st      *redisstore.Store
+	m       shardmap.Map        // routes the pass' decisions, whatever the map does meanwhile
+	blocked map[int]bool        // failure domains with an entry kept in this pass
+	held    map[string]bool     // ids with an entry applied but not confirmed by the replicas in this pass
+	removed int                 // entries replayed or dropped
+	kept    int                 // entries left in place
+	failed  error               // why the pass stopped early or met an unexpected error
+	done    []journal.Entry     // of the current page: to remove
+	subs    []redisstore.Submit // of the current page: to schedule
+	sent    []journal.Entry     // the entries of subs
+}
 
-// replay schedules one batch of journal entries and removes the ones
-// that are done.
-func (c *compensator) replay(ctx context.Context, st *redisstore.Store) error {
+// pass replays what it can of the journal. It stops at a page's end when
+// ctx ends; the entries appended meanwhile are for the next pass.
+func (c *compensator) pass(ctx context.Context, st *redisstore.Store) *replayPass {
 	a := c.app
-	entries, err := a.jr.Peek(ctx, replayBatch)
-	if err != nil {
-		a.log.Error("journal peek failed", "error", err)
-		return fmt.Errorf("%w: %w", errRetry, err)
+	p := &replayPass{app: a, st: st, m: st.Map(), blocked: make(map[int]bool), held: make(map[string]bool)}
+	budget := a.jr.Len() + replayBatch
+	for after := uint64(0); budget > 0 && ctx.Err() == nil; {
+		entries, err := a.jr.PeekAfter(ctx, after, min(replayBatch, budget))
+		if err != nil {
+			a.log.Error("journal peek failed", "error", err)
+			p.failed = err
+			break
+		}
+		if len(entries) == 0 {
+			break
+		}
+		budget -= len(entries)
+		after = entries[len(entries)-1].Seq
+		// The page runs to its end even when ctx ends meanwhile.
+		if !p.page(context.WithoutCancel(ctx), entries) {
+			break
+		}
 	}
-	if len(entries) == 0 {
-		return nil
+	if p.removed > 0 {
+		a.log.Info("journal entries replayed", "count", p.removed, "kept", p.kept, "journal_depth", a.jr.Len())
 	}
-	done := make([]uint64, 0, len(entries))
-	subs := make([]redisstore.Submit, 0, len(entries))
-	kept := make([]journal.Entry, 0, len(entries))
+	return p
+}
+
+// domain is the failure domain of id's entries: its shard on a cluster.
+func (p *replayPass) domain(id string) int {
+	if !p.app.cluster {
+		return 0
+	}
+	return p.m.Shard(id)
+}
+
+// keep leaves e in place and blocks its domain for the rest of the pass.
+func (p *replayPass) keep(e journal.Entry) {
+	p.blocked[p.domain(e.ID)] = true
+	p.kept++
+}
+
+// hold leaves e in place although the primary applied it: its replicas
+// did not confirm it (redisstore.ErrNotReplicated), so a failover may
+// still undo it. The shard goes on (the write ran: the task fires from
+// Redis on time); e is applied again by every pass until the replicas
+// confirm it, and so is every later entry of its id, which stays too, so
+// that the id ends with its latest submission whichever entries are
+// confirmed first.
+func (p *replayPass) hold(e journal.Entry) {
+	p.held[e.ID] = true
+	p.kept++
+}
+
+// page replays one page and reports whether the pass goes on.
+func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
+	a := p.app
+	p.done, p.subs, p.sent = p.done[:0], p.subs[:0], p.sent[:0]
+	now := a.now()
 	for _, e := range entries {
+		if p.blocked[p.domain(e.ID)] || a.down.downFor(p.m, e.ID, now) {
+			p.keep(e)
+			continue
+		}
 		t, err := decodeJournalData(e.ID, e.Data)
 		if err != nil {
 			a.log.Warn("dropping unreadable journal entry", "task_id", e.ID, "seq", e.Seq, "error", err)
-			done = append(done, e.Seq)
+			p.done = append(p.done, e)
 			continue
 		}
-		subs = append(subs, redisstore.Submit{Task: t})
-		kept = append(kept, e)
+		p.subs = append(p.subs, redisstore.Submit{Task: t})
+		p.sent = append(p.sent, e)
 	}
-	if len(subs) > 0 {
+	if len(p.subs) > 0 {
 		octx, cancel := a.opContext(ctx)
-		res, err := st.Schedule(octx, subs)
+		res, err := p.st.Schedule(octx, p.subs)
 		cancel()
-		a.noteRedis(err)
-		a.noteWrite(err)
-		for i, r := range res {
-			if r.Err != nil && r.Outcome != redisstore.Rejected {
-				return fmt.Errorf("%w: %w", errRetry, r.Err)
-			}
-			if r.Outcome == redisstore.Rejected {
+		a.noteResults(p.m, res, err)
+		for i := range res {
+			r, e := &res[i], p.sent[i]
+			switch {
+			case p.blocked[p.domain(e.ID)]:
+				// an earlier entry of its domain stays: this one is
+				// applied again after it
+				p.keep(e)
+			case p.held[e.ID], errors.Is(r.Err, redisstore.ErrNotReplicated):
+				p.hold(e)
+			case r.Outcome == redisstore.Rejected:
 				a.log.Warn("journal entry rejected by the store; dropped", "task_id", r.ID,
-					"state", r.State, "journaled_at", kept[i].At, "error", r.Err)
+					"state", r.State, "journaled_at", e.At, "error", r.Err)
+				p.done = append(p.done, e)
+			case r.Err != nil:
+				p.keep(e)
+				if !a.cluster || !redisstore.IsUnavailable(r.Err) {
+					p.failed = r.Err // a shard known down waits for its probe instead
+				}
+			default:
+				p.done = append(p.done, e)
 			}
-			done = append(done, kept[i].Seq)
 		}
 	}
-	if err := a.jr.Remove(ctx, done...); err != nil {
-		a.log.Error("journal remove failed", "error", err)
-		return fmt.Errorf("%w: %w", errRetry, err)
+	if len(p.done) > 0 {
+		seqs := make([]uint64, len(p.done))
+		for i, e := range p.done {
+			seqs[i] = e.Seq
+		}
+		if err := a.jr.Remove(ctx, seqs...); err != nil {
+			// they stay: nothing after them may be applied in this pass
+			a.log.Error("journal remove failed", "error", err)
+			p.failed = err
+			p.kept += len(p.done)
+			return false
+		}
+		for _, e := range p.done {
+			a.lanes.done(e.ID)
+		}
+		p.removed += len(p.done)
+		a.m.replayed.Add(float64(len(p.done)))
 	}
-	a.m.replayed.Add(float64(len(done)))
-	a.log.Info("journal entries replayed", "count", len(done), "journal_depth", a.jr.Len())
-	return nil
+	return a.cluster || len(p.blocked) == 0 // a single server: one failure ends the pass
 }

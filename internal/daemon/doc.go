@@ -10,7 +10,9 @@
 //     adapted by handle; package wire decodes the bodies and encodes
 //     the answers;
 //   - the store keeper (storekeeper.go): opens the Redis store, retrying
-//     while Redis is down, then pings it to keep delayq_redis_up honest;
+//     while Redis is down, then pings it to keep delayq_redis_up honest
+//     and, on a Redis Cluster, probes the shards known down
+//     (shardhealth.go);
 //   - the compensator (compensator.go): replays the journal into Redis;
 //   - the coalescer (coalescer.go): groups concurrent single-task
 //     schedules into one store call (group commit, no added wait).
@@ -22,7 +24,7 @@
 //	GET    /v1/tasks/{id}          200 task (state "journaled" while only in the journal) | 404
 //	PATCH  /v1/tasks/{id}          200 {"id","due_at"} | 404 | 409 | 503 while Redis is down
 //	DELETE /v1/tasks/{id}          200 {"id","state":"cancelled"} | 404 | 409 | 503 while Redis is down
-//	GET    /v1/stats               200 totals, per shard, journal_depth, redis_up (also while Redis is down)
+//	GET    /v1/stats               200 totals, per shard, journal_depth, redis_up, shards_down (also while Redis is down)
 //	GET    /v1/dead?limit=N        200 {"dead":[task + "died_at"]} (N 1..1000, default 100)
 //	POST   /v1/dead/{id}/redrive   200 {"id","state":"scheduled","due_at"} | 404 | 409
 //	DELETE /v1/dead/{id}           200 {"id","deleted":true} | 404 | 409
@@ -50,17 +52,26 @@
 // # Compensation
 //
 // When a schedule meets an unavailable Redis (redisstore.IsUnavailable:
-// refused, reset, timed out after DQ_REDIS_TIMEOUT), the normalised task
-// is appended to the journal (fsync'd) and answered 202. Its due time is
-// then absolute: a "delay" is resolved with the daemon's clock at
-// acceptance, because Redis' clock is not available. While the journal
-// holds entries, or Redis is known to be down, new schedules are journaled
-// too, so that a later submission of an id cannot overtake an earlier one.
-// The compensator replays entries oldest first once Redis answers; a
+// refused, reset, timed out after DQ_REDIS_TIMEOUT, refusing writes), the
+// normalised task is appended to the journal (fsync'd) and answered 202.
+// Its due time is then absolute: a "delay" is resolved with the daemon's
+// clock at acceptance, because Redis' clock is not available.
+//
+// Order is kept per task id, not globally: a schedule is journaled
+// without trying Redis when an earlier submission of its id may still be
+// in the journal (a count of entries per lane, a hash of the id:
+// lanes.go), when its shard is known down (a Redis Cluster master that
+// failed: shardhealth.go), or when Redis does not answer at all (a single
+// server down, every master of a cluster). Everything else goes to Redis,
+// so one master's outage does not delay the shards of the others.
+//
+// The compensator replays entries oldest first, per shard: the entries of
+// a shard that is down stay in place and the pass goes on past them; a
 // restarted daemon replays what is left. Reads, PATCH and DELETE cannot be
-// journaled and answer 503 while Redis is down (and PATCH/DELETE of an id
-// that is still in the journal answer 503 until it is replayed).
+// journaled and answer 503 while their Redis is down (and PATCH/DELETE of
+// an id that is still in the journal answer 503 until it is replayed).
 //
 // /readyz means "can accept schedules": the journal is open. Redis'
-// state is in /v1/stats (redis_up) and the delayq_redis_up gauge.
+// state is in /v1/stats (redis_up, shards_down) and the delayq_redis_up
+// and delayq_redis_shards_down gauges.
 package daemon

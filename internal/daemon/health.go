@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,7 +27,10 @@ import (
 // maxmemory is reached with noeviction, READONLY, ...): the daemon then
 // journals schedules like during an outage and replays them once a write
 // succeeds; delayq_redis_write_refusals_total{reason} counts the refusals
-// and delayq_redis_writable is 0 meanwhile.
+// and delayq_redis_writable is 0 meanwhile. On a Redis Cluster these
+// are per shard (shardhealth.go): a master that is down or refuses writes
+// marks its shards down, /readyz names them ("redis: degraded: 5 of 16
+// shards down") and the other shards take writes as usual.
 //
 // No answer carries Redis' own error text (it can hold script SHAs and
 // Lua line numbers): Redis problems are described by redisCondition, and
@@ -64,6 +68,9 @@ func classifyRedis(err error) (reason, what string) {
 	if c, ok := redisCodes[redisstore.RefusalCode(err)]; ok {
 		return c.reason, c.what
 	}
+	if errors.Is(err, redisstore.ErrNotReplicated) {
+		return "replicas", "applying writes its replicas did not confirm in time (DQ_REDIS_REPLICA_ACKS)"
+	}
 	var ce *config.ConnError
 	switch {
 	case errors.As(err, &ce) && config.Misconfigured(err):
@@ -83,11 +90,11 @@ func redisCondition(err error) string {
 	return what
 }
 
-// redisAnswered reports whether err is Redis' own answer (an error reply),
-// as opposed to no answer.
+// redisAnswered reports whether err is Redis' own answer (an error reply,
+// or a WAIT that counted too few replicas), as opposed to no answer.
 func redisAnswered(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re)
+	return errors.As(err, &re) || errors.Is(err, redisstore.ErrNotReplicated)
 }
 
 // noteMisconfig records whether a Redis error says that delayq's settings
@@ -133,7 +140,7 @@ func (a *App) noteWrite(err error) {
 // redisWritable reports whether Redis takes writes as far as the daemon
 // knows.
 func (a *App) redisWritable() bool {
-	return a.store.Load() != nil && a.redisUp.Load() && a.refused.Load() == nil
+	return a.store.Load() != nil && a.redisUp.Load() && a.refused.Load() == nil && len(a.shardsDown()) == 0
 }
 
 // report is /readyz.
@@ -150,6 +157,11 @@ func (a *App) report(ctx context.Context) (bool, []admin.Check) {
 		rc.OK, rc.Detail = false, "degraded: unreachable; schedules are journaled"
 	case r != nil:
 		rc.OK, rc.Detail = false, fmt.Sprintf("degraded: %s since %s; schedules are journaled and replayed once it accepts writes", r.what, wire.FormatTime(r.since))
+	default:
+		if down := a.shardsDown(); len(down) > 0 {
+			rc.OK, rc.Detail = false, fmt.Sprintf("degraded: %d of %d shards down (%s); their schedules are journaled and replayed once they answer",
+				len(down), a.store.Load().Shards(), formatShards(down))
+		}
 	}
 	jc := admin.Check{Name: "journal", OK: true}
 	if err := a.jr.Check(ctx); err != nil {
@@ -165,6 +177,22 @@ func (a *App) report(ctx context.Context) (bool, []admin.Check) {
 		return false, []admin.Check{rc, jc}
 	}
 	return true, []admin.Check{rc, jc}
+}
+
+// formatShards lists shard numbers, the first 16 of them.
+func formatShards(shards []int) string {
+	var b strings.Builder
+	for i, sh := range shards {
+		if i == 16 {
+			fmt.Fprintf(&b, ", ... %d more", len(shards)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(sh))
+	}
+	return b.String()
 }
 
 // internalError logs an unexpected failure with a fresh request id and

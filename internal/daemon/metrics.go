@@ -12,13 +12,22 @@ type metrics struct {
 	requests  *prometheus.CounterVec   // delayq_http_requests_total{route,code}
 	duration  *prometheus.HistogramVec // delayq_http_request_duration_seconds{route}
 	scheduled *prometheus.CounterVec   // delayq_tasks_scheduled_total{outcome}
+	journaled *prometheus.CounterVec   // delayq_tasks_journaled_total{reason}
 	replayed  prometheus.Counter       // delayq_journal_replayed_total
 	redisErrs prometheus.Counter       // delayq_redis_errors_total
 	refusals  *prometheus.CounterVec   // delayq_redis_write_refusals_total{reason}
 	groups    prometheus.Histogram     // delayq_schedule_group_size
 }
 
-func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable func() float64) *metrics {
+// Why a schedule was journaled (delayq_tasks_journaled_total{reason}).
+const (
+	reasonRedisDown   = "redis_down"  // Redis (a single server, or every master) does not answer, or the store is not open
+	reasonShardDown   = "shard_down"  // its shard is known down (shardhealth.go): not tried
+	reasonUnavailable = "unavailable" // its write failed unavailable (refused, timed out, not replicated, ...)
+	reasonOrder       = "order"       // an earlier submission of its id (or an id of its lane) waits in the journal
+)
+
+func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable, shardsDown func() float64) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: admin.Namespace, Name: "http_requests_total",
@@ -33,6 +42,10 @@ func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable 
 			Namespace: admin.Namespace, Name: "tasks_scheduled_total",
 			Help: "Schedule requests by outcome: created, unchanged, updated, rejected, journaled.",
 		}, []string{"outcome"}),
+		journaled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "tasks_journaled_total",
+			Help: "Schedules journaled, by reason: redis_down, shard_down (its shard known down), unavailable (its write failed), order (an earlier entry of its id's lane waits).",
+		}, []string{"reason"}),
 		replayed: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: admin.Namespace, Name: "journal_replayed_total",
 			Help: "Journal entries replayed into Redis (or dropped as non-retryable) and removed from the journal.",
@@ -54,10 +67,13 @@ func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable 
 	for _, o := range []string{wire.OutcomeCreated, wire.OutcomeUnchanged, wire.OutcomeUpdated, wire.OutcomeRejected, wire.OutcomeJournaled} {
 		m.scheduled.WithLabelValues(o)
 	}
-	reg.MustRegister(m.requests, m.duration, m.scheduled, m.replayed, m.redisErrs, m.refusals, m.groups,
+	for _, r := range []string{reasonRedisDown, reasonShardDown, reasonUnavailable, reasonOrder} {
+		m.journaled.WithLabelValues(r)
+	}
+	reg.MustRegister(m.requests, m.duration, m.scheduled, m.journaled, m.replayed, m.redisErrs, m.refusals, m.groups,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: admin.Namespace, Name: "redis_writable",
-			Help: "1 when Redis takes the daemon's writes; 0 while it is unreachable or refuses them (e.g. OOM) and schedules go to the journal.",
+			Help: "1 when Redis takes the daemon's writes; 0 while it is unreachable, refuses them (e.g. OOM) or a shard is down, and schedules go to the journal.",
 		}, redisWritable),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: admin.Namespace, Name: "journal_depth",
@@ -65,8 +81,12 @@ func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable 
 		}, journalDepth),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: admin.Namespace, Name: "redis_up",
-			Help: "1 when the last Redis operation or ping of the daemon succeeded, else 0.",
+			Help: "1 when Redis answers the daemon: a single server's last operation or ping succeeded, or some master of a cluster answered the ping; else 0.",
 		}, redisUp),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: admin.Namespace, Name: "redis_shards_down",
+			Help: "Shards whose Redis Cluster master is known down: their schedules are journaled without trying them.",
+		}, shardsDown),
 	)
 	return m
 }

@@ -181,6 +181,9 @@ func (a *App) listError(err error) *wire.Error {
 // bulkStoreError answers an infrastructure error of a many-task operation:
 // never bad input.
 func (a *App) bulkStoreError(op string, err error) *wire.Error {
+	if errors.Is(err, redisstore.ErrNotReplicated) {
+		return wire.OutcomeUnknown(op + ": changes ran on the Redis primary but its replicas did not confirm them in time (DQ_REDIS_REPLICA_ACKS); send the request again")
+	}
 	if redisstore.IsUnavailable(err) {
 		return wire.Unavailable("redis is " + redisCondition(err))
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/retry"
@@ -14,7 +17,10 @@ import (
 // so that delayq_redis_up is right without traffic.
 const pingInterval = time.Second
 
-// storeKeeper opens the Redis store and then watches Redis.
+// storeKeeper opens the Redis store and then watches Redis: a ping every
+// pingInterval (on a cluster, of every master: Redis is up while any
+// answers) and, on a cluster, a probe of the shards known down every
+// shardProbeInterval (shardhealth.go).
 //
 // redisstore.New needs Redis (it reads the namespace's shard map), so a
 // daemon started while Redis is unreachable runs without a store: schedules
@@ -35,6 +41,7 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 	defer cancel()
 	st, err := redisstore.New(octx, a.rdb, redisstore.Options{
 		Namespace: a.cfg.Namespace, Shards: a.cfg.Shards, Retention: a.cfg.Retention,
+		ReplicaAcks: a.cfg.RedisReplicaAcks, AckTimeout: a.cfg.RedisAckTimeout, WaitAOF: a.cfg.RedisWaitAOF,
 	})
 	a.noteMisconfig(err)
 	switch {
@@ -48,11 +55,14 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 		if advice := st.MemoryAdvice(octx); advice != "" {
 			a.log.Warn(advice)
 		}
+		if advice := st.ReplicaAdvice(octx); advice != "" {
+			a.log.Warn(advice)
+		}
 		a.redisUp.Store(true)
 		a.noteWrite(nil) // New wrote the namespace's meta: Redis takes writes
 		a.wake()
 		return nil
-	case errors.Is(err, redisstore.ErrShardMismatch), errors.Is(err, redisstore.ErrClusterNode):
+	case errors.Is(err, redisstore.ErrShardMismatch), errors.Is(err, redisstore.ErrClusterNode), errors.Is(err, redisstore.ErrUnsupported):
 		return fmt.Errorf("open redis store: %w", err)
 	default:
 		a.m.redisErrs.Inc()
@@ -63,7 +73,7 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 	}
 }
 
-// Run opens the store if New could not, then pings Redis until ctx ends.
+// Run opens the store if New could not, then watches Redis until ctx ends.
 func (k *storeKeeper) Run(ctx context.Context) error {
 	a := k.app
 	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second, NoJitter: true}
@@ -77,20 +87,60 @@ func (k *storeKeeper) Run(ctx context.Context) error {
 		}
 	}
 	st := a.store.Load()
-	t := time.NewTicker(pingInterval)
+	t := time.NewTicker(shardProbeInterval)
 	defer t.Stop()
+	var pinged time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		octx, cancel := a.opContext(ctx)
-		err := st.Ping(octx)
-		cancel()
+		if a.cluster {
+			a.probeShards(ctx, st)
+		}
+		if time.Since(pinged) < pingInterval {
+			continue
+		}
+		pinged = time.Now()
+		err := k.ping(ctx, st)
 		if err != nil && ctx.Err() != nil {
 			return nil
 		}
 		a.noteRedis(err)
 	}
+}
+
+// ping checks that Redis answers: the server, or on a cluster any master
+// (one master down is a matter of its shards).
+func (k *storeKeeper) ping(ctx context.Context, st *redisstore.Store) error {
+	octx, cancel := k.app.opContext(ctx)
+	defer cancel()
+	cc, ok := k.app.rdb.(*redis.ClusterClient)
+	if !ok {
+		return st.Ping(octx)
+	}
+	var (
+		mu       sync.Mutex
+		answered int
+		failed   error
+	)
+	err := cc.ForEachMaster(octx, func(ctx context.Context, c *redis.Client) error {
+		err := c.Ping(ctx).Err()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			failed = err
+		} else {
+			answered++
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("cluster ping: %w", err)
+	case answered == 0 && failed != nil:
+		return fmt.Errorf("cluster ping: no master answers: %w", failed)
+	}
+	return nil
 }

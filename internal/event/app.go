@@ -87,16 +87,20 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 	lm := leader.NewMetrics(a.reg)
 
 	var err error
-	if a.rdb, err = cfg.RedisClient(); err != nil {
+	var ha *config.RedisHA
+	if a.rdb, ha, err = cfg.RedisClientHA(log); err != nil {
 		return nil, err
 	}
+	a.reg.MustRegister(ha) // delayq_redis_failovers_total
 	kc, err := cfg.Conn()
 	if err != nil {
 		_ = a.rdb.Close()
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	store, err := redisstore.New(sctx, a.rdb, redisstore.Options{Namespace: cfg.Namespace, Shards: cfg.Shards, Retention: cfg.Retention})
+	store, err := redisstore.New(sctx, a.rdb, redisstore.Options{Namespace: cfg.Namespace, Shards: cfg.Shards, Retention: cfg.Retention,
+		// the scheduler's ticks are schedules: durable like the daemon's
+		ReplicaAcks: cfg.RedisReplicaAcks, AckTimeout: cfg.RedisAckTimeout, WaitAOF: cfg.RedisWaitAOF})
 	cancel()
 	if err != nil {
 		_ = a.rdb.Close()

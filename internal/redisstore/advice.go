@@ -28,3 +28,30 @@ func (s *Store) MemoryAdvice(ctx context.Context) string {
 	}
 	return ""
 }
+
+// ReplicaAdvice returns a warning when the replica acks setting does not
+// fit the primary that holds the namespace's meta key (read with ROLE):
+// replicas connected but ReplicaAcks 0 (a failover can lose acknowledged
+// writes: docs/design.md "Durable acknowledgement"), or fewer connected
+// replicas than ReplicaAcks (every durable write waits AckTimeout and is
+// journaled or retried until they connect). "" when it fits or ROLE is
+// not permitted (the least-privilege ACL user lacks it: @admin).
+func (s *Store) ReplicaAdvice(ctx context.Context) string {
+	c, err := s.primaryFor(ctx, s.k.meta)
+	if err != nil {
+		return ""
+	}
+	v, err := c.Do(ctx, "role").Slice()
+	if err != nil || len(v) < 3 || v[0] != "master" {
+		return ""
+	}
+	replicas, _ := v[2].([]any)
+	n := len(replicas)
+	switch {
+	case s.acks == 0 && n > 0:
+		return fmt.Sprintf("redis primary %s has %d replica(s) but DQ_REDIS_REPLICA_ACKS is 0: a failover to a replica that lags loses acknowledged writes (set DQ_REDIS_REPLICA_ACKS=1)", c.Options().Addr, n)
+	case s.acks > n:
+		return fmt.Sprintf("DQ_REDIS_REPLICA_ACKS is %d but redis primary %s has %d connected replica(s): every schedule is journaled, and every cancel, reschedule and outcome waits, until enough replicas connect", s.acks, c.Options().Addr, n)
+	}
+	return ""
+}

@@ -156,12 +156,16 @@ func slotGuard(key string) string {
 }
 
 // runScript runs a script (EVALSHA, EVAL after NOSCRIPT) through
-// retryMigrating, with the slot guard added to the keys of prefixScripts.
+// retryMigrating, with the slot guard added to the keys of prefixScripts,
+// and waits for the replicas after a durable script (durable.go).
 func (s *Store) runScript(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
 	if len(keys) > 0 && guarded[sc.Hash()] {
 		if g := slotGuard(keys[0]); g != "" {
 			keys = append(keys[:len(keys):len(keys)], g)
 		}
+	}
+	if s.waits(sc) {
+		return retryMigrating(ctx, func() (any, error) { return s.runWaited(ctx, sc, keys, args...) })
 	}
 	return retryMigrating(ctx, func() (any, error) {
 		return sc.Run(ctx, s.rdb, keys, args...).Result()

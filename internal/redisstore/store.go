@@ -44,6 +44,14 @@ type Options struct {
 	Namespace string        // default "dq"
 	Shards    int           // shard count of a new namespace, default 16; an existing namespace keeps its own map
 	Retention time.Duration // how long finished records stay readable; default 24h
+	// ReplicaAcks is the number of replicas that must confirm a durable
+	// write (durable.go) before it counts as done; 0: the primary's answer
+	// suffices. AckTimeout bounds the wait (default 500ms). WaitAOF waits
+	// with WAITAOF instead: the primary's AOF fsync and ReplicaAcks
+	// replicas' (Redis 7.2 or later; New refuses it otherwise).
+	ReplicaAcks int
+	AckTimeout  time.Duration
+	WaitAOF     bool
 }
 
 // Store is delayq's Redis task store. It is safe for concurrent use.
@@ -57,6 +65,10 @@ type Store struct {
 	// pack: a script call may span shards (packCalls); set by New for a
 	// client of one redis-server that is not a Redis Cluster node
 	pack bool
+	// durable writes (durable.go): replicas to wait for, how long, WAITAOF
+	acks       int
+	ackTimeout time.Duration
+	waitAOF    bool
 }
 
 //go:embed common.lua
@@ -88,12 +100,22 @@ func New(ctx context.Context, rdb redis.UniversalClient, o Options) (*Store, err
 	if o.Shards < 1 || o.Shards > 4096 {
 		return nil, fmt.Errorf("shards %d: must be between 1 and 4096", o.Shards)
 	}
-	s := &Store{rdb: rdb, k: newKeys(o.Namespace), retention: o.Retention, takes: make([]atomic.Uint32, shardmap.MaxShards)}
+	if o.ReplicaAcks < 0 || o.ReplicaAcks > 16 {
+		return nil, fmt.Errorf("replica acks %d: must be between 0 and 16", o.ReplicaAcks)
+	}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = 500 * time.Millisecond
+	}
+	s := &Store{rdb: rdb, k: newKeys(o.Namespace), retention: o.Retention, takes: make([]atomic.Uint32, shardmap.MaxShards),
+		acks: o.ReplicaAcks, ackTimeout: o.AckTimeout, waitAOF: o.WaitAOF}
 	// first: on a node of several masters the meta key may answer MOVED
 	if err := s.probeCluster(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.checkMeta(ctx, o.Shards); err != nil {
+		return nil, err
+	}
+	if err := s.checkWaitAOF(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil

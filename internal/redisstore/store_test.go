@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,8 +31,16 @@ func TestStoreCluster(t *testing.T) {
 
 var nsSeq atomic.Int64
 
+// durableSuites holds the clients whose suite runs with durable writes
+// (TestStoreReplicated): newStore gives their stores these ack settings.
+var durableSuites sync.Map // redis.UniversalClient -> Options
+
 func newStore(t *testing.T, rdb redis.UniversalClient, o Options) *Store {
 	t.Helper()
+	if b, ok := durableSuites.Load(rdb); ok {
+		d := b.(Options)
+		o.ReplicaAcks, o.AckTimeout, o.WaitAOF = d.ReplicaAcks, d.AckTimeout, d.WaitAOF
+	}
 	o.Namespace = fmt.Sprintf("t%d-%s", nsSeq.Add(1), strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()))
 	s, err := New(t.Context(), rdb, o)
 	if err != nil {

@@ -23,13 +23,15 @@ import (
 // about the task, so none may ever make a task poison or bad input; Redis
 // refuses such a command before it changes anything. So do a failed login
 // and a missing permission (WRONGPASS, NOAUTH, NOPERM: a setting to fix,
-// after which the write is replayed) and a failed TLS handshake (a
-// net.Error from the dialer of config.RedisClient).
+// after which the write is replayed), a failed TLS handshake (a
+// net.Error from the dialer of config.RedisClient), and a write whose
+// replicas did not confirm it in time (ErrNotReplicated: its outcome is
+// unknown, and replaying it is safe for the same reason).
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNREFUSED) ||
+	if errors.Is(err, ErrNotReplicated) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) {

@@ -73,7 +73,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rdb, err := cfg.RedisClient()
+	rdb, ha, err := cfg.RedisClientHA(log)
 	if err != nil {
 		return nil, err
 	}
@@ -83,6 +83,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	reg := admin.NewRegistry()
+	reg.MustRegister(ha) // delayq_redis_failovers_total
 	var lim *limits
 	var wl worker.Limiter
 	if len(cfg.EtcdEndpoints) > 0 {
@@ -141,6 +142,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		Namespace:         cfg.Namespace,
 		Shards:            cfg.Shards,
 		Retention:         cfg.Retention,
+		Acks:              worker.ReplicaAcks{Replicas: cfg.RedisReplicaAcks, Timeout: cfg.RedisAckTimeout, AOF: cfg.RedisWaitAOF},
 		ClaimMargin:       cfg.ClaimMargin,
 		ShutdownTimeout:   cfg.ShutdownGrace,
 		SessionTimeout:    cfg.SessionTimeout,

@@ -6,8 +6,9 @@
 // time. Every Append is fsync'd before it returns, so an entry whose Append
 // returned survives a crash of the process or the machine. Entries carry a
 // sequence number that is strictly increasing and never reused, also across
-// restarts; Peek returns them oldest first, and the replay loop removes them
-// with Remove once Redis has them.
+// restarts; Peek and PeekAfter (a page after a given Seq) return them
+// oldest first, and the replay loop removes them with Remove once Redis has
+// them, in any order: it leaves in place the entries whose shard is down.
 //
 // On disk there are two buckets:
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -229,16 +230,24 @@ func (j *Journal) Append(ctx context.Context, entries ...Entry) ([]uint64, error
 // Peek returns up to limit entries, oldest (lowest Seq) first. It does not
 // remove them.
 func (j *Journal) Peek(ctx context.Context, limit int) ([]Entry, error) {
+	return j.PeekAfter(ctx, 0, limit)
+}
+
+// PeekAfter returns up to limit entries whose Seq is above after, oldest
+// first (Seqs start at 1, so after 0 is Peek). A caller pages through the
+// journal with it, passing the last Seq it got, past entries it leaves in
+// place.
+func (j *Journal) PeekAfter(ctx context.Context, after uint64, limit int) ([]Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("peek: %w", err)
 	}
-	if limit <= 0 {
+	if limit <= 0 || after == math.MaxUint64 {
 		return nil, nil
 	}
 	out := make([]Entry, 0, min(limit, j.Len(), 4096)) // Len is never negative
 	err := j.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntries).Cursor()
-		for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+		for k, v := c.Seek(seqKey(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
 			e, err := entryAt(k, v)
 			if err != nil {
 				return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,6 +117,56 @@ func TestAppendPeekRemove(t *testing.T) {
 	if es := peekT(t, j, 10); len(es) != 0 || j.Len() != 0 {
 		t.Fatalf("after removing all: Peek = %v, Len = %d", es, j.Len())
 	}
+}
+
+// TestPeekAfter pages past entries left in place, and past removed ones,
+// as the replay does.
+func TestPeekAfter(t *testing.T) {
+	j := openT(t, t.TempDir())
+	at := time.UnixMilli(1_700_000_000_000)
+	j.now = func() time.Time { return at }
+	var want []Entry
+	for i := range 7 {
+		id := fmt.Sprintf("e%d", i)
+		appendT(t, j, entry(id, id))
+		want = append(want, Entry{Seq: uint64(i + 1), ID: id, Data: []byte(id), At: at})
+	}
+	removeT(t, j, 3, 4)
+	live := []Entry{want[0], want[1], want[4], want[5], want[6]}
+	for _, tc := range []struct {
+		after uint64
+		limit int
+		want  []Entry
+	}{
+		{0, 10, live},
+		{0, 2, live[:2]},
+		{2, 2, live[2:4]}, // past the removed 3 and 4
+		{3, 10, live[2:]},
+		{6, 10, live[4:]},
+		{7, 10, nil},
+		{math.MaxUint64, 10, nil},
+		{1, 0, nil},
+	} {
+		got, err := j.PeekAfter(t.Context(), tc.after, tc.limit)
+		if err != nil {
+			t.Fatalf("PeekAfter(%d, %d): %v", tc.after, tc.limit, err)
+		}
+		assertEntries(t, got, tc.want)
+	}
+	// a full walk in pages of 2 sees every entry once, oldest first
+	var walked []Entry
+	for after := uint64(0); ; {
+		page, err := j.PeekAfter(t.Context(), after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		walked = append(walked, page...)
+		after = page[len(page)-1].Seq
+	}
+	assertEntries(t, walked, live)
 }
 
 func assertEntries(t testing.TB, got, want []Entry) {

@@ -17,6 +17,7 @@ const (
 	CodeUnsupportedMedia = "unsupported_media_type" // 415: Content-Type is not application/json
 	CodeInvalidTask      = "invalid_task"           // 422: a field has a wrong value (the message names it)
 	CodeUnavailable      = "unavailable"            // 503: Redis not reachable and the request cannot be journaled
+	CodeOutcomeUnknown   = "outcome_unknown"        // 503: the change ran on the Redis primary but its replicas did not confirm it (DQ_REDIS_REPLICA_ACKS): retry it
 	CodeInternal         = "internal"               // 500: an unexpected server-side failure (never bad input)
 )
 
@@ -49,6 +50,14 @@ func Conflict(msg string) *Error { return &Error{http.StatusConflict, CodeConfli
 // Unavailable is the 503 unavailable answer.
 func Unavailable(msg string) *Error {
 	return &Error{http.StatusServiceUnavailable, CodeUnavailable, msg}
+}
+
+// OutcomeUnknown is the 503 outcome_unknown answer: a change that the
+// Redis primary applied but whose replicas did not confirm it in time
+// (DQ_REDIS_REPLICA_ACKS), so a failover may still undo it. Sending the
+// same request again is safe and tells.
+func OutcomeUnknown(msg string) *Error {
+	return &Error{http.StatusServiceUnavailable, CodeOutcomeUnknown, msg}
 }
 
 // Internal is the 500 internal answer.

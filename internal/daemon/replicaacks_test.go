@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/testenv"
+)
+
+// With DQ_REDIS_REPLICA_ACKS=1, a change the replica does not confirm in
+// time is never answered 2xx: a schedule is journaled (202) and replayed
+// once the replica confirms, a reschedule, cancel or redrive answers 503
+// outcome_unknown, and /readyz says why. Sending the change again once the
+// replica is back succeeds.
+func TestReplicaAcksAnswers(t *testing.T) {
+	primary, replica := testenv.StartRedis(t), testenv.StartRedis(t)
+	testenv.ReplicaOf(t, replica, primary)
+	rc := replica.Client(t)
+	cfg := testConfig(t, primary.Addr)
+	cfg.RedisReplicaAcks, cfg.RedisAckTimeout = 1, 100*time.Millisecond
+	app := startApp(t, cfg)
+	for _, id := range []string{"ra-1", "ra-2"} {
+		if rp := app.do("POST", "/v1/tasks", `{"id":"`+id+`","type":"x","delay":"1h"}`); rp.Status != 201 {
+			t.Fatalf("schedule %s with the replica up: %d %s", id, rp.Status, rp.Raw)
+		}
+	}
+
+	resume := testenv.PauseReplication(t, replica, primary)
+	rp := app.do("POST", "/v1/tasks", `{"id":"ra-3","type":"x","payload":{"v":3},"delay":"1h"}`)
+	if rp.Status != 202 || rp.str("state") != "journaled" {
+		t.Fatalf("schedule with the replica stalled: %d %s; want 202 journaled", rp.Status, rp.Raw)
+	}
+	if rp := app.do("PATCH", "/v1/tasks/ra-1", `{"delay":"2h"}`); rp.Status != 503 || rp.errCode() != wire.CodeOutcomeUnknown {
+		t.Fatalf("reschedule with the replica stalled: %d %s; want 503 outcome_unknown", rp.Status, rp.Raw)
+	}
+	if rp := app.do("DELETE", "/v1/tasks/ra-2", ""); rp.Status != 503 || rp.errCode() != wire.CodeOutcomeUnknown {
+		t.Fatalf("cancel with the replica stalled: %d %s; want 503 outcome_unknown", rp.Status, rp.Raw)
+	}
+	if rp := app.do("GET", "/readyz", ""); !strings.Contains(string(rp.Raw), "replicas did not confirm") {
+		t.Errorf("/readyz while the replica does not confirm: %d %s", rp.Status, rp.Raw)
+	}
+	resume()
+
+	// the replica confirms again: the journal drains, and the same
+	// changes sent again succeed
+	testenv.WaitFor(t, 20*time.Second, "journal drained", func() bool { return app.JournalDepth() == 0 })
+	if rp := app.do("PATCH", "/v1/tasks/ra-1", `{"delay":"2h"}`); rp.Status != 200 {
+		t.Fatalf("reschedule sent again: %d %s", rp.Status, rp.Raw)
+	}
+	if rp := app.do("DELETE", "/v1/tasks/ra-2", ""); rp.Status != 200 && rp.Status != 409 {
+		t.Fatalf("cancel sent again: %d %s", rp.Status, rp.Raw)
+	}
+	for id, want := range map[string]string{"ra-1": "scheduled", "ra-2": "cancelled", "ra-3": "scheduled"} {
+		if rp := app.do("GET", "/v1/tasks/"+id, ""); rp.Status != 200 || rp.str("state") != want {
+			t.Errorf("%s: %d %s; want %s", id, rp.Status, rp.Raw, want)
+		}
+	}
+	// and the replica holds what the primary holds (the last writes waited for it)
+	if p, r := keyCount(t, primary.Client(t), cfg.Namespace), keyCount(t, rc, cfg.Namespace); p != r || p == 0 {
+		t.Errorf("namespace keys: primary %d, replica %d", p, r)
+	}
+}
