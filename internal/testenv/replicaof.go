@@ -33,7 +33,7 @@ func ReplicaOf(tb testing.TB, replica, primary *Redis) {
 	if err := rc.Do(ctx, "replicaof", host, port).Err(); err != nil {
 		tb.Fatalf("testenv: REPLICAOF %s on %s: %v", primary.Addr, replica.Addr, err)
 	}
-	waitLinked(tb, ctx, replica, primary, true)
+	waitLinked(ctx, tb, replica, primary, true)
 }
 
 // PauseReplication stops replica from receiving primary's writes while
@@ -60,7 +60,7 @@ func PauseReplication(tb testing.TB, replica, primary *Redis) (resume func()) {
 	if err := pc.Do(ctx, "client", "kill", "type", "replica").Err(); err != nil {
 		tb.Fatalf("testenv: PauseReplication: CLIENT KILL TYPE replica: %v", err)
 	}
-	waitLinked(tb, ctx, replica, primary, false)
+	waitLinked(ctx, tb, replica, primary, false)
 	return func() {
 		tb.Helper()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(tb.Context()), startTimeout)
@@ -70,13 +70,13 @@ func PauseReplication(tb testing.TB, replica, primary *Redis) (resume func()) {
 		if err := rc.ConfigSet(ctx, "masterauth", old["masterauth"]).Err(); err != nil {
 			tb.Fatalf("testenv: resume replication: CONFIG SET masterauth: %v", err)
 		}
-		waitLinked(tb, ctx, replica, primary, true)
+		waitLinked(ctx, tb, replica, primary, true)
 	}
 }
 
 // waitLinked waits until the replication link of replica to primary is up
 // on both sides (up) or down on both (!up).
-func waitLinked(tb testing.TB, ctx context.Context, replica, primary *Redis, up bool) {
+func waitLinked(ctx context.Context, tb testing.TB, replica, primary *Redis, up bool) {
 	tb.Helper()
 	var last string
 	if !poll(startTimeout, func() bool {
