@@ -360,9 +360,11 @@ const (
 	whyShardDown
 	whyUnavailable
 	whyOrder
+	whyUnconfirmed // written, but the replicas did not confirm it: a written journal entry
 )
 
-var whyReason = [...]string{whyRedisDown: reasonRedisDown, whyShardDown: reasonShardDown, whyUnavailable: reasonUnavailable, whyOrder: reasonOrder}
+var whyReason = [...]string{whyRedisDown: reasonRedisDown, whyShardDown: reasonShardDown, whyUnavailable: reasonUnavailable,
+	whyOrder: reasonOrder, whyUnconfirmed: reasonUnconfirmed}
 
 // schedule stores tasks in Redis, or journals them. A task is journaled
 // when
@@ -436,6 +438,9 @@ func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []wire.Sch
 				// journaled too (even if Redis took it): the replay must
 				// end with the latest submission.
 				why[i] = whyOrder
+			case errors.Is(r.Err, redisstore.ErrNotReplicated):
+				// in Redis, it fires on time; the journal confirms it
+				hold(i, whyUnconfirmed)
 			case r.Err != nil && redisstore.IsUnavailable(r.Err):
 				hold(i, whyUnavailable)
 			case r.Outcome == redisstore.Rejected:
@@ -472,8 +477,8 @@ func (a *App) journalWhy(ctx context.Context, subs []redisstore.Submit, why []ui
 		}
 	}
 	// the compensator has nothing to do for tasks of shards known down
-	wake := !a.cluster || counts[whyRedisDown] > 0 || counts[whyOrder] > 0
-	if !a.appendJournal(ctx, subs, idx, out, wake) {
+	wake := !a.cluster || counts[whyRedisDown] > 0 || counts[whyOrder] > 0 || counts[whyUnconfirmed] > 0
+	if !a.appendJournal(ctx, subs, idx, why, out, wake) {
 		return
 	}
 	for w, n := range counts {
@@ -487,16 +492,10 @@ func rejectedMessage(r *redisstore.Result) string {
 	return fmt.Sprintf("task %s exists and is %s: a task can take other content only while it waits", r.ID, r.State)
 }
 
-// journal appends subs[idx...] to the journal in one fsync'd append,
-// answers them in out and wakes the compensator.
-func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, out []wire.Scheduled) {
-	a.appendJournal(ctx, subs, idx, out, true)
-}
-
 // appendJournal is journal; it reports whether the append succeeded, and
 // wakes the compensator only if wake. The lanes of the ids count the
 // entries from before the append (lanes.go).
-func (a *App) appendJournal(ctx context.Context, subs []redisstore.Submit, idx []int, out []wire.Scheduled, wake bool) bool {
+func (a *App) appendJournal(ctx context.Context, subs []redisstore.Submit, idx []int, why []uint8, out []wire.Scheduled, wake bool) bool {
 	if len(idx) == 0 {
 		return true
 	}
@@ -504,7 +503,7 @@ func (a *App) appendJournal(ctx context.Context, subs []redisstore.Submit, idx [
 	now := a.now()
 	for j, i := range idx {
 		t := subs[i].Task
-		entries[j] = journal.Entry{ID: t.ID, Data: encodeJournalData(t), At: now}
+		entries[j] = journal.Entry{ID: t.ID, Data: encodeJournalData(t, why[i] == whyUnconfirmed), At: now}
 		a.lanes.add(t.ID)
 	}
 	_, err := a.jr.Append(context.WithoutCancel(ctx), entries...)

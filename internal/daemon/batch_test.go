@@ -124,7 +124,7 @@ func TestScheduleJournaledWhileDraining(t *testing.T) {
 	}
 	// The compensator is not running yet: the journal cannot drain.
 	old := &task.Task{ID: "o1", Type: "x", Payload: []byte(`"old"`), PayloadJSON: true, DueAt: time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)}
-	app.journal(t.Context(), []redisstore.Submit{{Task: old}}, []int{0}, make([]wire.Scheduled, 1))
+	app.appendJournal(t.Context(), []redisstore.Submit{{Task: old}}, []int{0}, []uint8{whyUnavailable}, make([]wire.Scheduled, 1), true)
 
 	req := httptest.NewRequest("POST", "/v1/tasks", strings.NewReader(`{"id":"o1","type":"x","payload":"new","delay":"1h"}`))
 	req.Header.Set("Content-Type", "application/json")

@@ -41,7 +41,10 @@ const passGap = 50 * time.Millisecond
 //
 // An entry whose write ran but was not confirmed by the replicas
 // (DQ_REDIS_REPLICA_ACKS: redisstore.ErrNotReplicated) blocks nothing: it
-// stays and is applied again by every pass until they confirm it (hold).
+// stays and is confirmed again by every pass until the replicas confirm
+// it (hold). A written entry (journalrecord.go) is replayed in confirm
+// mode: created if a failover lost it, left as it is otherwise, so that a
+// change made since (a reschedule through another daemon) is never undone.
 //
 // Order: while an entry of an id waits, the API journals new schedules of
 // the id's lane too (lanes.go), so a later submission never overtakes it.
@@ -205,13 +208,14 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 			p.keep(e)
 			continue
 		}
-		t, err := decodeJournalData(e.ID, e.Data)
+		t, written, err := decodeJournalEntry(e.ID, e.Data)
 		if err != nil {
 			a.log.Warn("dropping unreadable journal entry", "task_id", e.ID, "seq", e.Seq, "error", err)
 			p.done = append(p.done, e)
 			continue
 		}
-		p.subs = append(p.subs, redisstore.Submit{Task: t})
+		// a written entry is confirmed, not written again (journalrecord.go)
+		p.subs = append(p.subs, redisstore.Submit{Task: t, Confirm: written})
 		p.sent = append(p.sent, e)
 	}
 	if len(p.subs) > 0 {

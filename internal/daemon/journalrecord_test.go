@@ -31,7 +31,7 @@ func FuzzJournalRoundTrip(f *testing.F) {
 			return
 		}
 		tk := sub.Task
-		jt, err := decodeJournalData(tk.ID, encodeJournalData(tk))
+		jt, err := decodeJournalData(tk.ID, encodeJournalData(tk, false))
 		if err != nil || !bytes.Equal(task.EncodeBody(jt), task.EncodeBody(tk)) || !jt.DueAt.Equal(tk.DueAt) {
 			t.Fatalf("journal round trip: %v", err)
 		}
@@ -41,7 +41,7 @@ func FuzzJournalRoundTrip(f *testing.F) {
 // FuzzJournalData: a journal entry's data never panics the decoder, and
 // what decodes is a valid task.
 func FuzzJournalData(f *testing.F) {
-	f.Add(encodeJournalData(&task.Task{ID: "a", Type: "t", DueAt: fuzzNow, Payload: []byte(`{"a":1}`), PayloadJSON: true}))
+	f.Add(encodeJournalData(&task.Task{ID: "a", Type: "t", DueAt: fuzzNow, Payload: []byte(`{"a":1}`), PayloadJSON: true}, false))
 	f.Add([]byte{1, 2})
 	f.Add([]byte{})
 	f.Add([]byte{9, 0, 1})
@@ -61,7 +61,7 @@ func FuzzJournalData(f *testing.F) {
 func TestJournalDataOfStoredIDs(t *testing.T) {
 	for _, id := range []string{"/", ".", ".."} {
 		tk := &task.Task{ID: id, Type: "t", DueAt: fuzzNow.Truncate(time.Millisecond)}
-		got, err := decodeJournalData(id, encodeJournalData(tk))
+		got, err := decodeJournalData(id, encodeJournalData(tk, false))
 		if err != nil || got.ID != id {
 			t.Fatalf("journal entry of id %q: %+v, %v", id, got, err)
 		}
@@ -74,7 +74,7 @@ func TestJournalDataOfStoredIDs(t *testing.T) {
 func TestJournalDataOfStoredTypes(t *testing.T) {
 	for _, typ := range []string{"/", ".", "..", "a/b"} {
 		tk := &task.Task{ID: "j", Type: typ, DueAt: fuzzNow.Truncate(time.Millisecond)}
-		got, err := decodeJournalData(tk.ID, encodeJournalData(tk))
+		got, err := decodeJournalData(tk.ID, encodeJournalData(tk, false))
 		if err != nil || got.Type != typ {
 			t.Fatalf("journal entry of type %q: %+v, %v", typ, got, err)
 		}

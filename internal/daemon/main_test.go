@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/testenv"
 )
@@ -268,3 +269,13 @@ func grepLines(s string, prefixes ...string) string {
 type discardRedisLog struct{}
 
 func (discardRedisLog) Printf(context.Context, string, ...any) {}
+
+// journal appends subs[idx...] to the journal as unwritten entries (as
+// for an unreachable Redis) and wakes the compensator.
+func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, out []wire.Scheduled) {
+	why := make([]uint8, len(subs))
+	for i := range why {
+		why[i] = whyUnavailable
+	}
+	a.appendJournal(ctx, subs, idx, why, out, true)
+}

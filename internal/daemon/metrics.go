@@ -25,6 +25,7 @@ const (
 	reasonShardDown   = "shard_down"  // its shard is known down (shardhealth.go): not tried
 	reasonUnavailable = "unavailable" // its write failed unavailable (refused, timed out, not replicated, ...)
 	reasonOrder       = "order"       // an earlier submission of its id (or an id of its lane) waits in the journal
+	reasonUnconfirmed = "unconfirmed" // written, but the replicas did not confirm it in time (DQ_REDIS_REPLICA_ACKS)
 )
 
 func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable, shardsDown func() float64) *metrics {
@@ -67,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable,
 	for _, o := range []string{wire.OutcomeCreated, wire.OutcomeUnchanged, wire.OutcomeUpdated, wire.OutcomeRejected, wire.OutcomeJournaled} {
 		m.scheduled.WithLabelValues(o)
 	}
-	for _, r := range []string{reasonRedisDown, reasonShardDown, reasonUnavailable, reasonOrder} {
+	for _, r := range []string{reasonRedisDown, reasonShardDown, reasonUnavailable, reasonOrder, reasonUnconfirmed} {
 		m.journaled.WithLabelValues(r)
 	}
 	reg.MustRegister(m.requests, m.duration, m.scheduled, m.journaled, m.replayed, m.redisErrs, m.refusals, m.groups,

@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/redisstore"
+	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
 )
 
@@ -60,5 +63,50 @@ func TestReplicaAcksAnswers(t *testing.T) {
 	// and the replica holds what the primary holds (the last writes waited for it)
 	if p, r := keyCount(t, primary.Client(t), cfg.Namespace), keyCount(t, rc, cfg.Namespace); p != r || p == 0 {
 		t.Errorf("namespace keys: primary %d, replica %d", p, r)
+	}
+}
+
+// A written journal entry (the primary applied the schedule, its replicas
+// did not confirm it) is confirmed by the replay, not written again: a
+// reschedule acknowledged meanwhile, e.g. by another daemon, is never set
+// back to the journaled version (found by the chaos suite's failover
+// nemesis: the task fired at its first due time with dq-gen 2), and a
+// task a failover dropped is created again.
+func TestWrittenEntryReplayNeverUndoesALaterChange(t *testing.T) {
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	app, err := New(t.Context(), cfg, nil) // not running yet: nothing replays
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := openStore(t, r.Client(t), cfg)
+	due := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	kept := &task.Task{ID: "w-kept", Type: "x", Payload: []byte(`"v1"`), PayloadJSON: true, DueAt: due}
+	lost := &task.Task{ID: "w-lost", Type: "x", Payload: []byte(`"v1"`), PayloadJSON: true, DueAt: due}
+	// w-kept was written (and then rescheduled by someone else); w-lost's
+	// write was lost by a failover: both are written entries
+	if _, err := st.Schedule(t.Context(), []redisstore.Submit{{Task: kept}}); err != nil {
+		t.Fatal(err)
+	}
+	subs := []redisstore.Submit{{Task: kept}, {Task: lost}}
+	app.appendJournal(t.Context(), subs, []int{0, 1}, []uint8{whyUnconfirmed, whyUnconfirmed}, make([]wire.Scheduled, 2), false)
+	later := due.Add(30 * time.Minute)
+	if _, err := st.Reschedule(t.Context(), "w-kept", later, 0, false); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx) }()
+	testenv.WaitFor(t, 10*time.Second, "journal drained", func() bool { return app.JournalDepth() == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if tk, err := st.Get(t.Context(), "w-kept"); err != nil || !tk.DueAt.Equal(later) {
+		t.Fatalf("w-kept: %+v %v; want the reschedule's due time %v kept", tk, err, later)
+	}
+	if tk, err := st.Get(t.Context(), "w-lost"); err != nil || !tk.DueAt.Equal(due) || string(tk.Payload) != `"v1"` {
+		t.Fatalf("w-lost: %+v %v; want it created again", tk, err)
 	}
 }

@@ -179,3 +179,31 @@ func TestReplicaAdvice(t *testing.T) {
 		t.Errorf("a primary without replicas and acks 0: %q", got)
 	}
 }
+
+// Confirm (the replay of a written but unconfirmed schedule) creates an
+// absent task, leaves an existing one as it is whatever its content, and
+// writes its record again unchanged so that the call's WAIT covers it.
+func TestScheduleConfirm(t *testing.T) {
+	primary, _ := replicated(t)
+	s := newStore(t, primary.Client(t), Options{Shards: 4, ReplicaAcks: 1, AckTimeout: 2 * time.Second})
+	ctx := t.Context()
+	due := time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC()
+	if r := schedule1(t, s, mk("c-1", due)); r.Outcome != Created {
+		t.Fatalf("%+v", r)
+	}
+	later := due.Add(time.Minute)
+	if _, err := s.Reschedule(ctx, "c-1", later, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	before := testenv.CommandStats(t, primary.Client(t))["hset"].Calls
+	res, err := s.Schedule(ctx, []Submit{{Task: mk("c-1", due), Confirm: true}, {Task: mk("c-2", due), Confirm: true}})
+	if err != nil || res[0].Outcome != Unchanged || !res[0].DueAt.Equal(later) || res[1].Outcome != Created {
+		t.Fatalf("confirm: %+v %v", res, err)
+	}
+	if got, err := s.Get(ctx, "c-1"); err != nil || !got.DueAt.Equal(later) {
+		t.Fatalf("c-1 after its confirm: %+v %v; want the reschedule kept", got, err)
+	}
+	if n := testenv.CommandStats(t, primary.Client(t))["hset"].Calls - before; n < 1 {
+		t.Fatalf("confirm of an existing task wrote nothing (%d HSET): its WAIT would cover nothing", n)
+	}
+}

@@ -36,6 +36,11 @@ type Submit struct {
 	// scheduler re-materializes a tick it cancelled when a schedule was
 	// paused or changed and is resumed or changed back.
 	Revive bool
+	// Confirm replays a write that ran but that the replicas did not
+	// confirm (ErrNotReplicated): an absent task is created, an existing
+	// one is left as it is (Unchanged) whatever its content, so that a
+	// change made since is never undone; the call's WAIT then confirms it.
+	Confirm bool
 }
 
 // Outcome says what Schedule did with one task.
@@ -173,6 +178,9 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		}
 		if subs[i].Revive {
 			k.mode += "r"
+		}
+		if subs[i].Confirm {
+			k.mode += "c"
 		}
 		return k
 	})

@@ -6,7 +6,12 @@
 --   id, due, data; mode letters: 'x' existing tasks only (the old shard of
 --   a growing map: an absent task is created on its new shard); 'r'
 --   revive: a cancelled task becomes waiting again with the new content
---   (the scheduler re-materializing a tick it cancelled)
+--   (the scheduler re-materializing a tick it cancelled); 'c' confirm: the
+--   replay of a write that ran but that the replicas did not confirm
+--   (DQ_REDIS_REPLICA_ACKS): an absent task is created (a failover lost
+--   the write), an existing one is left as it is (the write stands, or a
+--   later change replaced it: never undone) and its record written again
+--   unchanged, so that the WAIT after the call covers it
 -- KEYS, per section: due zset, stamp, done zset, claims hash, and the
 --   bucket hash of each of its n tasks
 -- A triple's due is "+<ms>" relative to Redis TIME, and data the task's
@@ -31,6 +36,7 @@ local function schedule_shard(k, a, n)
   local shard, mode = ARGV[a], ARGV[a + 2]
   local existing_only = string.find(mode, 'x', 1, true) ~= nil
   local revive = string.find(mode, 'r', 1, true) ~= nil
+  local confirm = string.find(mode, 'c', 1, true) ~= nil
   local min_new = nil
   local zadd = {}
   local queued = {}
@@ -66,7 +72,10 @@ local function schedule_shard(k, a, n)
       -- (an id written earlier in this call is not in the due set yet)
       if not queued[id] and taken(due_key, id, st) then st = taken_state(KEYS[k + 2], id) end
       state = st
-      if revive and st == 'c' then
+      if confirm then
+        code, due = 2, odue
+        redis.call('HSET', bkey, id, cur)
+      elseif revive and st == 'c' then
         -- off the done set first: its purge would delete the new record
         code, state = 3, 's'
         redis.call('ZREM', KEYS[k + 2], id)
