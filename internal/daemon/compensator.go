@@ -141,6 +141,7 @@ type replayPass struct {
 	done    []journal.Entry     // of the current page: to remove
 	subs    []redisstore.Submit // of the current page: to schedule
 	sent    []journal.Entry     // the entries of subs
+	written []journal.Entry     // of the current page: unwritten entries that reached Redis, to mark written
 }
 
 // pass replays what it can of the journal. It stops at a page's end when
@@ -201,7 +202,7 @@ func (p *replayPass) hold(e journal.Entry) {
 // page replays one page and reports whether the pass goes on.
 func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 	a := p.app
-	p.done, p.subs, p.sent = p.done[:0], p.subs[:0], p.sent[:0]
+	p.done, p.subs, p.sent, p.written = p.done[:0], p.subs[:0], p.sent[:0], p.written[:0]
 	now := a.now()
 	for _, e := range entries {
 		if p.blocked[p.domain(e.ID)] || a.down.downFor(p.m, e.ID, now) {
@@ -230,8 +231,13 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 				// an earlier entry of its domain stays: this one is
 				// applied again after it
 				p.keep(e)
-			case p.held[e.ID], errors.Is(r.Err, redisstore.ErrNotReplicated):
+			case errors.Is(r.Err, redisstore.ErrNotReplicated), p.held[e.ID]:
 				p.hold(e)
+				if !p.subs[i].Confirm && (r.Err == nil || errors.Is(r.Err, redisstore.ErrNotReplicated)) {
+					// it reached Redis: from now on it is confirmed, never
+					// written again (a change made meanwhile stays)
+					p.written = append(p.written, journal.Entry{Seq: e.Seq, Data: encodeJournalData(p.subs[i].Task, true)})
+				}
 			case r.Outcome == redisstore.Rejected:
 				a.log.Warn("journal entry rejected by the store; dropped", "task_id", r.ID,
 					"state", r.State, "journaled_at", e.At, "error", r.Err)
@@ -245,6 +251,11 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 				p.done = append(p.done, e)
 			}
 		}
+	}
+	if err := a.jr.Rewrite(ctx, p.written...); err != nil {
+		// they stay unwritten: the next pass writes them again
+		a.log.Error("journal rewrite failed", "error", err)
+		p.failed = err
 	}
 	if len(p.done) > 0 {
 		seqs := make([]uint64, len(p.done))

@@ -110,3 +110,55 @@ func TestWrittenEntryReplayNeverUndoesALaterChange(t *testing.T) {
 		t.Fatalf("w-lost: %+v %v; want it created again", tk, err)
 	}
 }
+
+// An unwritten entry (journaled while Redis was out of reach) whose replay
+// reached Redis but was not confirmed becomes a written one: later passes
+// confirm it and never write it again over a change made meanwhile (the
+// chaos suite's 10-minute failover run: early records with dq-gen 2 after
+// the first fix).
+func TestReplayedEntryBecomesWritten(t *testing.T) {
+	primary, replica := testenv.StartRedis(t), testenv.StartRedis(t)
+	testenv.ReplicaOf(t, replica, primary)
+	cfg := testConfig(t, primary.Addr)
+	cfg.RedisReplicaAcks, cfg.RedisAckTimeout = 1, 100*time.Millisecond
+	app, err := New(t.Context(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	tk := &task.Task{ID: "r-1", Type: "x", Payload: []byte(`"v1"`), PayloadJSON: true, DueAt: due}
+	app.journal(t.Context(), []redisstore.Submit{{Task: tk}}, []int{0}, make([]wire.Scheduled, 1))
+
+	resume := testenv.PauseReplication(t, replica, primary)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	st := openStore(t, primary.Client(t), cfg) // no acks: another daemon's change
+	testenv.WaitFor(t, 10*time.Second, "the entry replayed into Redis", func() bool {
+		got, err := st.Get(t.Context(), "r-1")
+		return err == nil && got.DueAt.Equal(due)
+	})
+	testenv.WaitFor(t, 10*time.Second, "the entry marked written", func() bool {
+		e, ok, err := app.jr.Lookup(t.Context(), "r-1")
+		return err == nil && ok && len(e.Data) > 0 && e.Data[0] == journalVersionWritten
+	})
+	later := due.Add(30 * time.Minute)
+	stNoAcks, err := redisstore.New(t.Context(), primary.Client(t), redisstore.Options{Namespace: cfg.Namespace, Shards: cfg.Shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stNoAcks.Reschedule(t.Context(), "r-1", later, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	resume() // the pass that drains the entry must only confirm it
+	testenv.WaitFor(t, 20*time.Second, "journal drained", func() bool { return app.JournalDepth() == 0 })
+	if got, err := st.Get(t.Context(), "r-1"); err != nil || !got.DueAt.Equal(later) {
+		t.Fatalf("r-1: %+v %v; want the reschedule's due time %v kept", got, err, later)
+	}
+}

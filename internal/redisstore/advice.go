@@ -31,9 +31,9 @@ func (s *Store) MemoryAdvice(ctx context.Context) string {
 
 // ReplicaAdvice returns a warning when the replica acks setting does not
 // fit the primary that holds the namespace's meta key (read with ROLE):
-// replicas connected but ReplicaAcks 0 (a failover can lose acknowledged
-// writes: docs/design.md "Durable acknowledgement"), or fewer connected
-// replicas than ReplicaAcks (every durable write waits AckTimeout and is
+// replicas connected but ReplicaAcks 0, or below their number (a failover
+// can lose acknowledged writes: docs/design.md "Redis failover"), or fewer
+// connected replicas than ReplicaAcks (every durable write waits AckTimeout and is
 // journaled or retried until they connect). "" when it fits or ROLE is
 // not permitted (the least-privilege ACL user lacks it: @admin).
 func (s *Store) ReplicaAdvice(ctx context.Context) string {
@@ -52,6 +52,8 @@ func (s *Store) ReplicaAdvice(ctx context.Context) string {
 		return fmt.Sprintf("redis primary %s has %d replica(s) but DQ_REDIS_REPLICA_ACKS is 0: a failover to a replica that lags loses acknowledged writes (set DQ_REDIS_REPLICA_ACKS=1)", c.Options().Addr, n)
 	case s.acks > n:
 		return fmt.Sprintf("DQ_REDIS_REPLICA_ACKS is %d but redis primary %s has %d connected replica(s): every schedule is journaled, and every cancel, reschedule and outcome waits, until enough replicas connect", s.acks, c.Options().Addr, n)
+	case s.acks < n:
+		return fmt.Sprintf("DQ_REDIS_REPLICA_ACKS is %d but redis primary %s has %d replicas: a failover may promote a replica that did not confirm a write (a Sentinel failover does: measured), which loses it; set DQ_REDIS_REPLICA_ACKS=%d", s.acks, c.Options().Addr, n, n)
 	}
 	return ""
 }

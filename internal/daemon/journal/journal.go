@@ -307,6 +307,42 @@ func (j *Journal) Remove(ctx context.Context, seqs ...uint64) error {
 	return nil
 }
 
+// Rewrite replaces the Data of entries still in the journal, found by
+// their Seq (their ID and At stay; an entry no longer there is skipped), in
+// one fsync'd commit. The daemon marks an entry written once its replay
+// reached Redis.
+func (j *Journal) Rewrite(ctx context.Context, entries ...Entry) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("rewrite: %w", err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		eb := tx.Bucket(bucketEntries)
+		for _, n := range entries {
+			key := seqKey(n.Seq)
+			v := eb.Get(key)
+			if v == nil {
+				continue
+			}
+			e, err := decodeRecord(v)
+			if err != nil {
+				return fmt.Errorf("entry seq %d: %w", n.Seq, err)
+			}
+			e.Data = n.Data
+			if err := eb.Put(key, encodeRecord(e)); err != nil {
+				return fmt.Errorf("rewrite seq %d: %w", n.Seq, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rewrite %d entries: %w", len(entries), err)
+	}
+	return nil
+}
+
 // Lookup returns the latest entry for id that is still in the journal, if the
 // index has one. (Removing the latest entry for an id before an older one —
 // out of order — leaves the older one out of the index.)
