@@ -36,6 +36,15 @@ type Spec struct {
 	Env map[string]string
 	// Webhook receives the work binary's deliveries (DQ_WEBHOOK_URL).
 	Webhook http.Handler
+	// RedisMasters > 0 (local tier only): Redis is a Redis Cluster of that
+	// many masters, each with one replica (AOF everysec, node timeout 2s),
+	// instead of one redis-server.
+	RedisMasters int
+	// RedisSentinel (local tier only): Redis is a primary with two
+	// replicas (AOF everysec) watched by three Sentinels, which the
+	// binaries ask for the primary (DQ_REDIS_SENTINEL_*), instead of one
+	// redis-server.
+	RedisSentinel bool
 }
 
 func (s Spec) count(r Role) int {

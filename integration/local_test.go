@@ -124,15 +124,30 @@ func (p localProvisioner) Start(t *testing.T, spec Spec) Cluster {
 		infra = c.startSecure(t, hook)
 		c.scheme = "https"
 	} else {
-		c.redis = testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
+		var redisEnv map[string]string
+		switch {
+		case spec.RedisMasters > 0 && spec.RedisSentinel:
+			t.Fatal("local tier: Spec.RedisMasters and RedisSentinel exclude each other")
+		case spec.RedisMasters > 0:
+			c.cluster = testenv.StartRedisClusterReplicas(t, spec.RedisMasters, testenv.RedisOptions{AOF: true, AppendFsync: "everysec"})
+			redisEnv = map[string]string{"DQ_REDIS_ADDRS": strings.Join(c.cluster.Addrs, ",")}
+		case spec.RedisSentinel:
+			c.sentinel = testenv.StartSentinel(t, 2, testenv.RedisOptions{AOF: true, AppendFsync: "everysec"})
+			redisEnv = map[string]string{
+				"DQ_REDIS_SENTINEL_ADDRS":  strings.Join(c.sentinel.SentinelAddrs, ","),
+				"DQ_REDIS_SENTINEL_MASTER": c.sentinel.MasterName,
+			}
+		default:
+			c.redis = testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
+			redisEnv = map[string]string{"DQ_REDIS_ADDRS": c.redis.Addr}
+		}
 		c.etcd = testenv.StartEtcd(t)
 		c.kafka = testenv.StartKafka(t, "dq.tasks", "dq.dead", "dq.outcomes")
 		hook.Start()
-		infra = map[string]string{
-			"DQ_REDIS_ADDRS":    c.redis.Addr,
+		infra = merge(redisEnv, map[string]string{
 			"DQ_ETCD_ENDPOINTS": strings.Join(c.etcd.Endpoints, ","),
 			"DQ_KAFKA_BROKERS":  strings.Join(c.kafka.Brokers, ","),
-		}
+		})
 	}
 	t.Cleanup(hook.Close)
 	env := merge(baseEnv(c.ns), infra, spec.Env)
@@ -188,10 +203,14 @@ type localCluster struct {
 	scheme string // of the binaries' HTTP ports: https in the secured tier
 	shards int
 	redis  *testenv.Redis
-	etcd   *testenv.Etcd
-	kafka  *testenv.Kafka
-	inst   map[Role][]*localInstance
-	hc     *http.Client
+	// cluster replaces redis with Spec.RedisMasters, sentinel with
+	// Spec.RedisSentinel
+	cluster  *testenv.RedisCluster
+	sentinel *testenv.SentinelSet
+	etcd     *testenv.Etcd
+	kafka    *testenv.Kafka
+	inst     map[Role][]*localInstance
+	hc       *http.Client
 }
 
 // localInstance is one child process; it keeps its port and directories
@@ -322,6 +341,13 @@ func (c *localCluster) Start(t *testing.T, r Role, i int) {
 		t.Fatal(err)
 	}
 }
+
+// RedisCluster is the Redis Cluster of Spec.RedisMasters (nil without).
+func (c *localCluster) RedisCluster() *testenv.RedisCluster { return c.cluster }
+
+// RedisSentinel is the Sentinel deployment of Spec.RedisSentinel (nil
+// without).
+func (c *localCluster) RedisSentinel() *testenv.SentinelSet { return c.sentinel }
 
 func (c *localCluster) StopRedis(t *testing.T)  { t.Helper(); c.redis.Stop(t) }
 func (c *localCluster) StartRedis(t *testing.T) { t.Helper(); c.redis.Restart(t) }

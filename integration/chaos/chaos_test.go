@@ -16,14 +16,18 @@ import (
 type runSettings struct {
 	seed     uint64
 	duration time.Duration
+	redis    redisMode
+	acks     int // DQ_REDIS_REPLICA_ACKS in cluster mode
 }
 
 // settings reads DQ_CHAOS_SEED (default: from the clock, printed so that
-// the run can be replayed) and DQ_CHAOS_DURATION (default 2m, 30s with
-// -short).
+// the run can be replayed), DQ_CHAOS_DURATION (default 2m, 30s with
+// -short), DQ_CHAOS_REDIS (single or cluster; default single) and
+// DQ_CHAOS_REPLICA_ACKS (cluster mode; default 1).
 func settings(t *testing.T) runSettings {
 	t.Helper()
-	s := runSettings{seed: uint64(time.Now().UnixNano() % 1_000_000_000), duration: 2 * time.Minute}
+	s := runSettings{seed: uint64(time.Now().UnixNano() % 1_000_000_000), duration: 2 * time.Minute,
+		redis: redisModeFromEnv(t), acks: replicaAcksFromEnv(t)}
 	if testing.Short() {
 		s.duration = 30 * time.Second
 	}
@@ -50,21 +54,66 @@ func settings(t *testing.T) runSettings {
 // also have applied every fault kind.
 func TestChaos(t *testing.T) {
 	s := settings(t)
-	replay := fmt.Sprintf("DQ_CHAOS_SEED=%d DQ_CHAOS_DURATION=%s go test -count=1 -timeout %s ./integration/chaos -run 'TestChaos$'",
-		s.seed, s.duration, (2*s.duration + 5*time.Minute).Round(time.Minute))
-	t.Logf("chaos: seed %d, duration %s (replay: %s)", s.seed, s.duration, replay)
+	runChaos(t, s, chaosRun{kinds: faultKinds(s.redis), everyKindFrom: 2 * time.Minute, crashes: true})
+}
+
+// failoverKinds are TestChaosFailover's faults: the Redis ones and the
+// process faults that meet a worker storing its outcome again.
+var failoverKinds = []string{faultRedisFailover, faultRedisRestart, faultKill, faultCrashPoints}
+
+// failoverDuration is TestChaosFailover's default (30s with -short).
+const failoverDuration = 60 * time.Second
+
+// TestChaosFailover is the cluster mode's short run in the default
+// suite: Redis Cluster, DQ_REDIS_REPLICA_ACKS (DQ_CHAOS_REPLICA_ACKS,
+// default 1), the primary failover, master kill+restart, process kill -9
+// and fire-path crash points for 60s (DQ_CHAOS_DURATION does not apply;
+// DQ_CHAOS_SEED does).
+func TestChaosFailover(t *testing.T) {
+	s := settings(t)
+	s.redis, s.duration = redisClusterMode, failoverDuration
+	if testing.Short() {
+		s.duration = 30 * time.Second
+	}
+	runChaos(t, s, chaosRun{kinds: failoverKinds, everyKindFrom: 30 * time.Second, fixed: true})
+}
+
+// chaosRun is what differs between the chaos tests.
+type chaosRun struct {
+	kinds         []string      // the nemesis' fault kinds
+	everyKindFrom time.Duration // a run this long must apply every kind
+	crashes       bool          // ... and crash a process at a fault point
+	fixed         bool          // the test sets its Redis mode and duration itself
+}
+
+func runChaos(t *testing.T, s runSettings, r chaosRun) {
+	env := fmt.Sprintf("DQ_CHAOS_SEED=%d ", s.seed)
+	if !r.fixed {
+		env += fmt.Sprintf("DQ_CHAOS_DURATION=%s ", s.duration)
+		if s.redis == redisClusterMode {
+			env += "DQ_CHAOS_REDIS=cluster "
+		}
+	}
+	if s.redis == redisClusterMode {
+		env += fmt.Sprintf("DQ_CHAOS_REPLICA_ACKS=%d ", s.acks)
+	}
+	replay := fmt.Sprintf("%sgo test -count=1 -timeout %s ./integration/chaos -run '%s$'",
+		env, (2*s.duration + 5*time.Minute).Round(time.Minute), t.Name())
+	t.Logf("chaos: seed %d, duration %s, redis %s (replay: %s)", s.seed, s.duration, s.redis, replay)
 	// Also straight to stderr: go test shows it with a failing package's
 	// output even when the test binary is ended before the test returns.
-	fmt.Fprintf(os.Stderr, "chaos: TestChaos seed %d, duration %s; replay: %s\n", s.seed, s.duration, replay)
+	fmt.Fprintf(os.Stderr, "chaos: %s seed %d, duration %s, redis %s; replay: %s\n", t.Name(), s.seed, s.duration, s.redis, replay)
 
 	bins := binaries(t, "")
 	watchdog(t, chaosBudget(s.duration), s.seed)
 	setDoing(t, "starting the cluster")
 	c := startCluster(t, clusterConfig{
 		Daemons: 2, Events: 3, Works: 2, EtcdMembers: 3,
-		SessionTTL: 2 * time.Second,
-		Bins:       bins,
-		Seed:       s.seed,
+		SessionTTL:  2 * time.Second,
+		Bins:        bins,
+		Seed:        s.seed,
+		Redis:       s.redis,
+		ReplicaAcks: s.acks,
 	})
 	obs := startObserver(t, c.kafka)
 	hist := newHistory()
@@ -79,6 +128,7 @@ func TestChaos(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { w.run(ctx) })
 	n := newNemesis(t, c, s.seed)
+	n.kinds = r.kinds
 	gw := watchGroup(t, c.kafka, c.ns+"-work", n.start)
 	n.run(start.Add(s.duration))
 	faultsEnd := time.Now()
@@ -98,7 +148,11 @@ func TestChaos(t *testing.T) {
 	recs := readAll(t, c.kafka, obs)
 	v := check(hist.snapshot(), recs, c.sink.snapshot(), checkOptions{handled: true, faultsEnd: faultsEnd.UnixMilli()})
 	crashes, fenced := c.crashCounts()
-	t.Log("\n" + summary(s, n.counts, crashes, fenced, v, settle, time.Since(start)) + "  none stuck: " + stuck.line())
+	sum := summary(s, n.kinds, n.counts, crashes, fenced, v, settle, time.Since(start)) + "  none stuck: " + stuck.line()
+	if c.ha != nil {
+		sum += "\n  redis cluster: " + c.ha.summaryLine()
+	}
+	t.Log("\n" + sum)
 	t.Logf("chaos: nemesis timeline\n%s", strings.Join(mergeTimelines(n.timeline, gw.timeline()), "\n"))
 
 	if bad := v.violations(); len(bad) > 0 {
@@ -112,13 +166,13 @@ func TestChaos(t *testing.T) {
 	if v.mustFire == 0 || v.fired == 0 {
 		t.Errorf("chaos: the workload fired nothing (%d tasks that must fire): the run tested nothing", v.mustFire)
 	}
-	if s.duration >= 2*time.Minute {
-		for _, k := range allFaults {
+	if s.duration >= r.everyKindFrom {
+		for _, k := range n.kinds {
 			if n.counts[k] == 0 {
 				t.Errorf("chaos: fault kind %q was never applied in %s (seed %d)", k, s.duration, s.seed)
 			}
 		}
-		if len(crashes) == 0 {
+		if r.crashes && len(crashes) == 0 {
 			t.Errorf("chaos: no process crashed at a fault-injection point (seed %d)", s.seed)
 		}
 	}
@@ -181,13 +235,17 @@ func waitSettled(t *testing.T, hist *history, obs *observer, sk *sink, handled b
 }
 
 // summary renders the run's figures as a table.
-func summary(s runSettings, faults map[string]int, crashes map[string]int, fenced int, v *verdict, settle, total time.Duration) string {
+func summary(s runSettings, kinds []string, faults map[string]int, crashes map[string]int, fenced int, v *verdict, settle, total time.Duration) string {
 	var b strings.Builder
-	row := func(k string, val any) { fmt.Fprintf(&b, "  %-44s %v\n", k, val) }
-	fmt.Fprintf(&b, "chaos summary — seed %d, faults for %s, whole run %s\n", s.seed, s.duration, total.Round(time.Second))
+	row := func(k string, val any) { fmt.Fprintf(&b, "  %-60s %v\n", k, val) }
+	fmt.Fprintf(&b, "chaos summary — seed %d, faults for %s, whole run %s, redis %s", s.seed, s.duration, total.Round(time.Second), s.redis)
+	if s.redis == redisClusterMode {
+		fmt.Fprintf(&b, " (DQ_REDIS_REPLICA_ACKS=%d)", s.acks)
+	}
+	b.WriteString("\n")
 	b.WriteString(" faults applied\n")
 	totalFaults := 0
-	for _, k := range allFaults {
+	for _, k := range kinds {
 		row(k, faults[k])
 		totalFaults += faults[k]
 	}

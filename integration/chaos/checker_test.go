@@ -230,6 +230,9 @@ func (t *taskHist) describe() string {
 		if o.complete > 0 {
 			s += "@" + msClock(o.complete)
 		}
+		if o.journal {
+			s += " (202 journaled)"
+		}
 		if o.out != ok && o.detail != "" {
 			s += " (" + o.detail + ")"
 		}

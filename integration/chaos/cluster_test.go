@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,16 +33,20 @@ type clusterConfig struct {
 	Bins                   map[role]string
 	EventEnv               map[string]string // added to every event process (DQ_PLANT, ...)
 	Seed                   uint64
+	Redis                  redisMode // default redisSingle
+	ReplicaAcks            int       // DQ_REDIS_REPLICA_ACKS in cluster mode
 }
 
-// cluster is one run's delayq: redis-server with AOF, an embedded etcd
-// cluster, kfake, the webhook sink and the supervised binaries, each
-// reaching Redis and every etcd member through proxies of its own.
+// cluster is one run's delayq: redis-server with AOF (or, in cluster
+// mode, a Redis Cluster with replicas), an embedded etcd cluster, kfake,
+// the webhook sink and the supervised binaries, each reaching every etcd
+// member, and the single redis-server, through proxies of its own.
 type cluster struct {
 	t      *testing.T
 	cfg    clusterConfig
 	ns     string
-	redis  *testenv.Redis
+	redis  *testenv.Redis // single mode
+	ha     *haRedis       // cluster mode
 	etcd   *testenv.EtcdCluster
 	kafka  *testenv.Kafka
 	etcdc  *clientv3.Client
@@ -54,25 +59,37 @@ type cluster struct {
 
 // links are one process' proxies.
 type links struct {
-	redis *testenv.Proxy
+	redis *testenv.Proxy   // nil in cluster mode
 	etcd  []*testenv.Proxy // one per member
 }
 
-func (l *links) all() []*testenv.Proxy { return append([]*testenv.Proxy{l.redis}, l.etcd...) }
+func (l *links) all() []*testenv.Proxy {
+	if l.redis == nil {
+		return slices.Clone(l.etcd)
+	}
+	return append([]*testenv.Proxy{l.redis}, l.etcd...)
+}
 
 func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 	t.Helper()
 	if cfg.Shards == 0 {
 		cfg.Shards = 8
 	}
+	if cfg.Redis == "" {
+		cfg.Redis = redisSingle
+	}
 	c := &cluster{
 		t: t, cfg: cfg, ns: fmt.Sprintf("chaos%d", cfg.Seed%1_000_000),
-		redis:  testenv.StartRedis(t, testenv.RedisOptions{AOF: true}),
 		etcd:   testenv.StartEtcdCluster(t, cfg.EtcdMembers),
 		kafka:  testenv.StartKafka(t, tasksTopic, deadTopic, "dq.outcomes"),
 		sink:   newSink(),
 		byRole: map[role][]*proc{},
 		links:  map[*proc]*links{},
+	}
+	if cfg.Redis == redisClusterMode {
+		c.ha = startHARedis(t)
+	} else {
+		c.redis = testenv.StartRedis(t, testenv.RedisOptions{AOF: true})
 	}
 	c.etcdc = c.etcd.Client(t)
 	c.limitTopicMessageBytes(t, tasksTopic, tasksTopicMaxMsg)
@@ -86,6 +103,10 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 		"DQ_LOG_FORMAT":       "text",
 		"DQ_LOG_LEVEL":        "info",
 		"DQ_SHUTDOWN_TIMEOUT": "3s",
+	}
+	if c.ha != nil {
+		common["DQ_REDIS_ADDRS"] = strings.Join(c.ha.rc.Addrs, ",")
+		common["DQ_REDIS_REPLICA_ACKS"] = strconv.Itoa(cfg.ReplicaAcks)
 	}
 	perRole := map[role]map[string]string{
 		daemonRole: {"DQ_REDIS_TIMEOUT": "1s"},
@@ -134,9 +155,11 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 		for i := range rc.n {
 			name := fmt.Sprintf("%s-%d", rc.r, i)
 			l := &links{}
-			var err error
-			if l.redis, err = testenv.StartProxy("127.0.0.1:0", c.redis.Addr); err != nil {
-				t.Fatalf("chaos: proxy: %v", err)
+			if c.redis != nil {
+				var err error
+				if l.redis, err = testenv.StartProxy("127.0.0.1:0", c.redis.Addr); err != nil {
+					t.Fatalf("chaos: proxy: %v", err)
+				}
 			}
 			var etcdAddrs []string
 			for _, m := range c.etcd.Members {
@@ -156,7 +179,9 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 			}
 			addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 			env["DQ_HTTP_ADDR"] = addr
-			env["DQ_REDIS_ADDRS"] = l.redis.Addr()
+			if l.redis != nil {
+				env["DQ_REDIS_ADDRS"] = l.redis.Addr()
+			}
 			env["DQ_ETCD_ENDPOINTS"] = strings.Join(etcdAddrs, ",")
 			if rc.r == daemonRole {
 				env["DQ_JOURNAL_DIR"] = t.TempDir()
@@ -222,7 +247,13 @@ func (c *cluster) teardown() {
 		t.Errorf("chaos: %v", err)
 	}
 	setDoing(t, "teardown: stopping redis-server")
-	if err := runStep(t, "teardown: kill redis-server", redisStepLimit, func(tb testing.TB) { c.redis.Kill(tb) }); err != nil {
+	if err := runStep(t, "teardown: kill redis-server", redisStepLimit, func(tb testing.TB) {
+		if c.ha != nil {
+			c.ha.killAll(tb)
+		} else {
+			c.redis.Kill(tb)
+		}
+	}); err != nil {
 		t.Errorf("chaos: %v", err)
 	}
 	if t.Failed() {

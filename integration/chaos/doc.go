@@ -15,9 +15,19 @@
 // had already fired with at an earlier dq-fired-at), and duplicates
 // (counted, not a failure).
 //
-//	go test -count=1 ./integration/chaos -run TestChaos                      # 2 minutes, random seed
+//	go test -count=1 ./integration/chaos -run 'TestChaos$'                   # 2 minutes, random seed
 //	DQ_CHAOS_SEED=42 DQ_CHAOS_DURATION=20m go test -count=1 -timeout 50m ./integration/chaos -run 'TestChaos$'
+//	DQ_CHAOS_REDIS=cluster go test -count=1 ./integration/chaos -run 'TestChaos$'  # on a Redis Cluster with replicas
+//	go test -count=1 ./integration/chaos -run 'TestChaosFailover$'           # 1 minute of primary failovers (cluster)
 //	DQ_CHAOS_LOG_DIR=/tmp/chaos ...                                          # keep every process' whole output
+//
+// In cluster mode (DQ_CHAOS_REDIS=cluster, and TestChaosFailover) Redis is
+// a Redis Cluster of 3 masters with one replica each (AOF everysec), the
+// binaries run with DQ_REDIS_REPLICA_ACKS=1 (DQ_CHAOS_REPLICA_ACKS=0 shows
+// what a failover loses without it), and the nemesis adds the primary
+// failover: a master's replication link cut, the master SIGKILLed, its
+// lagging replica promoted, the old master restarted as the new one's
+// replica.
 //
 // No hang may eat go test's timeout: every step of the nemesis, the heal,
 // the restore and the teardown that can block runs under a time limit and

@@ -34,12 +34,27 @@ const (
 	faultRedisOOM     = "Redis OOM (maxmemory below use)"
 	faultPoisonTopic  = "poison task: missing topic"
 	faultPoisonLarge  = "poison task: oversized record"
+	// cluster mode only
+	faultRedisFailover = "Redis primary failover (link cut, kill -9, replica promoted)"
 )
 
 var allFaults = []string{
 	faultKill, faultCrashPoints, faultPause, faultPartRedis, faultPartEtcd, faultLeaseRevoke,
 	faultEtcdMember, faultEtcdQuorum, faultRedisRestart, faultKafkaErrors, faultKafkaSlow, faultClockSkew,
-	faultRedisOOM, faultPoisonTopic, faultPoisonLarge,
+	faultRedisOOM, faultPoisonTopic, faultPoisonLarge, faultRedisFailover,
+}
+
+// faultKinds are the kinds a run in mode applies. In cluster mode the
+// Redis partition is left out (a cluster client dials the node addresses
+// CLUSTER SLOTS names, not a proxy); Redis kill+restart and OOM hit the
+// cluster's masters; the primary failover exists only there.
+func faultKinds(mode redisMode) []string {
+	return slices.DeleteFunc(slices.Clone(allFaults), func(k string) bool {
+		if mode == redisClusterMode {
+			return k == faultPartRedis
+		}
+		return k == faultRedisFailover
+	})
 }
 
 // Crash-point settings (internal/fault): low probabilities per batch, so
@@ -57,7 +72,7 @@ type active struct {
 	uses  []string // resources no other fault may use meanwhile
 	until time.Time
 	heal  func(tb testing.TB) // runs under limit (see step)
-	limit time.Duration       // applyLimit(kind)
+	limit time.Duration       // n.applyLimit(kind)
 }
 
 // nemesis applies a seeded schedule of faults, at most maxActive at once,
@@ -69,6 +84,7 @@ type nemesis struct {
 	t         *testing.T
 	c         *cluster
 	rng       *rand.Rand
+	kinds     []string // the kinds it applies: faultKinds of the Redis mode unless the test sets them
 	maxActive int
 	counts    map[string]int
 	active    []*active
@@ -76,12 +92,16 @@ type nemesis struct {
 	start     time.Time
 	timeline  []string
 	poison    poisonLog     // poison tasks scheduled, checked after the heal
-	rdb       *redis.Client // straight to redis-server, not through a proxy
+	rdb       *redis.Client // straight to redis-server, not through a proxy; nil in cluster mode
 }
 
 func newNemesis(t *testing.T, c *cluster, seed uint64) *nemesis {
-	return &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), maxActive: 2, counts: map[string]int{}, start: time.Now(),
-		rdb: c.redis.Client(t)}
+	n := &nemesis{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 0xfa17)), kinds: faultKinds(c.cfg.Redis), maxActive: 2,
+		counts: map[string]int{}, start: time.Now()}
+	if c.redis != nil {
+		n.rdb = c.redis.Client(t)
+	}
+	return n
 }
 
 // poisonTasks are the poison tasks the run scheduled.
@@ -167,14 +187,14 @@ func (n *nemesis) healAll() {
 // applied now.
 func (n *nemesis) startNext() {
 	if len(n.queue) == 0 {
-		n.queue = slices.Clone(allFaults)
+		n.queue = slices.Clone(n.kinds)
 		n.rng.Shuffle(len(n.queue), func(i, j int) { n.queue[i], n.queue[j] = n.queue[j], n.queue[i] })
 	}
 	for i, kind := range n.queue {
 		var a *active
-		step(n.t, "nemesis: apply "+kind, applyLimit(kind), func(tb testing.TB) { a = n.apply(tb, kind) })
+		step(n.t, "nemesis: apply "+kind, n.applyLimit(kind), func(tb testing.TB) { a = n.apply(tb, kind) })
 		if a != nil {
-			a.kind, a.limit = kind, applyLimit(kind)
+			a.kind, a.limit = kind, n.applyLimit(kind)
 			n.active = append(n.active, a)
 			n.counts[kind]++
 			n.queue = slices.Delete(n.queue, i, i+1)
@@ -186,7 +206,10 @@ func (n *nemesis) startNext() {
 
 // applyLimit is how long applying or healing a fault of kind may take
 // before the suite calls it stuck.
-func applyLimit(kind string) time.Duration {
+func (n *nemesis) applyLimit(kind string) time.Duration {
+	if n.c.ha != nil && (kind == faultRedisRestart || kind == faultRedisOOM || kind == faultRedisFailover) {
+		return redisHALimit
+	}
 	switch kind {
 	case faultCrashPoints, faultClockSkew:
 		return procStepLimit
@@ -201,7 +224,7 @@ func applyLimit(kind string) time.Duration {
 }
 
 // apply starts one fault of kind, or returns nil when it cannot now. It
-// runs under applyLimit(kind) with tb standing in for the test (see step).
+// runs under n.applyLimit(kind) with tb standing in for the test (see step).
 func (n *nemesis) apply(tb testing.TB, kind string) *active {
 	c := n.c
 	now := time.Now()
@@ -298,9 +321,25 @@ func (n *nemesis) apply(tb testing.TB, kind string) *active {
 		return &active{what: fmt.Sprintf("members %v stopped", idx), uses: []string{"etcd"},
 			until: time.Now().Add(n.between(3*time.Second, 6*time.Second)), heal: func(tb testing.TB) { c.etcd.Restart(tb, idx...) }}
 
+	case faultRedisFailover:
+		if n.busy("redis") {
+			return nil
+		}
+		lag := n.between(500*time.Millisecond, 2*time.Second)
+		old, nw, what := c.ha.failover(tb, n.rng.IntN, lag)
+		return &active{what: what, uses: []string{"redis"},
+			until: time.Now().Add(n.between(500*time.Millisecond, 3*time.Second)), heal: func(tb testing.TB) { c.ha.rejoin(tb, old, nw) }}
+
 	case faultRedisRestart:
 		if n.busy("redis") {
 			return nil
+		}
+		if c.ha != nil {
+			// down 1-5s: the replica is promoted about 3-4s after the
+			// kill, so some restarts come first and some after
+			old, what := c.ha.killMaster(tb, n.rng.IntN)
+			return &active{what: what, uses: []string{"redis"},
+				until: time.Now().Add(n.between(time.Second, 5*time.Second)), heal: func(tb testing.TB) { c.ha.restartMaster(tb, old) }}
 		}
 		c.redis.Kill(tb)
 		return &active{what: "redis-server down", uses: []string{"redis"},
@@ -313,6 +352,11 @@ func (n *nemesis) apply(tb testing.TB, kind string) *active {
 		// input.
 		if n.busy("redis") {
 			return nil
+		}
+		if c.ha != nil {
+			what := c.ha.oom(tb)
+			return &active{what: what, uses: []string{"redis"},
+				until: now.Add(n.between(2*time.Second, 5*time.Second)), heal: func(tb testing.TB) { c.ha.oomHeal(tb) }}
 		}
 		rdb := n.rdb
 		if err := rdb.ConfigSet(tb.Context(), "maxmemory-policy", "noeviction").Err(); err != nil {

@@ -42,8 +42,15 @@ type SentinelSet struct {
 // StartSentinel starts a primary and replicas replicas of it (REPLICAOF)
 // with StartRedis' settings (see redisBaseArgs) and repl-diskless-sync-delay
 // 0, and three sentinels (redis-server <conf> --sentinel) that monitor it
-// as MasterName with quorum 2, down-after-milliseconds 1000 and
+// as MasterName with quorum 2, down-after-milliseconds 2000 and
 // failover-timeout 5000: a dead primary is replaced within a few seconds.
+// Not 1000: a sentinel that learns of a new primary from another's hello
+// reconnects at most once a second (its reconnect period, counted from
+// its last try at the dead primary), so with 1000 its first PONG can come
+// after down-after; it then judged the new primary down and, the other
+// sentinels' "down" answers about the old one still counting for 5 s,
+// failed it over too (seen twice in 22 runs of
+// TestRedisSentinelFailover/kill).
 // It waits until every replica's link is up and every sentinel knows the
 // replicas and the two other sentinels. Everything is killed at cleanup.
 //
@@ -170,7 +177,7 @@ func (s *SentinelSet) startSentinel(tb testing.TB, primary *Redis) *Redis {
 		}
 		name := s.MasterName
 		line("sentinel", "monitor", name, host, pport, "2")
-		line("sentinel", "down-after-milliseconds", name, "1000")
+		line("sentinel", "down-after-milliseconds", name, "2000")
 		line("sentinel", "failover-timeout", name, "5000")
 		line("sentinel", "parallel-syncs", name, "1")
 		if primary.adminUser != "" {
@@ -443,33 +450,122 @@ func setMasterauth(ctx context.Context, r *Redis, password string) error {
 	return nil
 }
 
-// WaitReplica waits until r reports itself a replica of Primary with its
-// link up (INFO replication role:slave, master_port, master_link_status:up),
-// as the sentinels make a restarted old primary (after about four hello
-// periods, ~8 s), and returns how long that took. ctx bounds the wait.
+// WaitReplica waits until r reports itself a replica, with its link up,
+// of the primary every sentinel names (INFO replication role:slave,
+// master_port, master_link_status:up; SENTINEL
+// GET-MASTER-ADDR-BY-NAME), as the sentinels make a restarted old
+// primary after about four hello periods (~8 s), and returns how long
+// that took. It records that primary as Primary: it is the sentinels',
+// even after a failover testenv did not cause. ctx bounds the wait.
 func (s *SentinelSet) WaitReplica(ctx context.Context, r *Redis) (time.Duration, error) {
 	began := time.Now()
-	p := s.Primary()
-	_, pport, _ := net.SplitHostPort(p.Addr)
+	clients := make([]*redis.SentinelClient, len(s.Sentinels))
+	for i, sn := range s.Sentinels {
+		clients[i] = sentinelClient(sn)
+	}
+	defer func() {
+		for _, sc := range clients {
+			_ = sc.Close()
+		}
+	}()
 	var last string
+	check := func() *Redis {
+		addr := ""
+		for i, sc := range clients {
+			hp, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
+			if err != nil || len(hp) != 2 {
+				last = fmt.Sprintf("sentinel %s: %v %v", s.SentinelAddrs[i], hp, err)
+				return nil
+			}
+			if a := net.JoinHostPort(hp[0], hp[1]); addr == "" || a == addr {
+				addr = a
+			} else {
+				last = fmt.Sprintf("sentinels name %s and %s", addr, a)
+				return nil
+			}
+		}
+		s.mu.Lock()
+		var p *Redis
+		if i := slices.IndexFunc(s.nodes, func(n *Redis) bool { return n.Addr == addr }); i >= 0 {
+			p = s.nodes[i]
+		}
+		s.mu.Unlock()
+		if p == nil || p == r {
+			last = fmt.Sprintf("the sentinels name %s", addr)
+			return nil
+		}
+		_, pport, _ := net.SplitHostPort(addr)
+		info, err := replicationInfo(ctx, r)
+		if err != nil {
+			last = err.Error()
+			return nil
+		}
+		last = fmt.Sprintf("primary %s; %s: role:%s master_port:%s master_link_status:%s", addr, r.Addr, info["role"], info["master_port"], info["master_link_status"])
+		if info["role"] != "slave" || info["master_port"] != pport || info["master_link_status"] != "up" {
+			return nil
+		}
+		return p
+	}
 	// a change measured in seconds: 100 ms between polls (each dials anew)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		info, err := replicationInfo(ctx, r)
-		switch {
-		case err != nil:
-			last = err.Error()
-		case info["role"] == "slave" && info["master_port"] == pport && info["master_link_status"] == "up":
+		if p := check(); p != nil {
+			s.mu.Lock()
+			s.primary = p
+			s.mu.Unlock()
 			return time.Since(began), nil
-		default:
-			last = fmt.Sprintf("role:%s master_port:%s master_link_status:%s", info["role"], info["master_port"], info["master_link_status"])
 		}
 		select {
 		case <-ctx.Done():
-			return time.Since(began), fmt.Errorf("WaitReplica: %s not a replica of %s after %v: %w; last: %s",
-				r.Addr, p.Addr, time.Since(began).Round(time.Millisecond), ctx.Err(), last)
+			return time.Since(began), fmt.Errorf("WaitReplica: %s not a replica of the sentinels' primary after %v: %w; last: %s",
+				r.Addr, time.Since(began).Round(time.Millisecond), ctx.Err(), last)
 		case <-tick.C:
 		}
 	}
+}
+
+// FailoverLog is what the sentinels and the data nodes logged of
+// failovers, from the output testenv keeps (the last 64 KiB of each
+// process since its last start): every sentinel event (+sdown, +odown,
+// +try-failover, +switch-master, ...) and the nodes' role changes,
+// replication links and syncs. Each line starts with who logged it
+// ("sentinel 127.0.0.1:port: ", "node 127.0.0.1:port: ").
+func (s *SentinelSet) FailoverLog() string {
+	nodeKeys := []string{"MASTER MODE", "REPLICAOF", "MASTER <-> REPLICA", "Connecting to MASTER", "resync", "Full", "Partial",
+		"Discarding previously cached", "Synchronization with replica", "Connection with master", "Connection with replica",
+		"AOF fsync", "Ready to accept"}
+	var b strings.Builder
+	for _, sn := range s.Sentinels {
+		for line := range strings.Lines(keptOutput(sn)) {
+			// "<pid>:X 28 Nov 2026 19:45:40.434 # +switch-master ..."
+			if f := strings.Fields(line); len(f) > 6 && (f[6][0] == '+' || f[6][0] == '-') {
+				b.WriteString("sentinel " + sn.Addr + ": " + line)
+			}
+		}
+	}
+	s.mu.Lock()
+	nodes := slices.Clone(s.nodes)
+	s.mu.Unlock()
+	for _, r := range nodes {
+		for line := range strings.Lines(keptOutput(r)) {
+			if slices.ContainsFunc(nodeKeys, func(k string) bool { return strings.Contains(line, k) }) {
+				b.WriteString("node " + r.Addr + ": " + line)
+			}
+		}
+	}
+	return b.String()
+}
+
+// keptOutput is all of r's output testenv keeps (Output is its tail).
+func keptOutput(r *Redis) string {
+	r.mu.Lock()
+	out := r.out
+	r.mu.Unlock()
+	if out == nil {
+		return ""
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	return out.buf.String()
 }
