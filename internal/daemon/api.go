@@ -361,10 +361,11 @@ const (
 	whyUnavailable
 	whyOrder
 	whyUnconfirmed // written, but the replicas did not confirm it: a written journal entry
+	whyMaybeRun    // unavailable after it was sent (a timeout, a reset): it may have run, a written entry too
 )
 
 var whyReason = [...]string{whyRedisDown: reasonRedisDown, whyShardDown: reasonShardDown, whyUnavailable: reasonUnavailable,
-	whyOrder: reasonOrder, whyUnconfirmed: reasonUnconfirmed}
+	whyOrder: reasonOrder, whyUnconfirmed: reasonUnconfirmed, whyMaybeRun: reasonUnavailable}
 
 // schedule stores tasks in Redis, or journals them. A task is journaled
 // when
@@ -441,6 +442,8 @@ func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []wire.Sch
 			case errors.Is(r.Err, redisstore.ErrNotReplicated):
 				// in Redis, it fires on time; the journal confirms it
 				hold(i, whyUnconfirmed)
+			case r.Err != nil && redisstore.IsUnavailable(r.Err) && !redisstore.NotRun(r.Err):
+				hold(i, whyMaybeRun)
 			case r.Err != nil && redisstore.IsUnavailable(r.Err):
 				hold(i, whyUnavailable)
 			case r.Outcome == redisstore.Rejected:
@@ -503,7 +506,8 @@ func (a *App) appendJournal(ctx context.Context, subs []redisstore.Submit, idx [
 	now := a.now()
 	for j, i := range idx {
 		t := subs[i].Task
-		entries[j] = journal.Entry{ID: t.ID, Data: encodeJournalData(t, why[i] == whyUnconfirmed), At: now}
+		written := why[i] == whyUnconfirmed || why[i] == whyMaybeRun
+		entries[j] = journal.Entry{ID: t.ID, Data: encodeJournalData(t, written), At: now}
 		a.lanes.add(t.ID)
 	}
 	_, err := a.jr.Append(context.WithoutCancel(ctx), entries...)

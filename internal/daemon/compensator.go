@@ -244,6 +244,11 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 				p.done = append(p.done, e)
 			case r.Err != nil:
 				p.keep(e)
+				if !p.subs[i].Confirm && redisstore.IsUnavailable(r.Err) && !redisstore.NotRun(r.Err) {
+					// it may have run (a timeout, a reset): confirmed from
+					// now on, never written again over a later change
+					p.written = append(p.written, journal.Entry{Seq: e.Seq, Data: encodeJournalData(p.subs[i].Task, true)})
+				}
 				if !a.cluster || !redisstore.IsUnavailable(r.Err) {
 					p.failed = r.Err // a shard known down waits for its probe instead
 				}

@@ -79,3 +79,21 @@ var transientPrefixes = []string{
 	"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "MOVED", "ASK",
 	"OOM", "BUSY", "NOREPLICAS", "WRONGPASS", "NOAUTH", "NOPERM",
 }
+
+// NotRun reports whether err proves that the command it answers was not
+// executed: Redis refused it before running it (RefusalCode: READONLY,
+// CLUSTERDOWN, TRYAGAIN, MOVED, OOM, ...), or it was never sent (the dial
+// failed, no pooled connection was free). Any other failure of a write
+// (a timeout waiting for the reply, a connection reset or closed, the
+// replicas' confirmation missing) leaves its outcome unknown: it may have
+// run.
+func NotRun(err error) bool {
+	if err == nil || errors.Is(err, ErrNotReplicated) {
+		return false
+	}
+	if RefusalCode(err) != "" || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}

@@ -1,7 +1,12 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -67,6 +72,32 @@ func TestAnswersAboutTheDataAreNotUnavailable(t *testing.T) {
 	} {
 		if !IsUnavailable(errors.New(msg)) {
 			t.Errorf("%q not classified as unavailable", msg)
+		}
+	}
+}
+
+// A write whose outcome is unknown (it may have run) is told from one that
+// certainly did not run, for the daemon's journal: the replay of a write
+// that may have run never writes it again over a later change.
+func TestNotRun(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	read := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{fmt.Errorf("schedule on shard 3: %w", dial), true},
+		{fmt.Errorf("schedule: %w", redis.ErrPoolTimeout), true},
+		{errors.New("READONLY You can't write against a read only replica."), true},
+		{errors.New("CLUSTERDOWN The cluster is down"), true},
+		{fmt.Errorf("x: %w", read), false},
+		{io.EOF, false},
+		{context.DeadlineExceeded, false},
+		{&ReplicaError{Want: 1}, false},
+	} {
+		if got := NotRun(tc.err); got != tc.want {
+			t.Errorf("NotRun(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
