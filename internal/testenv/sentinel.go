@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -198,6 +199,36 @@ func (s *SentinelSet) startSentinel(tb testing.TB, primary *Redis) *Redis {
 }
 
 // sentinelClient is testenv's own client of sentinel sn.
+// sentinelClients is a client of each sentinel, and a func closing them.
+func (s *SentinelSet) sentinelClients() ([]*redis.SentinelClient, func()) {
+	clients := make([]*redis.SentinelClient, len(s.Sentinels))
+	for i, sn := range s.Sentinels {
+		clients[i] = sentinelClient(sn)
+	}
+	return clients, func() {
+		for _, sc := range clients {
+			_ = sc.Close()
+		}
+	}
+}
+
+// namedPrimary is the address every sentinel names as the primary, or ""
+// and why not (a sentinel that does not answer, two that disagree).
+func (s *SentinelSet) namedPrimary(ctx context.Context, clients []*redis.SentinelClient) (addr, why string) {
+	for i, sc := range clients {
+		hp, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
+		if err != nil || len(hp) != 2 {
+			return "", fmt.Sprintf("sentinel %s: %v %v", s.SentinelAddrs[i], hp, err)
+		}
+		a := net.JoinHostPort(hp[0], hp[1])
+		if addr != "" && a != addr {
+			return "", fmt.Sprintf("sentinels name %s and %s", addr, a)
+		}
+		addr = a
+	}
+	return addr, ""
+}
+
 func sentinelClient(sn *Redis) *redis.SentinelClient {
 	return redis.NewSentinelClient(sn.adminOptions())
 }
@@ -259,30 +290,14 @@ func (s *SentinelSet) WaitSwitched(ctx context.Context, old *Redis) (*Redis, tim
 	if began.IsZero() {
 		began = time.Now()
 	}
-	clients := make([]*redis.SentinelClient, len(s.Sentinels))
-	for i, sn := range s.Sentinels {
-		clients[i] = sentinelClient(sn)
-	}
-	defer func() {
-		for _, sc := range clients {
-			_ = sc.Close()
-		}
-	}()
+	clients, closeAll := s.sentinelClients()
+	defer closeAll()
 	var last string
 	check := func() *Redis {
-		addr := ""
-		for i, sc := range clients {
-			hp, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
-			if err != nil || len(hp) != 2 {
-				last = fmt.Sprintf("sentinel %s: %v %v", s.SentinelAddrs[i], hp, err)
-				return nil
-			}
-			a := net.JoinHostPort(hp[0], hp[1])
-			if a == old.Addr || (addr != "" && a != addr) {
-				last = fmt.Sprintf("sentinel %s names %s", s.SentinelAddrs[i], a)
-				return nil
-			}
-			addr = a
+		addr, why := s.namedPrimary(ctx, clients)
+		if addr == "" || addr == old.Addr {
+			last = cmp.Or(why, "the sentinels still name "+addr)
+			return nil
 		}
 		i := slices.IndexFunc(s.nodes, func(r *Redis) bool { return r.Addr == addr })
 		if i < 0 {
@@ -459,30 +474,14 @@ func setMasterauth(ctx context.Context, r *Redis, password string) error {
 // even after a failover testenv did not cause. ctx bounds the wait.
 func (s *SentinelSet) WaitReplica(ctx context.Context, r *Redis) (time.Duration, error) {
 	began := time.Now()
-	clients := make([]*redis.SentinelClient, len(s.Sentinels))
-	for i, sn := range s.Sentinels {
-		clients[i] = sentinelClient(sn)
-	}
-	defer func() {
-		for _, sc := range clients {
-			_ = sc.Close()
-		}
-	}()
+	clients, closeAll := s.sentinelClients()
+	defer closeAll()
 	var last string
 	check := func() *Redis {
-		addr := ""
-		for i, sc := range clients {
-			hp, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
-			if err != nil || len(hp) != 2 {
-				last = fmt.Sprintf("sentinel %s: %v %v", s.SentinelAddrs[i], hp, err)
-				return nil
-			}
-			if a := net.JoinHostPort(hp[0], hp[1]); addr == "" || a == addr {
-				addr = a
-			} else {
-				last = fmt.Sprintf("sentinels name %s and %s", addr, a)
-				return nil
-			}
+		addr, why := s.namedPrimary(ctx, clients)
+		if addr == "" {
+			last = why
+			return nil
 		}
 		s.mu.Lock()
 		var p *Redis
