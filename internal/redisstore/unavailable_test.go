@@ -89,7 +89,7 @@ func TestNotRun(t *testing.T) {
 		{nil, false},
 		{fmt.Errorf("schedule on shard 3: %w", dial), true},
 		{fmt.Errorf("schedule: %w", redis.ErrPoolTimeout), true},
-		{errors.New("READONLY You can't write against a read only replica."), true},
+		{errors.New("READONLY You can't write against a read only replica"), true},
 		{errors.New("CLUSTERDOWN The cluster is down"), true},
 		{fmt.Errorf("x: %w", read), false},
 		{io.EOF, false},
