@@ -362,10 +362,11 @@ const (
 	whyOrder
 	whyUnconfirmed // written, but the replicas did not confirm it: a written journal entry
 	whyMaybeRun    // unavailable after it was sent (a timeout, a reset): it may have run, a written entry too
+	whyOrderRun    // whyOrder for an item that was sent and may have run: a written entry
 )
 
 var whyReason = [...]string{whyRedisDown: reasonRedisDown, whyShardDown: reasonShardDown, whyUnavailable: reasonUnavailable,
-	whyOrder: reasonOrder, whyUnconfirmed: reasonUnconfirmed, whyMaybeRun: reasonUnavailable}
+	whyOrder: reasonOrder, whyUnconfirmed: reasonUnconfirmed, whyMaybeRun: reasonUnavailable, whyOrderRun: reasonOrder}
 
 // schedule stores tasks in Redis, or journals them. A task is journaled
 // when
@@ -439,6 +440,9 @@ func (a *App) schedule(ctx context.Context, subs []redisstore.Submit) []wire.Sch
 				// journaled too (even if Redis took it): the replay must
 				// end with the latest submission.
 				why[i] = whyOrder
+				if mayHaveRun(r.Err) {
+					why[i] = whyOrderRun // it reached Redis, or may have
+				}
 			case errors.Is(r.Err, redisstore.ErrNotReplicated):
 				// in Redis, it fires on time; the journal confirms it
 				hold(i, whyUnconfirmed)
@@ -506,7 +510,7 @@ func (a *App) appendJournal(ctx context.Context, subs []redisstore.Submit, idx [
 	now := a.now()
 	for j, i := range idx {
 		t := subs[i].Task
-		written := why[i] == whyUnconfirmed || why[i] == whyMaybeRun
+		written := why[i] == whyUnconfirmed || why[i] == whyMaybeRun || why[i] == whyOrderRun
 		entries[j] = journal.Entry{ID: t.ID, Data: encodeJournalData(t, written), At: now}
 		a.lanes.add(t.ID)
 	}

@@ -46,6 +46,10 @@ const passGap = 50 * time.Millisecond
 // mode: created if a failover lost it, left as it is otherwise, so that a
 // change made since (a reschedule through another daemon) is never undone.
 //
+// An entry with a later entry of its id in the journal is dropped
+// unreplayed: each entry is the task's whole content, so the latest alone
+// decides it, and whether it is written or only confirmed.
+//
 // Order: while an entry of an id waits, the API journals new schedules of
 // the id's lane too (lanes.go), so a later submission never overtakes it.
 //
@@ -205,6 +209,12 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 	p.done, p.subs, p.sent, p.written = p.done[:0], p.subs[:0], p.sent[:0], p.written[:0]
 	now := a.now()
 	for _, e := range entries {
+		if latest, ok, err := a.jr.Lookup(ctx, e.ID); err == nil && ok && latest.Seq > e.Seq {
+			// a later submission of the id is in the journal: it alone
+			// decides the task's content (and whether it is only confirmed)
+			p.done = append(p.done, e)
+			continue
+		}
 		if p.blocked[p.domain(e.ID)] || a.down.downFor(p.m, e.ID, now) {
 			p.keep(e)
 			continue
@@ -226,6 +236,7 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 		a.noteResults(p.m, res, err)
 		for i := range res {
 			r, e := &res[i], p.sent[i]
+			kept := true
 			switch {
 			case p.blocked[p.domain(e.ID)]:
 				// an earlier entry of its domain stays: this one is
@@ -233,29 +244,28 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 				p.keep(e)
 			case errors.Is(r.Err, redisstore.ErrNotReplicated), p.held[e.ID]:
 				p.hold(e)
-				if !p.subs[i].Confirm && (r.Err == nil || errors.Is(r.Err, redisstore.ErrNotReplicated)) {
-					// it reached Redis: from now on it is confirmed, never
-					// written again (a change made meanwhile stays)
-					p.written = append(p.written, journal.Entry{Seq: e.Seq, Data: encodeJournalData(p.subs[i].Task, true)})
-				}
 			case r.Outcome == redisstore.Rejected:
+				kept = false
 				a.log.Warn("journal entry rejected by the store; dropped", "task_id", r.ID,
 					"state", r.State, "journaled_at", e.At, "error", r.Err)
 				p.done = append(p.done, e)
 			case r.Err != nil:
 				p.keep(e)
-				if !p.subs[i].Confirm && redisstore.IsUnavailable(r.Err) && !redisstore.NotRun(r.Err) {
-					// it may have run (a timeout, a reset): confirmed from
-					// now on, never written again over a later change
-					p.written = append(p.written, journal.Entry{Seq: e.Seq, Data: encodeJournalData(p.subs[i].Task, true)})
-				}
 				if !a.cluster || !redisstore.IsUnavailable(r.Err) {
 					p.failed = r.Err // a shard known down waits for its probe instead
 				}
 			default:
+				kept = false
 				p.done = append(p.done, e)
 			}
+			if kept && !p.subs[i].Confirm && mayHaveRun(r.Err) {
+				// it reached Redis, or may have (a timeout, a reset):
+				// confirmed from now on, never written again over a
+				// change made meanwhile (journalrecord.go)
+				p.written = append(p.written, journal.Entry{Seq: e.Seq, Data: encodeJournalData(p.subs[i].Task, true)})
+			}
 		}
+
 	}
 	if err := a.jr.Rewrite(ctx, p.written...); err != nil {
 		// they stay unwritten: the next pass writes them again
@@ -281,4 +291,12 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 		a.m.replayed.Add(float64(len(p.done)))
 	}
 	return a.cluster || len(p.blocked) == 0 // a single server: one failure ends the pass
+}
+
+// mayHaveRun reports whether a schedule call that answered err may have
+// written its task: it succeeded, ran without the replicas' confirmation,
+// or failed after it was sent.
+func mayHaveRun(err error) bool {
+	return err == nil || errors.Is(err, redisstore.ErrNotReplicated) ||
+		(redisstore.IsUnavailable(err) && !redisstore.NotRun(err))
 }
