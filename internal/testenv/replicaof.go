@@ -34,6 +34,29 @@ func ReplicaOf(tb testing.TB, replica, primary *Redis) {
 		tb.Fatalf("testenv: REPLICAOF %s on %s: %v", primary.Addr, replica.Addr, err)
 	}
 	waitLinked(ctx, tb, replica, primary, true)
+	waitAcked(ctx, tb, primary)
+}
+
+// waitAcked waits until a write on primary is acknowledged by a replica
+// (WAIT 1): a replica that has just synced acknowledges its offset only
+// with its next REPLCONF ACK (once a second), and ROLE lists it online
+// only then.
+func waitAcked(ctx context.Context, tb testing.TB, primary *Redis) {
+	tb.Helper()
+	pc := redis.NewClient(primary.adminOptions())
+	defer pc.Close()
+	var last string
+	if !poll(startTimeout, func() bool {
+		if err := pc.Set(ctx, "testenv:acked", randomSecret(), 0).Err(); err != nil {
+			last = err.Error()
+			return false
+		}
+		n, err := pc.Do(ctx, "wait", 1, 200).Int()
+		last = fmt.Sprintf("WAIT 1: %d %v", n, err)
+		return err == nil && n >= 1
+	}) {
+		tb.Fatalf("testenv: no replica of %s acknowledges writes within %v: %s", primary.Addr, startTimeout, last)
+	}
 }
 
 // PauseReplication stops replica from receiving primary's writes while
@@ -71,6 +94,7 @@ func PauseReplication(tb testing.TB, replica, primary *Redis) (resume func()) {
 			tb.Fatalf("testenv: resume replication: CONFIG SET masterauth: %v", err)
 		}
 		waitLinked(ctx, tb, replica, primary, true)
+		waitAcked(ctx, tb, primary)
 	}
 }
 
