@@ -18,8 +18,8 @@ import (
 //	go test -run '^$' -bench BenchmarkReplicaAcks -benchtime 3s -count 3 ./internal/daemon/
 //
 // The two daemons run in the same process and write to the same primary;
-// each sub-benchmark alternates with its twin, so a drift of the machine
-// shows in both. batch: tasks/s through the batch API (1000 tasks a
+// acks=0 and acks=1 of a shape run one after the other (with -count, each
+// sub-benchmark's runs come in a row: compare the spreads). batch: tasks/s through the batch API (1000 tasks a
 // request, 4 senders); single16: tasks/s and the request latency (p50,
 // p99: what a producer waits for its acknowledgement) of one-task
 // requests from 16 clients.
