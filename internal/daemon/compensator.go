@@ -209,7 +209,7 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 	p.done, p.subs, p.sent, p.written = p.done[:0], p.subs[:0], p.sent[:0], p.written[:0]
 	now := a.now()
 	for _, e := range entries {
-		if latest, ok, err := a.jr.Lookup(ctx, e.ID); err == nil && ok && latest.Seq > e.Seq {
+		if a.lanes.shared(e.ID) && a.supersededIn(ctx, e) {
 			// a later submission of the id is in the journal: it alone
 			// decides the task's content (and whether it is only confirmed)
 			p.done = append(p.done, e)
@@ -299,4 +299,11 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 func mayHaveRun(err error) bool {
 	return err == nil || errors.Is(err, redisstore.ErrNotReplicated) ||
 		(redisstore.IsUnavailable(err) && !redisstore.NotRun(err))
+}
+
+// supersededIn reports whether a later entry of e's id is in the journal
+// (a bbolt read: called only when e's lane holds more than one entry).
+func (a *App) supersededIn(ctx context.Context, e journal.Entry) bool {
+	latest, ok, err := a.jr.Lookup(ctx, e.ID)
+	return err == nil && ok && latest.Seq > e.Seq
 }

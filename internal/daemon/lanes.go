@@ -38,6 +38,10 @@ func (l *lanes) of(id string) *atomic.Int32 {
 // busy reports whether an entry of an id in id's lane is in the journal.
 func (l *lanes) busy(id string) bool { return l.of(id).Load() > 0 }
 
+// shared reports whether id's lane holds more than one entry: only then
+// can another entry of id be in the journal.
+func (l *lanes) shared(id string) bool { return l.of(id).Load() > 1 }
+
 func (l *lanes) add(id string)  { l.of(id).Add(1) }
 func (l *lanes) done(id string) { l.of(id).Add(-1) }
 

@@ -423,11 +423,11 @@ func (s *Store) packShards(secs []*chunk[int], head []any, section func(sec *chu
 // with EVAL after NOSCRIPT, and stores each call's reply or error. On Redis
 // Cluster each call goes alone instead (execEach, migrating.go).
 func (s *Store) execCalls(ctx context.Context, sc *redis.Script, calls []*shardCall) {
-	if s.waits(sc) {
-		s.execWaited(ctx, sc, calls) // durable.go
+	if s.execEach(ctx, sc, calls) { // a durable script waits in runScript
 		return
 	}
-	if s.execEach(ctx, sc, calls) {
+	if s.waits(sc) {
+		s.execWaited(ctx, sc, calls) // durable.go
 		return
 	}
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

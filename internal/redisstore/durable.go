@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -192,23 +191,10 @@ func (s *Store) runWaited(ctx context.Context, sc *redis.Script, keys []string, 
 	return v, nil
 }
 
-// execWaited is execCalls for a durable script: on one redis-server every
-// call and one WAIT in one pipeline; on a Redis Cluster each call with its
-// own WAIT, side by side (see execEach for why a cluster's calls go alone).
+// execWaited is execCalls for a durable script on one redis-server: every
+// call and one WAIT in one pipeline (on a Redis Cluster, execEach sends
+// each call alone through runScript, which waits after it).
 func (s *Store) execWaited(ctx context.Context, sc *redis.Script, calls []*shardCall) {
-	if _, ok := s.rdb.(*redis.ClusterClient); ok {
-		var wg sync.WaitGroup
-		for _, c := range calls {
-			wg.Go(func() {
-				c.val, c.err = s.runScript(ctx, sc, c.keys, c.args...)
-				if errors.Is(c.err, redis.Nil) {
-					c.val, c.err = nil, nil
-				}
-			})
-		}
-		wg.Wait()
-		return
-	}
 	c, err := s.primaryFor(ctx, "")
 	if err != nil {
 		for _, call := range calls {
