@@ -141,21 +141,11 @@ func parseClusterNodes(s string) ([]clusterLine, error) {
 		}
 		addr, _, _ := strings.Cut(f[1], "@")
 		l := clusterLine{id: f[0], addr: addr, flags: f[2], masterID: f[3], link: f[7]}
-		for _, s := range f[8:] {
-			if strings.HasPrefix(s, "[") { // a slot migrating or importing
-				continue
-			}
-			lo, hi, _ := strings.Cut(s, "-")
-			a, err1 := strconv.Atoi(lo)
-			b, err2 := a, error(nil)
-			if hi != "" {
-				b, err2 = strconv.Atoi(hi)
-			}
-			if err1 != nil || err2 != nil {
-				return nil, fmt.Errorf("CLUSTER NODES slots %q", s)
-			}
-			l.slots = append(l.slots, [2]int{a, b})
+		slots, err := testenv.ParseSlotRanges(f[8:])
+		if err != nil {
+			return nil, fmt.Errorf("CLUSTER NODES: %w", err)
 		}
+		l.slots = slots
 		out = append(out, l)
 	}
 	return out, nil

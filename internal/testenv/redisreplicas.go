@@ -380,21 +380,11 @@ func myself(ctx context.Context, r *Redis) (nodeLine, error) {
 		if f[3] != "-" {
 			n.masterID = f[3]
 		}
-		for _, s := range f[8:] {
-			if strings.HasPrefix(s, "[") { // a slot migrating or importing
-				continue
-			}
-			lo, hi, _ := strings.Cut(s, "-")
-			a, err1 := strconv.Atoi(lo)
-			b, err2 := a, error(nil)
-			if hi != "" {
-				b, err2 = strconv.Atoi(hi)
-			}
-			if err1 != nil || err2 != nil {
-				return nodeLine{}, fmt.Errorf("CLUSTER NODES on %s: slots %q", r.Addr, s)
-			}
-			n.slots = append(n.slots, [2]int{a, b})
+		slots, err := ParseSlotRanges(f[8:])
+		if err != nil {
+			return nodeLine{}, fmt.Errorf("CLUSTER NODES on %s: %w", r.Addr, err)
 		}
+		n.slots = slots
 		return n, nil
 	}
 	return nodeLine{}, fmt.Errorf("CLUSTER NODES on %s: no myself line:\n%s", r.Addr, nodes)
@@ -425,4 +415,27 @@ func (r *Redis) running() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cmd != nil && !r.cmd.exited()
+}
+
+// ParseSlotRanges reads the slot fields of a CLUSTER NODES line (from the
+// ninth field: "0-5460", "5461", and "[...]" for a slot migrating or
+// importing, which is skipped) as inclusive ranges.
+func ParseSlotRanges(fields []string) ([][2]int, error) {
+	var out [][2]int
+	for _, s := range fields {
+		if strings.HasPrefix(s, "[") {
+			continue
+		}
+		lo, hi, _ := strings.Cut(s, "-")
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := a, error(nil)
+		if hi != "" {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("slots %q", s)
+		}
+		out = append(out, [2]int{a, b})
+	}
+	return out, nil
 }
