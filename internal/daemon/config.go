@@ -3,12 +3,15 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"path"
 	"strings"
 	"time"
 
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/outcome"
 	"github.com/delayq/delayq/internal/record"
+	"github.com/delayq/delayq/internal/task"
 )
 
 // Defaults of the daemon's own settings.
@@ -21,6 +24,8 @@ const (
 	// DefaultMaxRecordBytes is Kafka's default message.max.bytes, rounded
 	// down (the broker counts the batch framing too).
 	DefaultMaxRecordBytes = 1_000_000
+	DefaultDeadTopic      = "dq.dead"
+	DefaultMaxSchedules   = 10_000
 )
 
 // Config is the daemon's configuration: the settings every binary shares
@@ -58,6 +63,24 @@ type Config struct {
 	KafkaBrokers  []string
 	OutcomesTopic string
 	config.Kafka
+
+	// AllowedTopics (DQ_ALLOWED_TOPICS), when set, are the only topics a
+	// task may name: patterns in path.Match syntax ("orders.*"). Empty:
+	// every topic but the reserved ones. Reserved always: delayq's own
+	// topics (OutcomesTopic, DeadTopic) and Kafka's internal ones (__*).
+	AllowedTopics []string
+	// DeadTopic (DQ_DEAD_TOPIC, default dq.dead) is the dead-letter topic
+	// of the event and work processes; the daemon only refuses tasks that
+	// name it (a task fired there would forge a dead letter).
+	DeadTopic string
+	// AllowedOrigins (DQ_ALLOWED_ORIGINS) are the browser origins, besides
+	// the daemon's own, allowed to send state-changing requests
+	// ("https://ops.example.com"). A request from any other origin is
+	// refused (403 cross_origin).
+	AllowedOrigins []string
+	// MaxSchedules (DQ_MAX_SCHEDULES, default 10000) caps the schedules of
+	// the namespace; a PUT creating one more answers 422 too_many_schedules.
+	MaxSchedules int
 }
 
 // Bind registers every setting on b (flags mirror the DQ_* variables).
@@ -73,6 +96,10 @@ func (c *Config) Bind(b *config.Binder) {
 	b.List(&c.KafkaBrokers, "kafka-brokers", "DQ_KAFKA_BROKERS", "", `Kafka bootstrap brokers for "cancelled" outcome records (empty: the daemon publishes no outcomes)`)
 	b.String(&c.OutcomesTopic, "outcomes-topic", "DQ_OUTCOMES_TOPIC", record.DefaultOutcomesTopic, `topic of outcome records: "cancelled" for every task cancelled, best effort, with kafka-brokers; none (or "") disables`)
 	c.BindKafka(b)
+	b.List(&c.AllowedTopics, "allowed-topics", "DQ_ALLOWED_TOPICS", "", "topics a task may name, as path.Match patterns (orders.*); empty: any topic but delayq's own and Kafka's internal __* ones")
+	b.String(&c.DeadTopic, "dead-topic", "DQ_DEAD_TOPIC", DefaultDeadTopic, "the dead-letter topic of the event and work processes; tasks may not name it")
+	b.List(&c.AllowedOrigins, "allowed-origins", "DQ_ALLOWED_ORIGINS", "", "browser origins besides the daemon's own allowed to send state-changing requests (https://ops.example.com)")
+	b.Int(&c.MaxSchedules, "max-schedules", "DQ_MAX_SCHEDULES", DefaultMaxSchedules, "most schedules in the namespace")
 }
 
 // DefaultConfig is the configuration with every default applied, as Run
@@ -120,6 +147,22 @@ func (c *Config) Validate() error {
 	}
 	if c.RedisTimeout < 10*time.Millisecond || c.RedisTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("redis-timeout (DQ_REDIS_TIMEOUT) %s: between 10ms and 1m", c.RedisTimeout))
+	}
+	for _, p := range c.AllowedTopics {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			errs = append(errs, fmt.Errorf("allowed-topics (DQ_ALLOWED_TOPICS) %q: not a path.Match pattern", task.Truncate(p, 64)))
+		}
+	}
+	if strings.TrimSpace(c.DeadTopic) == "" {
+		errs = append(errs, errors.New("dead-topic (DQ_DEAD_TOPIC): must not be empty"))
+	}
+	for _, o := range c.AllowedOrigins {
+		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("allowed-origins (DQ_ALLOWED_ORIGINS) %q: want scheme://host[:port]", task.Truncate(o, 64)))
+		}
+	}
+	if c.MaxSchedules < 1 || c.MaxSchedules > 10_000_000 {
+		errs = append(errs, fmt.Errorf("max-schedules (DQ_MAX_SCHEDULES) %d: between 1 and 10000000", c.MaxSchedules))
 	}
 	return errors.Join(errs...)
 }
