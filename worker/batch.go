@@ -64,6 +64,7 @@ type item struct {
 	// stopRenew stops the renewals of what the Limiter admitted it with
 	// (see renewLimit); set by dispatch
 	stopRenew func()
+	lease     *limitLease    // what the Limiter admitted it with, renewed and fenced (see renewLimit); nil if nothing
 	out       pendingOutcome // set once its handler returned
 }
 
@@ -426,7 +427,7 @@ func (w *Worker) runItem(ctx context.Context, r *runner, it *item) {
 		}
 		started = time.Now()
 	}
-	ran, herr := w.execute(ctx, r.ht, log, job, started)
+	ran, herr := w.execute(ctx, r.ht, log, job, started, it.lease)
 	fault.Point("after-handle")
 	stopRenew()
 	if l := w.cfg.Limiter; l != nil {

@@ -22,8 +22,9 @@ const claimPoll = 200 * time.Millisecond
 
 // execute runs the handler under the task's timeout, recovering a panic,
 // from start (now), and returns how long it ran. The handler's context
-// comes from ht (ctx's child).
-func (w *Worker) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger, t *Task, start time.Time) (time.Duration, error) {
+// comes from ht (ctx's child), fenced by lease (nil: none; see
+// limitLease.call).
+func (w *Worker) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger, t *Task, start time.Time, lease *limitLease) (time.Duration, error) {
 	h := w.handler(t.Type)
 	w.met.lag.Observe(max(start.Sub(t.DueAt).Seconds(), 0))
 	if h == nil {
@@ -31,7 +32,7 @@ func (w *Worker) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger
 	}
 	hctx := ht.startAt(start, t.Timeout)
 	defer ht.finish(hctx)
-	err := call(hctx, log, h, t)
+	err := lease.call(hctx, log, h, t)
 	ran := time.Since(start)
 	w.met.observeDuration(t.Type, ran.Seconds())
 	if err != nil && ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && !IsPermanent(err) {

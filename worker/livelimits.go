@@ -31,7 +31,10 @@ type LiveLimitsOptions struct {
 // buckets and concurrency limits apply; a concurrency slot is renewed while
 // its handler runs (a [LimitRenewer]), so the limit holds for handlers that
 // run longer than the rule's slot_ttl, and is freed when the handler
-// returns.
+// returns. A handler whose slot is lost — renewals not confirmed within
+// the slot_ttl by the worker's clock (a paused process, an unreachable
+// Redis), or a renewal that finds it gone — has its context cancelled with
+// [ErrLimitSlotLost] before another task can take the slot.
 //
 // Set it as Config.Limiter: Worker.Run then watches the rules for as long
 // as it runs (a change applies within about a second). Until the rules were
@@ -97,7 +100,8 @@ func (l *LiveLimits) Admit(ctx context.Context, items []LimitItem) ([]LimitDecis
 	}
 	out := make([]LimitDecision, len(ds))
 	for i, d := range ds {
-		out[i] = LimitDecision{Run: d.Run, NotBefore: d.NotBefore, Reason: d.Reason, Ticket: d, RenewEvery: d.RenewEvery()}
+		out[i] = LimitDecision{Run: d.Run, NotBefore: d.NotBefore, Reason: d.Reason, Ticket: d,
+			RenewEvery: d.RenewEvery(), HoldFor: d.SlotTTL(), HeldUntil: d.HeldUntil()}
 	}
 	return out, nil
 }
@@ -105,7 +109,7 @@ func (l *LiveLimits) Admit(ctx context.Context, items []LimitItem) ([]LimitDecis
 var _ LimitRenewer = (*LiveLimits)(nil)
 
 // Renew implements [LimitRenewer]: it extends the item's concurrency slot
-// by the rule's slot_ttl.
+// by its slot_ttl (the rule's when the slot was taken).
 func (l *LiveLimits) Renew(ctx context.Context, it LimitItem, d LimitDecision) (bool, error) {
 	rd, ok := d.Ticket.(ratelimit.Decision)
 	if !ok {

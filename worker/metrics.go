@@ -114,6 +114,7 @@ type metrics struct {
 	deadDropped  *prometheus.CounterVec // by reason: queue_full, expired, shutdown
 	deadQueued   prometheus.Gauge
 	slotRenewals *prometheus.CounterVec // by result: ok, lost, error
+	slotsLost    *prometheus.CounterVec // by reason: expired, gone
 
 	// parked is labelled by type: use parkedAdd
 	parked            *prometheus.CounterVec
@@ -172,6 +173,10 @@ func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
 			Name: "limit_slot_renewals_total",
 			Help: "Renewals of the concurrency slots of running handlers, by result (ok, lost, error)."},
 			[]string{"result"}),
+		slotsLost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "limit_slots_lost_total",
+			Help: "Concurrency slots lost by tasks admitted with them before their handler returned, by reason (expired: not renewed within the slot's TTL by this process's clock, e.g. a paused process or a slow Redis; gone: a renewal found it expired or released). The handler's context is cancelled with worker.ErrLimitSlotLost."},
+			[]string{"reason"}),
 		parked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "parked_total",
 			Help: "Tasks parked in Redis because their type is paused (no attempt used), by task type."},
@@ -183,7 +188,7 @@ func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.handled, m.duration, m.lag, m.retries, m.dead, m.consumerLag, m.running, m.heldBytes,
 			m.rebalances, m.commits, m.claimWaits, m.reclaims,
-			m.redisRetries, m.deadErrors, m.deadDropped, m.deadQueued, m.slotRenewals,
+			m.redisRetries, m.deadErrors, m.deadDropped, m.deadQueued, m.slotRenewals, m.slotsLost,
 			m.parked, m.reconcileUnparked)
 	}
 	return m

@@ -190,6 +190,7 @@ func TestAPIHostileBodies(t *testing.T) {
 		{"huge window", "PUT", "/v1/limits/mail", "application/json", strings.NewReader(`{"window_quota":{"limit":5,"window":"99999999999h"}}`), 422, "invalid_rule"},
 		{"huge rate", "PUT", "/v1/limits/mail", "application/json", strings.NewReader(`{"token_bucket":{"rate":1e400,"burst":5}}`), 422, "invalid_rule"},
 		{"huge burst", "PUT", "/v1/limits/mail", "application/json", strings.NewReader(`{"token_bucket":{"rate":5,"burst":99999999999999999999}}`), 422, "invalid_rule"},
+		{"rate below one a day", "PUT", "/v1/limits/mail", "application/json", strings.NewReader(`{"token_bucket":{"rate":1e-17}}`), 422, "invalid_rule"},
 		{"reserve >= burst", "PUT", "/v1/limits/mail", "application/json", strings.NewReader(`{"token_bucket":{"rate":5,"burst":5,"reserve":5}}`), 422, "invalid_rule"},
 		{"zero concurrency", "PUT", "/v1/limits/mail", "application/json", strings.NewReader(`{"concurrency":{"limit":0,"slot_ttl":"5s"}}`), 422, "invalid_rule"},
 		{"slot_ttl too short", "PUT", "/v1/limits/mail", "application/json", strings.NewReader(`{"concurrency":{"limit":3,"slot_ttl":"1ms"}}`), 422, "invalid_rule"},

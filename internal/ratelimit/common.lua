@@ -49,9 +49,21 @@ local function bucket_load(key, rate, burst, now)
   return tokens, ts
 end
 
+-- bucket_max_ttl bounds a bucket key's TTL: 2^53 ms (285,000 years, in
+-- effect never). The time to refill grows without bound as the rate
+-- shrinks; '%d' of a double beyond the int64 range gives -2^63, and a
+-- negative PEXPIRE deletes the key: the bucket would be full again at once
+-- (a rule with a rate of 1e-17 admitted every task).
+local bucket_max_ttl = 9007199254740992
+
+-- bucket_save stores the tokens at ts; the key expires once the bucket
+-- would be full again (a missing bucket is full), at most bucket_max_ttl.
 local function bucket_save(key, tokens, ts, rate, burst)
   redis.call('HSET', key, 't', string.format('%.17g', tokens), 'ts', int(ts))
-  redis.call('PEXPIRE', key, int(math.ceil((burst - tokens) * 1000 / rate) + 1000))
+  local ttl = math.ceil((burst - tokens) * 1000 / rate) + 1000
+  if not (ttl < bucket_max_ttl) then ttl = bucket_max_ttl end -- also inf and nan
+  if ttl < 1000 then ttl = 1000 end
+  redis.call('PEXPIRE', key, int(ttl))
 end
 
 -- slots_prune drops expired slots and returns how many are held.

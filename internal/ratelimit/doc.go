@@ -25,4 +25,12 @@
 //     current consumption. Each atomic check is one Lua script (*.lua,
 //     next to its caller); "now" is Redis TIME inside the script.
 //   - NewAPI (api.go): GET /v1/limits, GET/PUT/DELETE /v1/limits/{type}.
+//
+// Bounds: a rule's values are checked at Put (rates from MinRate, one
+// token a day, to MaxRate; windows and slot TTLs up to a day; counts up
+// to MaxLimit), so that no arithmetic overflows in Go or in Lua's
+// doubles. A rule stored before a bound existed still applies: the
+// Limiter computes waits in float64 and cuts them to MaxDeferral before
+// converting them, never defers a task past task.MaxDueMillis, and caps
+// a bucket key's TTL in Lua.
 package ratelimit

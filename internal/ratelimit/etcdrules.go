@@ -99,7 +99,7 @@ func (r *Rules) Get(ctx context.Context, typ string) (Rule, bool, error) {
 	if len(resp.Kvs) == 0 {
 		return Rule{}, false, nil
 	}
-	rule, err := decodeRule(resp.Kvs[0].Value)
+	rule, err := decodeRule(resp.Kvs[0].Value, Rule.validateStored)
 	if err != nil {
 		return Rule{}, false, fmt.Errorf("stored rule %s: %w", typ, err)
 	}
@@ -128,7 +128,7 @@ func (r *Rules) decode(typ string, value []byte) (Rule, bool) {
 		r.log.Warn("ignoring rate-limit rule with a bad key", "key", r.prefix+typ, "error", err)
 		return Rule{}, false
 	}
-	rule, err := decodeRule(value)
+	rule, err := decodeRule(value, Rule.validateStored)
 	if err != nil {
 		r.log.Warn("ignoring rate-limit rule that does not decode", "type", typ, "error", err)
 		return Rule{}, false

@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/task"
 )
 
 // Reasons a task is deferred (Decision.Reason, the deferred metric's label).
@@ -121,12 +123,31 @@ type Decision struct {
 	Reason    string    // deferred: ReasonWindowQuota, ReasonTokenBucket or ReasonConcurrency
 
 	slot    string        // concurrency slot held while it runs
-	slotTTL time.Duration // the slot's TTL when it was taken
+	slotTTL time.Duration // the slot's TTL when it was taken (Refresh renews it by as much)
+	sent    time.Time     // this process's clock (monotonic) when Admit sent the script that took it
 	window  int64         // quota window (start ms) an admitted item counted in
 }
 
 // Slot is the concurrency slot the item holds while it runs ("" if none).
 func (d Decision) Slot() string { return d.slot }
+
+// SlotTTL is how long the item's concurrency slot lasts from the moment
+// Admit, then each Refresh that reported it held, sent its request (the
+// rule's slot_ttl when the slot was taken). Zero when the item holds no
+// slot.
+func (d Decision) SlotTTL() time.Duration { return d.slotTTL }
+
+// HeldUntil is the earliest moment, by this process's clock (with its
+// monotonic reading, so a step of the wall clock does not move it), at
+// which the slot taken by Admit can expire in Redis: when Admit sent its
+// request plus SlotTTL. Redis computed the expiry from its own clock when
+// the script ran, which is no earlier. Zero when the item holds no slot.
+func (d Decision) HeldUntil() time.Time {
+	if d.slot == "" {
+		return time.Time{}
+	}
+	return d.sent.Add(d.slotTTL)
+}
 
 // RenewEvery is how often the holder of the item's concurrency slot must
 // renew it (Refresh) while its handler runs: a third of the slot's TTL, so
@@ -196,6 +217,7 @@ func (l *Limiter) Admit(ctx context.Context, items []Item) ([]Decision, error) {
 		return out, nil
 	}
 	shift := l.shift.Load()
+	sent := time.Now() // before the request: the slots' local lease starts no later than Redis' (see HeldUntil)
 	var calls []*call
 	for _, g := range groups {
 		for first := 0; first < len(g.idx); first += maxScriptItems {
@@ -207,7 +229,7 @@ func (l *Limiter) Admit(ctx context.Context, items []Item) ([]Decision, error) {
 	l.exec(ctx, calls)
 	var firstErr error
 	for _, g := range groups {
-		if err := l.decide(g, items, out); err != nil && firstErr == nil {
+		if err := l.decide(g, items, out, sent); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
@@ -313,8 +335,9 @@ func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// decide turns g's script results into decisions.
-func (l *Limiter) decide(g *group, items []Item, out []Decision) error {
+// decide turns g's script results into decisions; sent is when the
+// scripts were sent (the local start of the slots' leases).
+func (l *Limiter) decide(g *group, items []Item, out []Decision, sent time.Time) error {
 	var (
 		admitted  int
 		deferred  [3]int
@@ -344,6 +367,7 @@ func (l *Limiter) decide(g *group, items []Item, out []Decision) error {
 				if c.prefix != "" {
 					d.slot = c.prefix + strconv.Itoa(k+1)
 					d.slotTTL = g.rule.Concurrency.SlotTTL.D()
+					d.sent = sent
 				}
 				d.window = st.windowStart
 				continue
@@ -356,14 +380,14 @@ func (l *Limiter) decide(g *group, items []Item, out []Decision) error {
 			switch reason {
 			case 1:
 				d.Reason = ReasonWindowQuota
-				d.NotBefore = time.UnixMilli(st.windowStart + g.rule.WindowQuota.Window.D().Milliseconds())
+				d.NotBefore = notBefore(st.now, st.windowStart+g.rule.WindowQuota.Window.D().Milliseconds()-st.now)
 			case 2:
 				d.Reason = ReasonTokenBucket
-				d.NotBefore = time.UnixMilli(st.now + tokenWaitMs(g.rule.TokenBucket, items[i].Priority, st.tokens, tokenWait))
+				d.NotBefore = notBefore(st.now, tokenWaitMs(g.rule.TokenBucket, items[i].Priority, st.tokens, tokenWait))
 				tokenWait++
 			case 3:
 				d.Reason = ReasonConcurrency
-				d.NotBefore = time.UnixMilli(l.concurrencyRetry(st))
+				d.NotBefore = notBefore(st.now, l.concurrencyWait(st))
 			default:
 				return fmt.Errorf("admit %s: item %d held back for reason %d", g.typ, pos, reason)
 			}
@@ -374,28 +398,56 @@ func (l *Limiter) decide(g *group, items []Item, out []Decision) error {
 	return nil
 }
 
+// maxDeferralMs is MaxDeferral in ms.
+const maxDeferralMs = int64(MaxDeferral / time.Millisecond)
+
+// notBefore is when a deferred item may pass: wait ms after now (Redis'
+// clock, ms), at least 1 ms and at most MaxDeferral ahead, and never after
+// task.MaxDueMillis, the latest due time the store can hold. The sums
+// cannot overflow: wait is clamped before it is added.
+func notBefore(now, wait int64) time.Time {
+	wait = min(max(wait, 1), maxDeferralMs)
+	if now > task.MaxDueMillis-wait {
+		return time.UnixMilli(task.MaxDueMillis)
+	}
+	return time.UnixMilli(now + wait)
+}
+
 // tokenWaitMs is how long until the bucket holds the token of the ahead+1-th
 // waiting item: one token per item ahead of it, plus the reserve for an item
-// below the bucket's min priority.
+// below the bucket's min priority. It is computed in float64 and clamped to
+// [1, MaxDeferral] before the conversion to int64 (a float64 beyond the
+// int64 range converts to an implementation-defined value: with a rate of
+// 1e-17, -2^63, which made a deferral due at once), so any rate, however
+// small (a rule stored before MinRate), gives a wait in that range, and a
+// later item never waits less than an earlier one.
 func tokenWaitMs(b *TokenBucket, priority int, tokens float64, ahead int) int64 {
 	need := float64(ahead) + 1 - tokens
 	if priority < b.MinPriority {
 		need += float64(b.Reserve)
 	}
-	ms := int64(math.Ceil(need * 1000 / b.Rate))
-	return max(ms, 1)
+	if !(b.Rate > 0) {
+		return maxDeferralMs // no refill (a rule that Validate refuses): as late as a deferral goes
+	}
+	ms := math.Ceil(need * 1000 / b.Rate)
+	switch {
+	case !(ms < float64(maxDeferralMs)): // beyond the horizon, +Inf, NaN
+		return maxDeferralMs
+	case !(ms > 1): // the token is there already, -Inf
+		return 1
+	}
+	return int64(ms)
 }
 
-// concurrencyRetry is when a task held back by a full concurrency limit
-// tries again: after the retry delay with jitter, or when the earliest slot
-// expires if that is sooner.
-func (l *Limiter) concurrencyRetry(st state) int64 {
-	wait := float64(l.retry.Milliseconds()) * (0.8 + 0.4*mrand.Float64())
-	at := st.now + max(int64(wait), 1)
-	if st.earliest > st.now && st.earliest < at {
-		at = st.earliest
+// concurrencyWait is how long (ms) a task held back by a full concurrency
+// limit waits before it tries again: the retry delay with jitter, or until
+// the earliest slot expires if that is sooner.
+func (l *Limiter) concurrencyWait(st state) int64 {
+	wait := max(int64(float64(l.retry.Milliseconds())*(0.8+0.4*mrand.Float64())), 1)
+	if st.earliest > st.now && st.earliest-st.now < wait {
+		wait = st.earliest - st.now
 	}
-	return at
+	return wait
 }
 
 // giveBack releases the slots of admitted items after a failed Admit.
@@ -465,12 +517,15 @@ func (l *Limiter) Done(ctx context.Context, it Item, d Decision) error {
 }
 
 // Refresh pushes the expiry of the slot an admitted item holds to now plus
-// the type's current slot TTL (refresh.lua), for handlers that run longer
-// than the TTL: the holder calls it every d.RenewEvery() while the handler
-// runs, so the limit holds however long the handler takes, and the slot of
-// a holder that crashed still expires one TTL after its last renewal. It
-// reports false when the slot was lost (expired or released: another task
-// may have taken it).
+// the slot's TTL (d.SlotTTL(), the one it was taken with; refresh.lua),
+// for handlers that run longer than the TTL: the holder calls it every
+// d.RenewEvery() while the handler runs, so the limit holds however long
+// the handler takes, and the slot of a holder that crashed still expires
+// one TTL after its last renewal. When Refresh reports the slot held, it
+// lasts at least SlotTTL from when Refresh was called (the holder's local
+// lease). It reports false when the slot was lost (expired or released:
+// another task may have taken it). A type whose rule no longer has a
+// concurrency limit holds nothing: that is reported as held.
 func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error) {
 	if d.slot == "" || l.rules == nil {
 		return true, nil
@@ -479,9 +534,13 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 	if !ok || rule.Concurrency == nil {
 		return true, nil // no limit any more: nothing to hold
 	}
+	ttl := d.slotTTL
+	if ttl <= 0 {
+		ttl = rule.Concurrency.SlotTTL.D()
+	}
 	keys := typeKeys(l.ns, it.Type)
 	v, err := refreshScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], l.shift.Load(),
-		rule.Concurrency.SlotTTL.D().Milliseconds(), d.slot).Int64()
+		ttl.Milliseconds(), d.slot).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh slot %s: %w", it.Type, err)
 	}

@@ -28,10 +28,21 @@ var (
 
 // Bounds of rule values.
 const (
-	MaxLimit   = 1_000_000_000  // window_quota.limit, concurrency.limit, token_bucket.burst
-	MaxRate    = 1_000_000      // token_bucket.rate, per second
-	MaxWindow  = 24 * time.Hour // window_quota.window
-	MinSlotTTL = time.Second    // concurrency.slot_ttl
+	MaxLimit  = 1_000_000_000  // window_quota.limit, concurrency.limit, token_bucket.burst
+	MaxRate   = 1_000_000      // token_bucket.rate, per second
+	MaxWindow = 24 * time.Hour // window_quota.window
+	// MinRate is the smallest token_bucket.rate a rule may be set to: one
+	// token a day (the longest window), so that the wait for one token
+	// fits MaxDeferral. A rule stored before this bound still applies
+	// (see MaxDeferral).
+	MinRate = 1.0 / (24 * 60 * 60)
+	// MaxDeferral bounds how far ahead a deferred task is due: a longer
+	// wait (a low-priority task behind a large reserve, a rule stored
+	// before MinRate) is cut to it, and the task, due again then, is
+	// deferred once more if the limit still holds it back. No deferral
+	// is due after task.MaxDueMillis either.
+	MaxDeferral = 24 * time.Hour
+	MinSlotTTL  = time.Second // concurrency.slot_ttl
 	// DefaultSlotTTL is concurrency.slot_ttl when a rule sent to the API
 	// leaves it out: how long a crashed worker's slot stays taken.
 	DefaultSlotTTL = 5 * time.Minute
@@ -128,7 +139,17 @@ func fieldErr(field, format string, args ...any) error {
 
 // Validate checks every value of the rule; the error (a *FieldError) names
 // the first wrong field.
-func (r Rule) Validate() error {
+func (r Rule) Validate() error { return r.validate(MinRate) }
+
+// validateStored is Validate for a rule read back from etcd: it accepts
+// the token rates below MinRate that Put accepted before that bound, so
+// that such a rule keeps limiting its type (the Limiter cuts the waits it
+// gives to MaxDeferral) instead of being dropped as undecodable.
+func (r Rule) validateStored() error { return r.validate(0) }
+
+// validate checks the rule with minRate as the least token rate (0: any
+// rate above 0).
+func (r Rule) validate(minRate float64) error {
 	if r.WindowQuota == nil && r.TokenBucket == nil && r.Concurrency == nil {
 		return fieldErr("rule", "at least one of window_quota, token_bucket or concurrency is required")
 	}
@@ -141,8 +162,8 @@ func (r Rule) Validate() error {
 		}
 	}
 	if b := r.TokenBucket; b != nil {
-		if math.IsNaN(b.Rate) || b.Rate <= 0 || b.Rate > MaxRate {
-			return fieldErr("token_bucket.rate", "must be a number of tokens per second above 0 and at most %d, got %v", MaxRate, b.Rate)
+		if math.IsNaN(b.Rate) || b.Rate <= 0 || b.Rate < minRate || b.Rate > MaxRate {
+			return fieldErr("token_bucket.rate", "must be a number of tokens per second from %v (one a day) to %d, got %v", MinRate, MaxRate, b.Rate)
 		}
 		if err := checkCount("token_bucket.burst", b.Burst); err != nil {
 			return err
@@ -244,10 +265,12 @@ func DecodeRule(r io.Reader, maxBytes int64) (Rule, error) {
 	if int64(len(b)) > maxBytes {
 		return Rule{}, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, maxBytes)
 	}
-	return decodeRule(b)
+	return decodeRule(b, Rule.Validate)
 }
 
-func decodeRule(b []byte) (Rule, error) {
+// decodeRule decodes a rule and checks it with validate: Rule.Validate
+// for a rule being set, Rule.validateStored for one read from etcd.
+func decodeRule(b []byte, validate func(Rule) error) (Rule, error) {
 	var w wire
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -284,7 +307,7 @@ func decodeRule(b []byte) (Rule, error) {
 		}
 		rule.Concurrency = &Concurrency{Limit: c.Limit, SlotTTL: Duration(ttl)}
 	}
-	if err := rule.Validate(); err != nil {
+	if err := validate(rule); err != nil {
 		return Rule{}, err
 	}
 	return rule, nil

@@ -68,7 +68,8 @@ func (l *limits) Admit(ctx context.Context, items []worker.LimitItem) ([]worker.
 	}
 	out := make([]worker.LimitDecision, len(ds))
 	for i, d := range ds {
-		out[i] = worker.LimitDecision{Run: d.Run, NotBefore: d.NotBefore, Reason: d.Reason, Ticket: d, RenewEvery: d.RenewEvery()}
+		out[i] = worker.LimitDecision{Run: d.Run, NotBefore: d.NotBefore, Reason: d.Reason, Ticket: d,
+			RenewEvery: d.RenewEvery(), HoldFor: d.SlotTTL(), HeldUntil: d.HeldUntil()}
 	}
 	return out, nil
 }
