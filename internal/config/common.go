@@ -75,6 +75,12 @@ func (c *Common) Validate() error {
 	if len(c.RedisAddrs) == 0 {
 		return fmt.Errorf("redis-addrs: at least one address")
 	}
+	if err := CheckAddrs("redis-addrs", "DQ_REDIS_ADDRS", "DQ_REDIS_USERNAME and DQ_REDIS_PASSWORD", c.RedisAddrs); err != nil {
+		return err
+	}
+	if err := CheckAddrs("redis-sentinel-addrs", "DQ_REDIS_SENTINEL_ADDRS", "DQ_REDIS_SENTINEL_USERNAME and DQ_REDIS_SENTINEL_PASSWORD", c.RedisSentinelAddrs); err != nil {
+		return err
+	}
 	if c.Shards < 1 || c.Shards > 4096 {
 		return fmt.Errorf("shards %d: between 1 and 4096", c.Shards)
 	}

@@ -37,6 +37,9 @@ func (e *Etcd) BindEtcd(b *Binder, usage string) {
 // ValidateEtcd loads the TLS files and checks the user settings; every
 // error names the variable.
 func (e Etcd) ValidateEtcd() error {
+	if err := CheckAddrs("etcd-endpoints", "DQ_ETCD_ENDPOINTS", "DQ_ETCD_USERNAME and DQ_ETCD_PASSWORD", e.EtcdEndpoints); err != nil {
+		return err
+	}
 	if (e.EtcdUsername == "") != (e.EtcdPassword == "") {
 		return errors.New("DQ_ETCD_USERNAME and DQ_ETCD_PASSWORD: set both or neither")
 	}

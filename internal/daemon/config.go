@@ -123,6 +123,9 @@ func (c *Config) Validate() error {
 	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}
+	if err := config.CheckAddrs("kafka-brokers", "DQ_KAFKA_BROKERS", "DQ_KAFKA_SASL_USERNAME and DQ_KAFKA_SASL_PASSWORD", c.KafkaBrokers); err != nil {
+		return err
+	}
 	var errs []error
 	if err := outcome.ValidateTopic(c.OutcomesTopic); err != nil {
 		errs = append(errs, err)
@@ -157,7 +160,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("dead-topic (DQ_DEAD_TOPIC): must not be empty"))
 	}
 	for _, o := range c.AllowedOrigins {
-		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
 			errs = append(errs, fmt.Errorf("allowed-origins (DQ_ALLOWED_ORIGINS) %q: want scheme://host[:port]", task.Truncate(o, 64)))
 		}
 	}

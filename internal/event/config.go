@@ -127,6 +127,9 @@ func (c Config) Validate() error {
 	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}
+	if err := config.CheckAddrs("kafka-brokers", "DQ_KAFKA_BROKERS", "DQ_KAFKA_SASL_USERNAME and DQ_KAFKA_SASL_PASSWORD", c.KafkaBrokers); err != nil {
+		return err
+	}
 	switch {
 	case len(c.EtcdEndpoints) == 0:
 		return fmt.Errorf("etcd-endpoints: at least one endpoint")

@@ -137,6 +137,40 @@ func EncodeOutcome(o *OutcomeRecord, topic string) kafka.Message {
 	}
 }
 
+// Why an outcome topic's record is not one delayq published (Forged).
+const (
+	// ForgedUnmarked: no dq-outcome header, the publisher's marker
+	// (EncodeOutcome sets it; a task's own headers may not start with
+	// "dq-", so a task fired into the outcomes topic cannot carry it).
+	ForgedUnmarked = "unmarked"
+	// ForgedTaskRecord: the record carries the headers of a fired task
+	// (dq-fired-at, dq-gen; Encode): a task fired into the outcomes topic.
+	ForgedTaskRecord = "task_record"
+)
+
+// Forged says why m, read from the outcomes topic, cannot be an outcome
+// record that delayq published (ForgedUnmarked, ForgedTaskRecord), or ""
+// when it can be. A consumer that acts on outcomes (the outcome hooks)
+// checks it before ParseOutcome: a producer allowed to schedule tasks
+// could otherwise fire one whose payload is a made-up outcome into the
+// outcomes topic. ParseOutcome alone reads the value, also where it comes
+// without its record (a hook request's body).
+func Forged(m *kafka.Message) string {
+	marked := false
+	for _, h := range m.Headers {
+		switch h.Key {
+		case HeaderFiredAt, HeaderGen:
+			return ForgedTaskRecord
+		case HeaderOutcome:
+			marked = true
+		}
+	}
+	if !marked {
+		return ForgedUnmarked
+	}
+	return ""
+}
+
 // ParseOutcome reads an outcome record. The value is authoritative; the
 // key, when set, must be the id, and the dq-id, dq-outcome and dq-type
 // headers, when present, must agree with it. Unknown JSON fields are ignored

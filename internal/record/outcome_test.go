@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/task"
 )
 
 func sampleOutcome() *OutcomeRecord {
@@ -184,4 +186,38 @@ func FuzzParseOutcome(f *testing.F) {
 			t.Fatalf("re-encoded differs:\n%+v\n%+v", o, o2)
 		}
 	})
+}
+
+// Forged: what EncodeOutcome writes passes; a task fired into the
+// outcomes topic with an outcome as its payload (Encode) and a record
+// without the dq-outcome marker do not, whatever their value says.
+func TestForged(t *testing.T) {
+	published := EncodeOutcome(sampleOutcome(), "dq.outcomes")
+	if why := Forged(&published); why != "" {
+		t.Errorf("a published outcome: %q", why)
+	}
+	tk := &task.Task{ID: "order-1", Type: "email.send", Payload: published.Value, PayloadJSON: true, Topic: "dq.outcomes",
+		DueAt: time.UnixMilli(1767323045678), Attempt: 1, Gen: 1, Headers: map[string]string{"tenant": "acme"}}
+	fired := Encode(tk, "dq.tasks", time.UnixMilli(1767323047001))
+	if why := Forged(&fired); why != ForgedTaskRecord {
+		t.Errorf("a fired task: %q, want %q", why, ForgedTaskRecord)
+	}
+	if _, err := ParseOutcome(&fired); err != nil {
+		t.Errorf("the forgery's value parses as an outcome (what Forged is for): %v", err)
+	}
+	fired.Headers = append(fired.Headers, header(HeaderOutcome, OutcomeDead))
+	if why := Forged(&fired); why != ForgedTaskRecord {
+		t.Errorf("a fired task with a marker: %q, want %q", why, ForgedTaskRecord)
+	}
+	for _, hs := range [][]kafka.Header{nil, {header(HeaderID, "order-1"), header(HeaderType, "email.send")}, {header("DQ-Outcome", OutcomeDead)}} {
+		m := kafka.Message{Key: published.Key, Value: published.Value, Headers: hs}
+		if why := Forged(&m); why != ForgedUnmarked {
+			t.Errorf("headers %v: %q, want %q", hs, why, ForgedUnmarked)
+		}
+	}
+	// a task cannot carry the marker: task headers may not start with dq-
+	tk.Headers = map[string]string{HeaderOutcome: OutcomeDead}
+	if err := tk.Validate(); err == nil {
+		t.Error("a task with a dq-outcome header validates")
+	}
 }

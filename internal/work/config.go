@@ -145,6 +145,9 @@ func (c *Config) Validate() error {
 	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}
+	if err := config.CheckAddrs("kafka-brokers", "DQ_KAFKA_BROKERS", "DQ_KAFKA_SASL_USERNAME and DQ_KAFKA_SASL_PASSWORD", c.Brokers); err != nil {
+		return err
+	}
 	switch {
 	case len(c.Brokers) == 0:
 		return errors.New("kafka-brokers: at least one broker")

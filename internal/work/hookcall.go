@@ -42,6 +42,7 @@ type hookMetrics struct {
 	calls    *prometheus.CounterVec   // hook, result
 	duration *prometheus.HistogramVec // hook
 	skipped  *prometheus.CounterVec   // reason
+	refused  *prometheus.CounterVec   // reason: record.Forged's
 	lag      prometheus.Gauge
 }
 
@@ -60,6 +61,10 @@ func newHookMetrics(reg prometheus.Registerer) *hookMetrics {
 			Namespace: admin.Namespace, Name: "hook_records_skipped_total",
 			Help: `Outcome records with a hook that called none: invalid (undecodable record) or stale (older than the entry's max_age).`,
 		}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "hook_records_refused_total",
+			Help: `Records in the outcomes topic that delayq did not publish, refused without calling a hook: unmarked (no dq-outcome header) or task_record (a task fired into the outcomes topic).`,
+		}, []string{"reason"}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: admin.Namespace, Name: "hook_consumer_lag",
 			Help: "Outcome records not yet read by this process's hooks consumer (kafka-go's figure).",
@@ -73,7 +78,9 @@ func newHookMetrics(reg prometheus.Registerer) *hookMetrics {
 	}
 	m.skipped.WithLabelValues("invalid")
 	m.skipped.WithLabelValues("stale")
-	reg.MustRegister(m.calls, m.duration, m.skipped, m.lag)
+	m.refused.WithLabelValues(record.ForgedUnmarked)
+	m.refused.WithLabelValues(record.ForgedTaskRecord)
+	reg.MustRegister(m.calls, m.duration, m.skipped, m.refused, m.lag)
 	return m
 }
 
@@ -147,7 +154,7 @@ func (c *hookCaller) post(ctx context.Context, hook, url, target string, timeout
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return worker.Permanent(fmt.Errorf("hook %s: %w", target, err))
+		return worker.Permanent(fmt.Errorf("hook %s: %w", target, config.RedactError(err)))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "delayq-work")
@@ -170,6 +177,7 @@ func (c *hookCaller) post(ctx context.Context, hook, url, target string, timeout
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
+		err = config.RedactError(err) // its *url.Error holds the whole URL, query included
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("hook %s: timed out after %s: %w", target, timeout, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/kafkaread"
 	"github.com/delayq/delayq/internal/kafkatopic"
+	"github.com/delayq/delayq/internal/lograte"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/retry"
 	"github.com/delayq/delayq/worker"
@@ -81,6 +82,9 @@ type Hooks struct {
 	newReader      func() kafkaread.Reader
 	commitInterval time.Duration
 	topicPoll      time.Duration // between checks while the topic is missing
+	// refusedLog warns of records refused as not published by delayq
+	// (record.Forged), once a minute: a producer could send many
+	refusedLog *lograte.Warner
 }
 
 // NewHooks builds the consumer; Run starts it.
@@ -128,6 +132,7 @@ func NewHooks(cfg HooksConfig) (*Hooks, error) {
 		},
 		commitInterval: hookCommitInterval,
 		topicPoll:      5 * time.Second,
+		refusedLog:     &lograte.Warner{Log: log, Every: time.Minute},
 	}
 	h.newReader = func() kafkaread.Reader { return kafka.NewReader(h.readerConfig()) }
 	return h, nil
@@ -271,6 +276,14 @@ func (h *Hooks) fetchLoop(ctx context.Context, r kafkaread.Reader, queues []chan
 // handle calls the hook of one record, if it has one. It reports whether
 // the record is finished with (its offset may be committed).
 func (h *Hooks) handle(stop, callCtx context.Context, m *kafka.Message) bool {
+	// Only records delayq published: a task fired into the outcomes
+	// topic, whose payload is a made-up outcome, must not call a hook.
+	if why := record.Forged(m); why != "" {
+		h.met.refused.WithLabelValues(why).Inc()
+		h.refusedLog.Warn("hooks: record not published by delayq in the outcomes topic refused; no hook called",
+			"reason", why, "topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
+		return true
+	}
 	// The headers say the outcome and type without decoding the value:
 	// most records have no hook.
 	outcome, typ := headerValue(m, record.HeaderOutcome), headerValue(m, record.HeaderType)

@@ -85,7 +85,7 @@ func WebhookTLS(f config.TLSFiles) (*tls.Config, error) {
 func NewWebhook(rawURL string, timeout time.Duration, secret []byte, client *http.Client) (*Webhook, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("webhook url: %w", err)
+		return nil, fmt.Errorf("webhook url: %w", config.RedactError(err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("webhook url %q: want an http(s) URL with a host", config.RedactURL(rawURL))
@@ -126,9 +126,13 @@ func (h *Webhook) Handle(ctx context.Context, t *worker.Task) error {
 		ctx, cancel = context.WithTimeout(ctx, h.Timeout)
 		defer cancel()
 	}
+	target := h.target
+	if target == "" { // built without NewWebhook
+		target = config.RedactURL(h.URL)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(t.Payload))
 	if err != nil {
-		return worker.Permanent(fmt.Errorf("webhook %s: %w", h.target, err))
+		return worker.Permanent(fmt.Errorf("webhook %s: %w", target, config.RedactError(err)))
 	}
 	req.Header.Set("Content-Type", t.ContentType)
 	req.Header.Set("User-Agent", "delayq-work")
@@ -152,15 +156,19 @@ func (h *Webhook) Handle(ctx context.Context, t *worker.Task) error {
 	}
 	resp, err := h.Client.Do(req)
 	if err != nil {
+		// the *url.Error holds the whole URL, query included: redacted
+		// here, before it becomes the task's last error, dead letter,
+		// outcome record or a log line
+		err = config.RedactError(err)
 		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("webhook %s: timed out: %w", h.target, err)
+			return fmt.Errorf("webhook %s: timed out: %w", target, err)
 		}
-		return fmt.Errorf("webhook %s: %w", h.target, err) // connection errors: retried
+		return fmt.Errorf("webhook %s: %w", target, err) // connection errors: retried
 	}
 	defer resp.Body.Close()
 	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // reuse the connection
-	return classify(h.target, resp.StatusCode, resp.Header.Get("Retry-After"), excerpt, time.Now())
+	return classify(target, resp.StatusCode, resp.Header.Get("Retry-After"), excerpt, time.Now())
 }
 
 // maxRetryAfter bounds a Retry-After delay.
