@@ -294,21 +294,28 @@ func (c *Client) RedriveDeadTasks(ctx context.Context, s Selection) (int, error)
 
 // DeleteDeadTasks removes the dead tasks s selects (IDs, a Type or All; no
 // due bounds) for good and returns how many it removed: DELETE
-// /v1/dead?type= for a type or all, one DELETE /v1/dead/{id} per id
-// (ids not found or not dead are skipped). It repeats while the daemon has
-// more.
+// /v1/dead?type= for a type, DELETE /v1/dead {"filter":{}} for all, one
+// DELETE /v1/dead/{id} per id (ids not found or not dead are skipped). It
+// repeats while the daemon has more.
+//
+// Every request names its tasks in a way that a daemon from before
+// DELETE /v1/dead took a body reads the same: such a daemon ignored the
+// body and deleted every dead task, so ids and a type never travel in it.
 func (c *Client) DeleteDeadTasks(ctx context.Context, s Selection) (int, error) {
 	if err := s.check("delete dead tasks", false); err != nil {
 		return 0, err
 	}
 	if len(s.IDs) == 0 {
 		path := "/v1/dead"
+		var body any = struct {
+			Filter bulkFilter `json:"filter"`
+		}{} // {"filter":{}}: every dead task
 		if s.Type != "" {
-			path += "?type=" + url.QueryEscape(s.Type)
+			path, body = path+"?type="+url.QueryEscape(s.Type), nil
 		}
 		return repeat(ctx, path, func() (bulkAnswer, error) {
 			var a bulkAnswer
-			err := c.do(ctx, http.MethodDelete, path, nil, &a)
+			err := c.do(ctx, http.MethodDelete, path, body, &a)
 			return a, err
 		})
 	}

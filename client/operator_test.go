@@ -636,15 +636,17 @@ func TestBulkRepeatsAndChunks(t *testing.T) {
 	if n, err := c.DeleteDeadTasks(ctx, client.Selection{Type: "a b&c"}); !errors.Is(err, client.ErrNoProgress) || n != 0 || len(f.bodies) != 3 {
 		t.Errorf("stuck daemon: %d, %v after %d requests", n, err, len(f.bodies))
 	}
-	if f.paths[0] != "DELETE /v1/dead?type=a+b%26c" {
-		t.Errorf("delete dead by type: %s", f.paths[0])
+	if f.paths[0] != "DELETE /v1/dead?type=a+b%26c" || f.bodies[0] != "" {
+		t.Errorf("delete dead by type: %s %q", f.paths[0], f.bodies[0])
 	}
 	f, c = newBulkFake(t, `{"changed":0,"more":false}`)
 	if _, err := c.RedriveDeadTasks(ctx, client.Selection{All: true}); err != nil || f.bodies[0] != `{"filter":{}}` {
 		t.Errorf("redrive all: %v, body %s", err, f.bodies[0])
 	}
-	if _, err := c.DeleteDeadTasks(ctx, client.Selection{All: true}); err != nil || f.paths[1] != "DELETE /v1/dead" {
-		t.Errorf("delete all dead: %v, %s", err, f.paths[1])
+	// (issue 40: a DELETE /v1/dead that names nothing is refused; all is
+	// the empty filter, as for the other bulk requests)
+	if _, err := c.DeleteDeadTasks(ctx, client.Selection{All: true}); err != nil || f.paths[1] != "DELETE /v1/dead" || f.bodies[1] != `{"filter":{}}` {
+		t.Errorf("delete all dead: %v, %s %s", err, f.paths[1], f.bodies[1])
 	}
 
 	// An error half-way keeps the count so far.

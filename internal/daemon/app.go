@@ -52,6 +52,9 @@ type App struct {
 	// permission; config.Misconfigured), nil while it does not.
 	misconfig atomic.Pointer[string]
 	jr        *journal.Journal
+	// jrFailing is the journal check's failure last logged, nil while it
+	// passes (health.go).
+	jrFailing atomic.Pointer[string]
 	lanes     *lanes        // journal entries per lane of ids (lanes.go)
 	kick      chan struct{} // wakes the compensator (new journal entry, Redis or a shard back)
 

@@ -31,7 +31,7 @@
 //	GET    /v1/tasks?state&type&…  200 {"tasks":[…],"next_cursor"} list/search across shards (operator.go)
 //	POST   /v1/tasks/cancel        200 {"changed","more"} bulk by ids or filter
 //	POST   /v1/dead/redrive        200 {"changed","more"} bulk by ids or filter
-//	DELETE /v1/dead?type=          200 {"changed","more"}
+//	DELETE /v1/dead                200 {"changed","more"} bulk by ids or filter (or ?type= without a body)
 //	GET    /v1/types               200 {"types":[…]} paused, parked, limit (types.go)
 //	POST   /v1/types/{type}/pause  200 | 503 without etcd; …/resume unparks at once
 //	GET    /v1/cluster             200 leaders, shard figures, processes (cluster.go)

@@ -163,12 +163,21 @@ func (a *App) report(ctx context.Context) (bool, []admin.Check) {
 				len(down), a.store.Load().Shards(), formatShards(down))
 		}
 	}
+	// The journal check writes new data (journal.Check: a full disk fails
+	// it), at most once per few seconds whatever the poll rate, and a
+	// journal write that failed fails it at once.
 	jc := admin.Check{Name: "journal", OK: true}
 	if err := a.jr.Check(ctx); err != nil {
 		jc.OK, jc.Detail = false, "failing: cannot write ("+err.Error()+")"
-		a.log.Warn("journal write check failed", "error", err)
+		if msg := err.Error(); a.jrFailing.Load() == nil || *a.jrFailing.Load() != msg {
+			a.jrFailing.Store(&msg)
+			a.log.Warn("journal write check failed", "error", err)
+		}
 	} else {
 		jc.Detail = fmt.Sprintf("ok (%d entries waiting for replay)", a.jr.Len())
+		if a.jrFailing.Swap(nil) != nil {
+			a.log.Info("journal takes writes again")
+		}
 	}
 	if !rc.OK && !jc.OK {
 		return false, []admin.Check{rc, jc, {Name: "schedules", Detail: "refused: neither redis nor the journal takes writes"}}

@@ -23,7 +23,13 @@ import (
 //	GET    /v1/tasks?state=&type=&due_after=&due_before=&limit=&cursor=
 //	POST   /v1/tasks/cancel   {"ids":[...]} | {"filter":{"type","due_after","due_before"}}
 //	POST   /v1/dead/redrive   {"ids":[...]} | {"filter":{"type"}}
-//	DELETE /v1/dead?type=
+//	DELETE /v1/dead           {"ids":[...]} | {"filter":{"type"}}, or ?type=T without a body
+//
+// Every bulk names what it changes: ids, or a filter, where the empty
+// filter {} is every task; a request that names nothing (no body, {},
+// an empty type=) is a 4xx and changes nothing. A type parameter or
+// field, where present, is a valid type: an empty one is a 422, never
+// "every type".
 //
 // The list walks the shards one after the other (0..n-1) with the store's
 // opaque cursor; within a shard by due time then id (the dead set: by the
@@ -99,11 +105,8 @@ func listQuery(c *call) (redisstore.ListQuery, *wire.Error) {
 		return lq, wire.InvalidTask(fmt.Sprintf("state: %q is not one of scheduled, retrying, fired, paused, dead, succeeded, cancelled (empty: scheduled and retrying)", task.Truncate(s, 32)))
 	}
 	lq.State = st
-	if typ := q.Get("type"); typ != "" {
-		if err := wire.ValidType(typ); err != nil {
-			return lq, wire.InvalidTask("type: " + err.Error())
-		}
-		lq.Type = typ
+	if lq.Type, e = queryType(q, "leave it out to list every type"); e != nil {
+		return lq, e
 	}
 	for _, f := range []struct {
 		name string
@@ -130,6 +133,44 @@ func listQuery(c *call) (redisstore.ListQuery, *wire.Error) {
 		return lq, wire.InvalidTask(fmt.Sprintf("cursor: longer than %d bytes; pass next_cursor as it was answered", maxCursorLen))
 	}
 	return lq, nil
+}
+
+// queryType reads an optional type parameter: absent is every type;
+// present, it must be a valid type (an empty type= is a 422, with hint
+// saying how to mean every type).
+func queryType(q url.Values, hint string) (string, *wire.Error) {
+	vs, ok := q["type"]
+	switch {
+	case !ok:
+		return "", nil
+	case vs[0] == "":
+		return "", wire.InvalidTask("type: empty; " + hint)
+	}
+	if err := wire.ValidType(vs[0]); err != nil {
+		return "", wire.InvalidTask("type: " + err.Error())
+	}
+	return vs[0], nil
+}
+
+// deadListQuery validates GET /v1/dead's parameters as strictly as GET
+// /v1/tasks': limit only.
+func deadListQuery(c *call) (int, *wire.Error) {
+	q, e := query(c, "limit")
+	if e != nil {
+		if e.Code == wire.CodeUnknownField {
+			e.Message += "; GET /v1/tasks?state=dead pages through the dead tasks by type and cursor"
+		}
+		return 0, e
+	}
+	limit := defaultDeadLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxDeadLimit {
+			return 0, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(v, 32), maxDeadLimit))
+		}
+		limit = n
+	}
+	return limit, nil
 }
 
 func (a *App) handleListTasks(c *call) (int, any, *wire.Error) {
@@ -215,26 +256,40 @@ func (a *App) handleRedriveMany(c *call) (int, any, *wire.Error) {
 	return a.bulkBody(c, "redrive", false, redriveMany, task.StateDead)
 }
 
+// handleDeleteDeadMany is DELETE /v1/dead: the body of POST
+// /v1/dead/redrive ({"ids":[...]} or {"filter":{"type":"T"}}, {"filter":{}}
+// for every dead task), or, without a body, ?type=T (what clients sent
+// before the body, the same as {"filter":{"type":"T"}}). Nothing else:
+// no body and no type, an empty type= or both are 4xx and delete nothing.
 func (a *App) handleDeleteDeadMany(c *call) (int, any, *wire.Error) {
 	q, e := query(c, "type")
 	if e != nil {
 		return 0, nil, e
 	}
-	f := wire.Filter{Type: q.Get("type")}
-	if f.Type != "" {
-		if err := wire.ValidType(f.Type); err != nil {
-			return 0, nil, wire.InvalidTask("type: " + err.Error())
+	var buf bytes.Buffer
+	body, e := c.body(a.cfg.MaxBody, &buf)
+	if e != nil {
+		return 0, nil, e
+	}
+	var req wire.Bulk
+	_, byType := q["type"]
+	switch empty := len(bytes.TrimSpace(body)) == 0; {
+	case byType && !empty:
+		return 0, nil, wire.InvalidTask("type, body: name the dead tasks once, in the body or with ?type=, not both")
+	case byType:
+		typ, e := queryType(q, `name a type, or send the body {"filter":{}} to delete every dead task`)
+		if e != nil {
+			return 0, nil, e
+		}
+		req.Filter = &wire.Filter{Type: typ}
+	case empty:
+		return 0, nil, wire.InvalidTask(`ids, filter: the body is empty; name the dead tasks to delete: {"ids":[...]}, {"filter":{"type":"T"}}, or {"filter":{}} for every dead task`)
+	default:
+		if req, e = wire.DecodeBulk(body, false); e != nil {
+			return 0, nil, e
 		}
 	}
-	st, e := a.storeFor()
-	if e != nil {
-		return 0, nil, e
-	}
-	res, e := a.bulkFilter(c.Context(), "delete dead", st, deleteDeadMany, f, task.StateDead)
-	if e != nil {
-		return 0, nil, e
-	}
-	return http.StatusOK, res, nil
+	return a.bulk(c.Context(), "delete dead", deleteDeadMany, req, task.StateDead)
 }
 
 // bulkBody runs a bulk endpoint with a body: by ids, or by a filter over
@@ -249,15 +304,21 @@ func (a *App) bulkBody(c *call, op string, times bool, fn manyFunc, states ...ta
 	if e != nil {
 		return 0, nil, e
 	}
+	return a.bulk(c.Context(), op, fn, req, states...)
+}
+
+// bulk applies fn to the tasks req names: its ids, or the tasks of the
+// states (walked in order) that match its filter.
+func (a *App) bulk(ctx context.Context, op string, fn manyFunc, req wire.Bulk, states ...task.State) (int, any, *wire.Error) {
 	st, e := a.storeFor()
 	if e != nil {
 		return 0, nil, e
 	}
 	var res bulkResult
 	if req.Filter != nil {
-		res, e = a.bulkFilter(c.Context(), op, st, fn, *req.Filter, states...)
+		res, e = a.bulkFilter(ctx, op, st, fn, *req.Filter, states...)
 	} else {
-		res, e = a.bulkIDs(c.Context(), op, st, fn, req.IDs)
+		res, e = a.bulkIDs(ctx, op, st, fn, req.IDs)
 	}
 	if e != nil {
 		return 0, nil, e

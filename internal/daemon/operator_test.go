@@ -362,7 +362,7 @@ func TestOperatorBulkBounded(t *testing.T) {
 	killAll(t, st)
 	rounds = nil
 	for range 3 {
-		got := app.do("DELETE", "/v1/dead?type=bounded.dead", "")
+		got := app.do("DELETE", "/v1/dead", `{"filter":{"type":"bounded.dead"}}`)
 		rounds = append(rounds, fmt.Sprintf("%v/%v", got.JSON["changed"], got.JSON["more"]))
 	}
 	if want := "30/true 15/false 0/false"; strings.Join(rounds, " ") != want {
@@ -403,9 +403,20 @@ func TestOperatorBulkDead(t *testing.T) {
 			t.Fatalf("redrive by type, round %d: %d %s", i, got.Status, got.Raw)
 		}
 	}
-	for i, want := range []int{6, 0} {
-		got := app.do("DELETE", "/v1/dead?type=dead.b", "")
-		if got.Status != 200 || got.JSON["changed"] != float64(want) || got.JSON["more"] != false {
+	// by type: ?type= (what clients sent before the body) and the body
+	for i, c := range []struct {
+		path, body string
+		want       int
+	}{{"/v1/dead?type=dead.b", "", 4}, {"/v1/dead?type=dead.b", "", 0}, {"/v1/dead", `{"filter":{"type":"dead.b"}}`, 0}} {
+		if i == 0 {
+			// two of them by ids first
+			got := app.do("DELETE", "/v1/dead", fmt.Sprintf(`{"ids":[%q,%q,"no-such-task"]}`, b[0], b[1]))
+			if got.Status != 200 || got.JSON["changed"] != float64(2) || got.JSON["more"] != false {
+				t.Fatalf("delete by ids: %d %s", got.Status, got.Raw)
+			}
+		}
+		got := app.do("DELETE", c.path, c.body)
+		if got.Status != 200 || got.JSON["changed"] != float64(c.want) || got.JSON["more"] != false {
 			t.Fatalf("delete by type, round %d: %d %s", i, got.Status, got.Raw)
 		}
 	}
@@ -417,13 +428,46 @@ func TestOperatorBulkDead(t *testing.T) {
 			t.Fatalf("dead.a after the deletes of dead.b: %s", g.Raw)
 		}
 	}
-	// Delete every dead task by ids, then with no type.
+	// Delete every dead task: the empty filter names them all.
 	killAll(t, st)
-	if got := app.do("DELETE", "/v1/dead", ""); got.Status != 200 || got.JSON["changed"] != float64(8) {
+	if got := app.do("DELETE", "/v1/dead", `{"filter":{}}`); got.Status != 200 || got.JSON["changed"] != float64(8) {
 		t.Fatalf("delete all dead: %d %s", got.Status, got.Raw)
 	}
 	if s := app.stats(); s.Totals.Dead != 0 || s.Totals.Scheduled != 0 {
 		t.Fatalf("after deleting all dead: %+v", s.Totals)
+	}
+}
+
+// TestDeleteDeadByIDs (issue 40): DELETE /v1/dead ignored its body and
+// deleted every dead task: {"ids":["dd-1"]} answered {"changed":3} and
+// left the dead set empty. It takes the body of the other bulk endpoints.
+func TestDeleteDeadByIDs(t *testing.T) {
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.Shards = 2
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+	app.scheduleMany("dd", "dead.d", 3, time.Now().Add(-time.Second))
+	if n := len(killAll(t, st)); n != 3 {
+		t.Fatalf("%d dead, want 3", n)
+	}
+	if got := app.do("DELETE", "/v1/dead", `{"ids":["dd-1"]}`); got.Status != 200 || got.JSON["changed"] != float64(1) || got.JSON["more"] != false {
+		t.Fatalf("delete dd-1: %d %s", got.Status, got.Raw)
+	}
+	for id, want := range map[string]int{"dd-0": 200, "dd-1": 404, "dd-2": 200} {
+		if g := app.do("GET", "/v1/tasks/"+id, ""); g.Status != want || (want == 200 && g.str("state") != "dead") {
+			t.Fatalf("GET %s after deleting dd-1: %d %s", id, g.Status, g.Raw)
+		}
+	}
+	// A request that names nothing deletes nothing.
+	if got := app.do("DELETE", "/v1/dead", ""); got.Status != 422 {
+		t.Fatalf("delete without a body: %d %s", got.Status, got.Raw)
+	}
+	if got := app.do("DELETE", "/v1/dead?type=", ""); got.Status != 422 {
+		t.Fatalf("delete with an empty type: %d %s", got.Status, got.Raw)
+	}
+	if s := app.stats(); s.Totals.Dead != 2 {
+		t.Fatalf("dead after the refused deletes: %d, want 2", s.Totals.Dead)
 	}
 }
 
@@ -556,6 +600,45 @@ func TestTypesPauseResume(t *testing.T) {
 		if g := app.do("GET", "/v1/tasks/"+id, ""); g.JSON["attempt"] != float64(1) {
 			t.Fatalf("attempt after park and resume: %s", g.Raw)
 		}
+	}
+}
+
+// TestTypesParkedLeaveOnCancel (issue 40): a parked task cancelled (one
+// by DELETE, one by the bulk cancel) or rescheduled is no longer counted
+// as parked by GET /v1/types; it was until the type was resumed.
+func TestTypesParkedLeaveOnCancel(t *testing.T) {
+	r, _, cfg := startRedisEtcd(t)
+	cfg.Shards = 2
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+	if got := app.do("POST", "/v1/types/held/pause", ""); got.Status != 200 {
+		t.Fatalf("pause: %d %s", got.Status, got.Raw)
+	}
+	app.scheduleMany("h", "held", 3, time.Now().Add(-time.Second))
+	if n := len(parkAll(t, st)); n != 3 {
+		t.Fatalf("parked %d, want 3", n)
+	}
+	parked := func(want int64) {
+		t.Helper()
+		if v := app.typesList()["held"]; !v.Paused || v.Parked != want {
+			t.Fatalf("held: %+v, want %d parked", v, want)
+		}
+	}
+	parked(3)
+	if got := app.do("DELETE", "/v1/tasks/h-0", ""); got.Status != 200 || got.str("state") != "cancelled" {
+		t.Fatalf("cancel h-0: %d %s", got.Status, got.Raw)
+	}
+	parked(2)
+	if got := app.do("POST", "/v1/tasks/cancel", `{"ids":["h-1"]}`); got.Status != 200 || got.JSON["changed"] != float64(1) {
+		t.Fatalf("bulk cancel h-1: %d %s", got.Status, got.Raw)
+	}
+	parked(1)
+	if got := app.do("PATCH", "/v1/tasks/h-2", `{"delay":"1h"}`); got.Status != 200 {
+		t.Fatalf("reschedule h-2: %d %s", got.Status, got.Raw)
+	}
+	parked(0)
+	if g := app.do("GET", "/v1/tasks/h-2", ""); g.str("state") != "scheduled" {
+		t.Fatalf("rescheduled parked task: %s", g.Raw)
 	}
 }
 
@@ -834,6 +917,35 @@ func TestHostileOperator(t *testing.T) {
 		{method: "DELETE", path: "/v1/dead?type=a%09b", status: 422, code: "invalid_task", msg: "type:"},
 		{method: "DELETE", path: "/v1/dead?type=keep&type=x", status: 422, code: "invalid_task", msg: "type:"},
 		{method: "DELETE", path: "/v1/dead?typ=keep", status: 400, code: "unknown_field", msg: "typ"},
+		// (issue 40: DELETE /v1/dead deleted every dead task unless ?type= named
+		// one, whatever its body said; a request that names nothing is a 4xx)
+		{method: "DELETE", path: "/v1/dead", status: 422, code: "invalid_task", msg: "ids, filter: the body is empty"},
+		{method: "DELETE", path: "/v1/dead", body: " \n", status: 422, code: "invalid_task", msg: "ids, filter: the body is empty"},
+		{method: "DELETE", path: "/v1/dead", body: `{}`, status: 422, code: "invalid_task", msg: "ids, filter:"},
+		{method: "DELETE", path: "/v1/dead", body: `{"ids":null}`, status: 422, code: "invalid_task", msg: "ids, filter:"},
+		{method: "DELETE", path: "/v1/dead", body: `{"all":true}`, status: 400, code: "unknown_field", msg: "all"},
+		{method: "DELETE", path: "/v1/dead", body: `{"ids":["k-0"],"filter":{}}`, status: 422, code: "invalid_task", msg: "ids, filter:"},
+		{method: "DELETE", path: "/v1/dead", body: `{"ids":["k-0 "]}`, status: 422, code: "invalid_task", msg: "ids[0]:"},
+		{method: "DELETE", path: "/v1/dead", body: `{"filter":{"type":""}}`, status: 422, code: "invalid_task", msg: "filter.type:"},
+		{method: "DELETE", path: "/v1/dead", body: `{"filter":{"due_before":"2030-01-01T00:00:00Z"}}`, status: 400, code: "unknown_field", msg: "filter.due_before"},
+		{method: "DELETE", path: "/v1/dead", body: `{"filter":{}`, status: 400, code: "invalid_json"},
+		{method: "DELETE", path: "/v1/dead", body: `{"filter":{}}`, ct: "text/plain", status: 415, code: "unsupported_media_type"},
+		{method: "DELETE", path: "/v1/dead", body: `{"ids":["` + strings.Repeat("a", 300<<10) + `"]}`, status: 413, code: "too_large"},
+		{method: "DELETE", path: "/v1/dead?type=", status: 422, code: "invalid_task", msg: "type: empty"},
+		{method: "DELETE", path: "/v1/dead?type=keep", body: `{"ids":["k-0"]}`, status: 422, code: "invalid_task", msg: "type, body:"},
+		{method: "DELETE", path: "/v1/dead?type=", body: `{"filter":{}}`, status: 422, code: "invalid_task", msg: "type, body:"},
+		// an empty type is never "every type"
+		{method: "GET", path: "/v1/tasks?type=", status: 422, code: "invalid_task", msg: "type: empty"},
+		{method: "GET", path: "/v1/tasks?state=dead&type=", status: 422, code: "invalid_task", msg: "type: empty"},
+		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{"type":""}}`, status: 422, code: "invalid_task", msg: "filter.type:"},
+		{method: "POST", path: "/v1/dead/redrive", body: `{"filter":{"type":""}}`, status: 422, code: "invalid_task", msg: "filter.type:"},
+		// GET /v1/dead is as strict as GET /v1/tasks (issue 40: these were 200)
+		{method: "GET", path: "/v1/dead?foo=1", status: 400, code: "unknown_field", msg: `"foo"`},
+		{method: "GET", path: "/v1/dead?cursor=zzz", status: 400, code: "unknown_field", msg: `"cursor"`},
+		{method: "GET", path: "/v1/dead?type=keep", status: 400, code: "unknown_field", msg: "GET /v1/tasks?state=dead"},
+		{method: "GET", path: "/v1/dead?limit=5&limit=6", status: 422, code: "invalid_task", msg: "limit:"},
+		{method: "GET", path: "/v1/dead?limit=0", status: 422, code: "invalid_task", msg: "limit:"},
+		{method: "GET", path: "/v1/dead?limit=%zz", status: 422, code: "invalid_task", msg: "query:"},
 		// pause / resume
 		{method: "POST", path: "/v1/types/a%2Fb/pause", status: 422, code: "invalid_task", msg: "type:"},
 		{method: "POST", path: "/v1/types/a%20b/pause", status: 422, code: "invalid_task", msg: "type:"},
@@ -847,7 +959,7 @@ func TestHostileOperator(t *testing.T) {
 	for _, c := range cases {
 		name := c.method + " " + task.Truncate(c.path, 80)
 		h := http.Header{}
-		if c.body != "" || c.ct != "" {
+		if c.body != "" || c.ct != "" || c.method != "GET" { // writes say JSON, body or not
 			h.Set("Content-Type", cmp.Or(c.ct, "application/json"))
 		}
 		got := app.doHeader(c.method, c.path, c.body, h)

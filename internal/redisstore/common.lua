@@ -247,6 +247,47 @@ local function is_moving(v)
   return string.sub(v, 1, 1) == 'M'
 end
 
+-- Parked tasks (park.lua): a parked task keeps its waiting record, and its
+-- id is in its type's parked index, prefix .. 'parked:' .. type, whose
+-- type is in prefix .. 'ptypes' while the index is not empty (the prefix
+-- is the shard's, its due set's name without 'due': see keys.go). A
+-- script that takes a waiting task out of the due set or gives it a new
+-- due score (cancel, reschedule, schedule's update) calls unindex_parked,
+-- so that the index holds only parked tasks (GET /v1/types counts it).
+
+-- body_type is the task type in a record's body (task.AppendBody: a
+-- version byte, a flags byte, then the type, its uvarint length first);
+-- nil for a body it cannot read.
+local function body_type(body)
+  if string.byte(body, 1) ~= 1 then return nil end
+  local n, mul, i = 0, 1, 3
+  while true do
+    local c = string.byte(body, i)
+    if not c or i > 6 then return nil end
+    i = i + 1
+    if c < 128 then
+      n = n + c * mul
+      break
+    end
+    n = n + (c - 128) * mul
+    mul = mul * 128
+  end
+  return string.sub(body, i, i + n - 1)
+end
+
+-- unindex_parked drops id from the parked index of its body's type (a
+-- no-op for a task that is not parked), and the type from ptypes when
+-- that empties the index.
+local function unindex_parked(due_key, id, body)
+  local typ = body_type(body)
+  if not typ then return end
+  local prefix = string.sub(due_key, 1, -4)
+  local ikey = prefix .. 'parked:' .. typ
+  if redis.call('ZREM', ikey, id) == 1 and redis.call('EXISTS', ikey) == 0 then
+    redis.call('SREM', prefix .. 'ptypes', typ)
+  end
+end
+
 -- Execution claims (claim.lua): one hash per
 -- shard, prefix .. 'runs', field "<id>:<gen>", value "<deadline ms>|<owner>".
 -- A claim is held while its deadline is after Redis' clock; an expired one

@@ -25,8 +25,10 @@ import (
 // index (keys.parked: id -> due time) and a per-shard set of the types
 // with a non-empty index (keys.ptypes) make a resume cost the parked tasks
 // of that type: Unpark walks the index and puts each task still parked
-// back at its due time; an entry whose task is no longer parked
-// (cancelled, rescheduled, finished, moved) is just dropped.
+// back at its due time. A cancel, a reschedule or an update of a parked
+// task takes it out of the index in the same script (unindex_parked in
+// common.lua), so the index sizes count parked tasks; an entry whose task
+// left some other way (a shard move) is dropped by the next Unpark.
 
 // ParkOffset is added, in milliseconds, to a parked task's due-set score:
 // 2^40 ms, about 35 years, so that a take never reaches it. A task is
@@ -179,8 +181,8 @@ func (s *Store) unparkShard(ctx context.Context, sh int, typ string, count int64
 }
 
 // ParkedTypes is the parked task count per type, summed over shards (the
-// sizes of the parked indexes: a parked task cancelled or rescheduled
-// since is counted until an Unpark of its type drops its entry).
+// sizes of the parked indexes; a parked task moved to another shard by a
+// growth is counted until an Unpark of its type drops its entry).
 func (s *Store) ParkedTypes(ctx context.Context) (map[string]int64, error) {
 	n := s.Map().Count
 	idx, err := s.parkedIndexes(ctx, n)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,12 +25,14 @@ func TestParkStandalone(t *testing.T) {
 	t.Run("AncientDue", func(t *testing.T) { t.Parallel(); testParkAncientDue(t, rdb) })
 	t.Run("Stats", func(t *testing.T) { t.Parallel(); testParkStats(t, rdb) })
 	t.Run("MovedByGrowth", func(t *testing.T) { t.Parallel(); testParkMovedByGrowth(t, rdb) })
+	t.Run("LeavingTheIndex", func(t *testing.T) { t.Parallel(); testParkLeavingTheIndex(t, rdb) })
 }
 
 func TestParkCluster(t *testing.T) {
 	rdb := testenv.StartRedisCluster(t).Client(t)
 	t.Run("ParkAndUnpark", func(t *testing.T) { testParkAndUnpark(t, rdb) })
 	t.Run("MovedByGrowth", func(t *testing.T) { testParkMovedByGrowth(t, rdb) })
+	t.Run("LeavingTheIndex", func(t *testing.T) { testParkLeavingTheIndex(t, rdb) })
 }
 
 // fireAll takes every due task of every shard and returns the fired tasks
@@ -164,6 +167,9 @@ func testParkAndUnpark(t *testing.T, rdb redis.UniversalClient) {
 	if g, _ := s.Get(ctx, ids[1]); g.State != task.StateScheduled || !g.DueAt.Equal(later) {
 		t.Fatalf("rescheduled parked: %+v", g)
 	}
+	if pt, err := s.ParkedTypes(ctx); err != nil || pt["mail.send"] != int64(len(ids)-2) {
+		t.Fatalf("parked types after a cancel and a reschedule: %v %v, want %d", pt, err, len(ids)-2)
+	}
 
 	mustUnpark(t, s, "other", 0)
 	mustUnpark(t, s, "mail.send", len(ids)-2)
@@ -214,7 +220,8 @@ func testParkStaleEntries(t *testing.T, rdb redis.UniversalClient) {
 	}
 	fired := fireAll(t, s)
 	mustPark(t, s, parksOf(fired, "order.cancel", "", ids...), len(ids))
-	// some leave the parked state behind the index's back
+	// some leave the parked state (and the index: see
+	// testParkLeavingTheIndex)
 	for _, id := range ids[:100] {
 		if err := s.Cancel(ctx, id); err != nil {
 			t.Fatal(err)
@@ -240,6 +247,66 @@ func testParkStaleEntries(t *testing.T, rdb redis.UniversalClient) {
 	if got := len(fireAll(t, s)); got != len(ids)-150 {
 		t.Fatalf("fired %d after unpark", got)
 	}
+}
+
+// testParkLeavingTheIndex (issue 40): a parked task that a cancel, a
+// reschedule or an update takes out of the parked state leaves its type's
+// parked index at once, and the type leaves ptypes with the last one:
+// GET /v1/types counted a cancelled parked task as parked until the type
+// was resumed.
+func testParkLeavingTheIndex(t *testing.T, rdb redis.UniversalClient) {
+	s := newStore(t, rdb, Options{Shards: 2})
+	ctx := t.Context()
+	now := redisNow(t, s).Truncate(time.Millisecond)
+	ids := []string{"li-cancel", "li-resched", "li-update", "li-stays"}
+	// a type whose length takes a 2-byte uvarint in the body
+	typ := "idx." + strings.Repeat("t", 200)
+	for i, id := range ids {
+		tk := mk(id, now.Add(-time.Minute+time.Duration(i)*time.Millisecond))
+		tk.Type = typ
+		schedule1(t, s, tk)
+	}
+	fired := fireAll(t, s)
+	mustPark(t, s, parksOf(fired, typ, "", ids...), len(ids))
+	parked := func(want int64) {
+		t.Helper()
+		pt, err := s.ParkedTypes(ctx)
+		if err != nil || pt[typ] != want || (want == 0) != (len(pt) == 0) {
+			t.Fatalf("parked types: %v %v, want %d", pt, err, want)
+		}
+	}
+	parked(4)
+
+	if err := s.Cancel(ctx, "li-cancel"); err != nil {
+		t.Fatal(err)
+	}
+	parked(3)
+	if _, err := s.Reschedule(ctx, "li-resched", now.Add(time.Hour), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	parked(2)
+	up := mk("li-update", now.Add(2*time.Hour))
+	up.Type, up.Payload = typ, []byte(`{"n":2}`)
+	if r := schedule1(t, s, up); r.Outcome != Updated {
+		t.Fatalf("update of a parked task: %+v", r)
+	}
+	parked(1)
+	for _, id := range ids[1:3] {
+		if g, err := s.Get(ctx, id); err != nil || g.State != task.StateScheduled {
+			t.Fatalf("%s unparked: %+v %v", id, g, err)
+		}
+	}
+	// the last one: the type leaves ptypes
+	if err := s.Cancel(ctx, "li-stays"); err != nil {
+		t.Fatal(err)
+	}
+	parked(0)
+	for sh := range s.Shards() {
+		if m, err := rdb.SMembers(ctx, s.k.ptypes(sh)).Result(); err != nil || len(m) != 0 {
+			t.Fatalf("shard %d ptypes %v %v", sh, m, err)
+		}
+	}
+	mustUnpark(t, s, typ, 0)
 }
 
 func testParkOnlyFired(t *testing.T, rdb redis.UniversalClient) {

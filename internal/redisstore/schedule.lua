@@ -26,7 +26,7 @@
 -- its way to another shard, 8 absent (mode 'x'). An update drops the claim
 -- of the generation it replaces (a task Kafka did not confirm is waiting
 -- again, and a worker may run a copy that reached the topic: see lean
--- success in common.lua).
+-- success in common.lua), and unparks a parked task (unindex_parked).
 local channel = ARGV[1]
 local now = nil
 local out = {}
@@ -86,6 +86,8 @@ local function schedule_shard(k, a, n)
         code = 3
         redis.call('HSET', bkey, id, record(st, gen + 1, att, due, body))
         drop_claim(KEYS[k + 3], id, gen)
+        -- a parked task updated is unparked (its new score is its due time)
+        unindex_parked(due_key, id, obody)
       else
         code, due = 4, odue
       end

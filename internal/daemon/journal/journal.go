@@ -32,7 +32,7 @@ const (
 var (
 	bucketEntries = []byte("entries")
 	bucketIDs     = []byte("ids")
-	bucketProbe   = []byte("probe") // Check's write; holds one key
+	bucketProbe   = []byte("probe") // Check's write; holds one key (check.go)
 )
 
 var (
@@ -58,6 +58,9 @@ type Journal struct {
 	db  *bolt.DB
 	dir string
 	now func() time.Time
+	// openProbe opens Check's space probe file (a test double refuses
+	// its writes as a full disk does).
+	openProbe func(path string) (probeFile, error)
 
 	// depth is the number of entries, counting Appends in flight (it is
 	// raised before their commit and lowered again if the commit fails), so
@@ -66,6 +69,9 @@ type Journal struct {
 	// appenders is the number of Appends in flight; a lone Append skips
 	// bbolt's batch delay.
 	appenders atomic.Int32
+
+	// health is Check's cached answer and the last failed write (check.go).
+	health health
 }
 
 // Open opens the journal in dir, creating dir (mode 0o700) and dir/journal.db
@@ -94,7 +100,7 @@ func Open(dir string) (*Journal, error) {
 	}
 	db.MaxBatchDelay = batchDelay
 
-	j := &Journal{db: db, dir: dir, now: time.Now}
+	j := &Journal{db: db, dir: dir, now: time.Now, openProbe: openProbeFile}
 	if err := j.init(created); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -155,6 +161,7 @@ func (j *Journal) init(createdDir bool) error {
 
 // Close closes the journal file and releases its lock.
 func (j *Journal) Close() error {
+	j.health.closed()
 	if err := j.db.Close(); err != nil {
 		return fmt.Errorf("close journal %s: %w", j.dir, err)
 	}
@@ -222,7 +229,9 @@ func (j *Journal) Append(ctx context.Context, entries ...Entry) ([]uint64, error
 	j.appenders.Add(-1)
 	if err != nil {
 		j.depth.Add(-n)
-		return nil, fmt.Errorf("append %d entries: %w", n, err)
+		err = fmt.Errorf("append %d entries: %w", n, err)
+		j.health.writeFailed(j.now(), j.dir, err)
+		return nil, err
 	}
 	return seqs, nil
 }
@@ -301,7 +310,9 @@ func (j *Journal) Remove(ctx context.Context, seqs ...uint64) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("remove %d entries: %w", len(seqs), err)
+		err = fmt.Errorf("remove %d entries: %w", len(seqs), err)
+		j.health.writeFailed(j.now(), j.dir, err)
+		return err
 	}
 	j.depth.Add(-removed)
 	return nil
@@ -338,7 +349,9 @@ func (j *Journal) Rewrite(ctx context.Context, entries ...Entry) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("rewrite %d entries: %w", len(entries), err)
+		err = fmt.Errorf("rewrite %d entries: %w", len(entries), err)
+		j.health.writeFailed(j.now(), j.dir, err)
+		return err
 	}
 	return nil
 }
@@ -383,28 +396,6 @@ func (j *Journal) Lookup(ctx context.Context, id string) (Entry, bool, error) {
 		return Entry{}, false, fmt.Errorf("lookup: %w", err)
 	}
 	return e, found, nil
-}
-
-// Check tells whether the journal can take an Append now: it commits
-// (and fsyncs) one small write outside the entries, so it fails as an
-// Append would on a closed journal, a read-only file or a disk that
-// refuses writes. It does not change what Peek, Lookup or Len see.
-func (j *Journal) Check(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("check: %w", err)
-	}
-	at := binary.BigEndian.AppendUint64(nil, uint64(j.now().UnixMilli()))
-	err := j.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketProbe)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte("at"), at)
-	})
-	if err != nil {
-		return fmt.Errorf("journal %s: write check: %w", j.dir, err)
-	}
-	return nil
 }
 
 // Len returns the number of entries in the journal (Appends in flight

@@ -12,7 +12,8 @@ import (
 const MaxBulkIDs = 10000
 
 // Bulk is the body of the bulk endpoints (POST /v1/tasks/cancel, POST
-// /v1/dead/redrive): either IDs or Filter, never both.
+// /v1/dead/redrive, DELETE /v1/dead): either IDs or Filter, never both;
+// the empty filter {} is how a request selects every task.
 type Bulk struct {
 	IDs    []string // nil when Filter is set
 	Filter *Filter  // nil when IDs is set
