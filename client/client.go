@@ -392,7 +392,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if err != nil {
 		return fmt.Errorf("delayq: %w", err)
 	}
-	if in != nil {
+	if in != nil || (method != http.MethodGet && method != http.MethodHead) {
+		// every write is JSON, body or not: the daemon refuses other
+		// types (415), which keeps browser forms from writing
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")

@@ -82,6 +82,8 @@ func TestConsole(t *testing.T) {
 		{ID: "mail-now-1", Type: "console.mail", Payload: json.RawMessage(`{"n": 1}`)},
 		{ID: "sms-now-0", Type: "console.sms", Payload: json.RawMessage(`{"n": 2}`)},
 		{ID: "fail-0", Type: "console.fail", MaxAttempts: 1, Payload: json.RawMessage(`{"n": 3}`)},
+		{ID: "fail-1", Type: "console.fail", MaxAttempts: 1, Payload: json.RawMessage(`{"n": 4}`)},
+		{ID: "fail-2", Type: "console.fail", MaxAttempts: 1, Payload: json.RawMessage(`{"n": 5}`)},
 		{
 			ID: hostileID, Type: hostileType, DueAt: now.Add(3 * time.Hour).Truncate(time.Millisecond),
 			Key:     `<svg onload="window.` + hostileMark + `=6">`,
@@ -91,7 +93,7 @@ func TestConsole(t *testing.T) {
 	}
 	scheduleBatch(t, api, tasks)
 	waitState(t, api, []string{"mail-now-0", "mail-now-1", "sms-now-0"}, "succeeded", 30*time.Second)
-	waitState(t, api, []string{"fail-0"}, "dead", 30*time.Second)
+	waitState(t, api, []string{"fail-0", "fail-1", "fail-2"}, "dead", 30*time.Second)
 
 	// The real daemon serves the console without a token (/ui redirects to
 	// /ui/) with its security headers; /v1 still needs the token.
@@ -187,6 +189,23 @@ func TestConsole(t *testing.T) {
 	p.do(chromedp.Click(chromedp.CSS(`[data-testid=dead-redrive][data-id="fail-0"]`)))
 	p.waitJS("redriven", `document.getElementById('dead-result').textContent.startsWith('redriven fail-0')`)
 	waitState(t, api, []string{"fail-0"}, "succeeded", 30*time.Second)
+	// Delete the selected dead letters: one DELETE /v1/dead naming their
+	// ids (issue 40: that endpoint deleted every dead letter whatever its
+	// body named).
+	p.waitJS("fail-1 listed dead", `!!document.querySelector('[data-testid=dead-row][data-id="fail-1"] [data-testid=dead-select]')`)
+	p.do(chromedp.Click(chromedp.CSS(`[data-testid=dead-row][data-id="fail-1"] [data-testid=dead-select]`)),
+		chromedp.Click(chromedp.CSS("#dead-delete-selected")), chromedp.Click(chromedp.CSS("#dead-delete-selected")))
+	p.waitJS("the selected dead letter deleted", `document.getElementById('dead-result').textContent === 'deleted 1 of 1 selected'`)
+	if _, err := api.Get(t.Context(), "fail-1"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("fail-1 after the console deleted it: %v (want not found)", err)
+	}
+	// ... and every dead letter (no type filter): the body {"filter":{}}
+	// names them all (a DELETE /v1/dead that names nothing is refused).
+	p.do(chromedp.Click(chromedp.CSS("#dead-delete-type")), chromedp.Click(chromedp.CSS("#dead-delete-type")))
+	p.waitJS("every dead letter deleted", `document.getElementById('dead-result').textContent === 'deleted 1 dead letter(s) of every type'`)
+	if _, err := api.Get(t.Context(), "fail-2"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("fail-2 after the console deleted every dead letter: %v (want not found)", err)
+	}
 
 	// Types: pause console.mail; tasks of it that fall due are parked
 	// (state paused, counted on the types page), then run once resumed.
@@ -212,6 +231,29 @@ func TestConsole(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#task-search")))
 	p.waitJS("the parked tasks listed as paused", p.taskRows(parked, "paused"))
 	p.shot("tasks-paused", false)
+
+	// Cancel what the search lists (issue 40: "cancel every waiting task"
+	// cancelled 12 where the list showed 9, the paused ones included, and
+	// its confirm named no count). The waiting search lists the 3
+	// console.mail tasks still scheduled, not the 3 parked ones; the
+	// confirm names 3 and says so; exactly those 3 are cancelled.
+	mailFar := []string{"mail-far-0", "mail-far-1", "mail-far-2"}
+	p.do(chromedp.SetValue(chromedp.CSS("#f-state"), ""), chromedp.Click(chromedp.CSS("#task-search")))
+	p.waitJS("the waiting console.mail tasks listed", p.taskRows(mailFar, "scheduled"))
+	p.do(chromedp.Click(chromedp.CSS("#tasks-cancel-matching")))
+	p.waitJS("the confirm names the 3 listed", `(() => {
+		const b = document.getElementById('tasks-cancel-matching');
+		return b.dataset.armed === '1' && b.dataset.count === '3' &&
+			b.textContent.startsWith('Confirm: cancel 3 waiting (scheduled + retrying) task(s)') && b.textContent.includes('paused tasks of paused types are not included');
+	})()`)
+	p.shot("tasks-cancel-confirm", false)
+	p.do(chromedp.Click(chromedp.CSS("#tasks-cancel-matching")))
+	p.waitJS("3 cancelled", `document.getElementById('tasks-result').textContent === 'cancelled 3 of the 3 task(s) listed'`)
+	for _, id := range mailFar {
+		if ti, err := api.Get(t.Context(), id); err != nil || ti.State != "cancelled" {
+			t.Fatalf("%s after the console's cancel of what it listed: %+v, %v (want cancelled)", id, ti, err)
+		}
+	}
 	for _, id := range parked {
 		if ti, err := api.Get(t.Context(), id); err != nil || ti.State != "paused" {
 			t.Fatalf("%s while its type is paused: %+v, %v (want paused)", id, ti, err)

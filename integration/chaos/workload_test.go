@@ -141,9 +141,7 @@ func (w *workload) send(method, path string, body any, first int) (status int, r
 		if rerr != nil {
 			return 0, nil, false, rerr
 		}
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
+		req.Header.Set("Content-Type", "application/json") // every write, body or not
 		r, derr := w.hc.Do(req)
 		if derr != nil {
 			if notSent(derr) {

@@ -26,8 +26,8 @@ func rawCall(ctx context.Context, api *apiFlags, hc *http.Client, method, path s
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil || (method != http.MethodGet && method != http.MethodHead) {
+		req.Header.Set("Content-Type", "application/json") // every write, body or not (else 415)
 	}
 	req.Header.Set("Accept", "application/json")
 	if api.token != "" {

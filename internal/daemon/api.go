@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,14 +73,45 @@ func (a *App) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, wire.NotFound(fmt.Sprintf("no endpoint %s %s", r.Method, task.Truncate(r.URL.Path, 100))))
 	})
-	return observed(&server{app: a, mux: mux})
+	return observed(&server{app: a, mux: mux, origins: a.crossOrigin()})
 }
 
-// server wraps the mux with authentication, panic recovery, metrics and
-// the per-request debug log.
+// crossOrigin is the check that refuses state-changing requests a browser
+// sends from a page of another origin, DQ_ALLOWED_ORIGINS excepted.
+func (a *App) crossOrigin() *http.CrossOriginProtection {
+	cop := http.NewCrossOriginProtection()
+	for _, o := range a.cfg.AllowedOrigins {
+		if err := cop.AddTrustedOrigin(canonicalOrigin(o)); err != nil {
+			// Config.Validate refuses what AddTrustedOrigin would
+			a.log.Error("allowed origin ignored", "origin", o, "error", err)
+		}
+	}
+	return cop
+}
+
+// canonicalOrigin writes an allowed origin as a browser's Origin header
+// does: scheme and host in lower case, no default port, no trailing "/".
+func canonicalOrigin(o string) string {
+	u, err := url.Parse(strings.TrimSuffix(o, "/"))
+	if err != nil {
+		return o
+	}
+	scheme, host := strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	switch scheme {
+	case "https":
+		host = strings.TrimSuffix(host, ":443")
+	case "http":
+		host = strings.TrimSuffix(host, ":80")
+	}
+	return scheme + "://" + host
+}
+
+// server wraps the mux with the checks of every /v1 request (guard),
+// panic recovery, metrics and the per-request debug log.
 type server struct {
-	app *App
-	mux *http.ServeMux
+	app     *App
+	mux     *http.ServeMux
+	origins *http.CrossOriginProtection
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -98,10 +130,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}()
-		if strings.HasPrefix(r.URL.Path, "/v1/") && !s.authorized(r) {
-			_, r.Pattern = s.mux.Handler(r)
-			wire.WriteError(sw, &wire.Error{Status: http.StatusUnauthorized, Code: wire.CodeUnauthorized, Message: "missing or wrong bearer token"})
-			return
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			if e := s.guard(r); e != nil {
+				_, r.Pattern = s.mux.Handler(r) // the metrics' route label
+				wire.WriteError(sw, e)
+				return
+			}
 		}
 		s.mux.ServeHTTP(sw, r)
 	}()
@@ -120,14 +154,63 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// guard is the check of every /v1 request before it is routed; nil lets
+// it through. In order:
+//
+//  1. the bearer token, when one is set (401);
+//  2. a write (POST, PUT, PATCH, DELETE: any method but GET, HEAD and
+//     OPTIONS) that a browser sent from a page of another origin than
+//     the daemon's own or DQ_ALLOWED_ORIGINS' is refused (403
+//     cross_origin; net/http's CrossOriginProtection reads
+//     Sec-Fetch-Site, else Origin against Host). Clients that are not
+//     browsers send neither header and pass;
+//  3. a write must say Content-Type: application/json, body or not
+//     (415): a cross-site HTML form can only send a form or text type,
+//     and a script's fetch with a JSON type needs a CORS preflight,
+//     which the daemon never grants. This also stops the forms of
+//     browsers too old to send Origin.
+//
+// Each decision reads only the method and the headers, the same for
+// every /v1 path, routed or not: no answer tells whether a route exists
+// (an unknown route is a 404 only once the request passed all three).
+// The token goes first: a caller without it learns nothing else.
+func (s *server) guard(r *http.Request) *wire.Error {
+	if !s.authorized(r) {
+		return wire.Unauthorized("missing or wrong bearer token (Authorization: Bearer <DQ_API_TOKEN>)")
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return nil // reads; any other method counts as a write
+	}
+	if err := s.origins.Check(r); err != nil {
+		origin := r.Header.Get("Origin")
+		if origin == "" {
+			origin = "Sec-Fetch-Site " + r.Header.Get("Sec-Fetch-Site")
+		}
+		return wire.CrossOrigin(fmt.Sprintf("%s %s from a browser page of another origin (%s): refused; the daemon accepts changes from its own origin and DQ_ALLOWED_ORIGINS",
+			r.Method, task.Truncate(r.URL.Path, 100), task.Truncate(origin, 100)))
+	}
+	if ct := r.Header.Get("Content-Type"); !wire.IsJSONContentType(ct) {
+		return wire.UnsupportedMediaType(fmt.Sprintf("Content-Type %q: every POST, PUT, PATCH and DELETE must send Content-Type: application/json, with or without a body",
+			task.Truncate(ct, 64)))
+	}
+	return nil
+}
+
 // authorized checks the bearer token in constant time (when one is set).
+// The scheme is case-insensitive (RFC 9110 section 11.1): "bearer" and
+// "BEARER" are "Bearer".
 func (s *server) authorized(r *http.Request) bool {
 	want := s.app.cfg.APIToken
 	if want == "" {
 		return true
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got = strings.TrimLeft(got, " ") // 1*SP between scheme and token
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 type statusWriter struct {
@@ -282,6 +365,9 @@ func (a *App) ScheduleFields(ctx context.Context, f *wire.Fields) wire.Scheduled
 func (a *App) scheduleOne(ctx context.Context, decode func(time.Time) (redisstore.Submit, *wire.Error)) wire.Scheduled {
 	sub, e := decode(a.now())
 	if e == nil {
+		e = a.topics().check(sub.Task.Topic) // topics.go
+	}
+	if e == nil {
 		e = a.checkRecordSize(sub.Task)
 	}
 	if e != nil {
@@ -314,6 +400,9 @@ func (a *App) scheduleMany(ctx context.Context, n int, decode func(int, time.Tim
 	pos := make([]int, 0, n)
 	for i := range n {
 		sub, e := decode(i, now)
+		if e == nil {
+			e = a.topics().check(sub.Task.Topic) // topics.go
+		}
 		if e == nil {
 			e = a.checkRecordSize(sub.Task)
 		}
@@ -798,13 +887,9 @@ const (
 )
 
 func (a *App) handleListDead(c *call) (int, any, *wire.Error) {
-	limit := defaultDeadLimit
-	if s := c.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxDeadLimit {
-			return 0, nil, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(s, 32), maxDeadLimit))
-		}
-		limit = n
+	limit, e := deadListQuery(c) // operator.go
+	if e != nil {
+		return 0, nil, e
 	}
 	st, e := a.storeFor()
 	if e != nil {

@@ -128,11 +128,13 @@ func (r reply) errMessage() string {
 
 var httpClient = &http.Client{Timeout: 30 * time.Second}
 
-// do sends a request with a JSON body (when body != "") and the app's token.
+// do sends a request with a JSON body (when body != "") and the app's
+// token; every request but a GET or HEAD says Content-Type
+// application/json, as the daemon requires of writes, body or not.
 func (a *testApp) do(method, path, body string) reply {
 	a.t.Helper()
 	h := http.Header{}
-	if body != "" {
+	if body != "" || (method != http.MethodGet && method != http.MethodHead) {
 		h.Set("Content-Type", "application/json")
 	}
 	if a.token != "" {

@@ -381,7 +381,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 			if a.token != "" && h.Get("Authorization") == "" {
 				h.Set("Authorization", "Bearer "+a.token)
 			}
-			if c.body != "" || c.ct != "" {
+			if c.body != "" || c.ct != "" || c.method != "GET" { // writes say JSON, body or not
 				h.Set("Content-Type", cmp.Or(c.ct, "application/json"))
 			}
 			if got := a.doHeader(c.method, c.path, c.body, h); got.Status != c.status {
@@ -460,7 +460,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 		{method: "GET", path: "/v1/tasks", status: 503},
 		{method: "POST", path: "/v1/tasks/cancel", body: `{"filter":{}}`, status: 503},
 		{method: "POST", path: "/v1/dead/redrive", body: `{"ids":["a"]}`, status: 503},
-		{method: "DELETE", path: "/v1/dead", status: 503},
+		{method: "DELETE", path: "/v1/dead", body: `{"filter":{}}`, status: 503},
 		{method: "DELETE", path: "/v1/dead/a", status: 503},
 		{method: "POST", path: "/v1/dead/a/redrive", status: 503},
 		{method: "GET", path: "/v1/shards", status: 503},

@@ -44,8 +44,8 @@ func api(t *testing.T, method, url string, body any, out any) int {
 		t.Fatal(err)
 	}
 	req.Close = true
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json") // every write, body or not
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -602,7 +602,7 @@ func ValidationMessage(err error) string {
 // ReadJSONBody checks the content type and reads the body within the
 // limit into buf (grown as needed) and returns it.
 func ReadJSONBody(w http.ResponseWriter, r *http.Request, limit int64, buf *bytes.Buffer) ([]byte, *Error) {
-	if ct := r.Header.Get("Content-Type"); !isJSONContentType(ct) {
+	if ct := r.Header.Get("Content-Type"); !IsJSONContentType(ct) {
 		return nil, &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMedia,
 			fmt.Sprintf("Content-Type %q: must be application/json", task.Truncate(ct, 64))}
 	}
@@ -641,7 +641,9 @@ func tooLarge(limit int64) *Error {
 	return &Error{http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("body larger than %d bytes", limit)}
 }
 
-func isJSONContentType(ct string) bool {
+// IsJSONContentType reports whether the Content-Type header value ct is
+// application/json (parameters such as charset allowed).
+func IsJSONContentType(ct string) bool {
 	if ct == "application/json" {
 		return true
 	}

@@ -9,6 +9,7 @@ const (
 	CodeInvalidJSON      = "invalid_json"           // 400: body is not one JSON object of the expected shape
 	CodeUnknownField     = "unknown_field"          // 400: a field the API does not know (policy: reject)
 	CodeUnauthorized     = "unauthorized"           // 401: missing or wrong bearer token
+	CodeCrossOrigin      = "cross_origin"           // 403: a browser request from another origin than the daemon's (DQ_ALLOWED_ORIGINS)
 	CodeNotFound         = "not_found"              // 404: no such task, dead task or endpoint
 	CodeConflict         = "conflict"               // 409: the task's state forbids the operation
 	CodeTooLarge         = "too_large"              // 413: body over DQ_MAX_BODY
@@ -58,6 +59,23 @@ func Unavailable(msg string) *Error {
 // same request again is safe and tells.
 func OutcomeUnknown(msg string) *Error {
 	return &Error{http.StatusServiceUnavailable, CodeOutcomeUnknown, msg}
+}
+
+// Unauthorized is the 401 unauthorized answer.
+func Unauthorized(msg string) *Error {
+	return &Error{http.StatusUnauthorized, CodeUnauthorized, msg}
+}
+
+// CrossOrigin is the 403 cross_origin answer: a state-changing request a
+// browser sent from a page of another origin (a cross-site form or
+// script), which the daemon refuses unless that origin is allowed.
+func CrossOrigin(msg string) *Error {
+	return &Error{http.StatusForbidden, CodeCrossOrigin, msg}
+}
+
+// UnsupportedMediaType is the 415 unsupported_media_type answer.
+func UnsupportedMediaType(msg string) *Error {
+	return &Error{http.StatusUnsupportedMediaType, CodeUnsupportedMedia, msg}
 }
 
 // Internal is the 500 internal answer.

@@ -314,8 +314,9 @@
     const token = sessionStorage.getItem(TOKEN_KEY);
     if (token) headers.Authorization = 'Bearer ' + token;
     const init = { method, headers, credentials: 'omit', cache: 'no-store', redirect: 'error' };
+    // every write is JSON, body or not: the daemon refuses other types (415)
+    if (method !== 'GET' && method !== 'HEAD') headers['Content-Type'] = 'application/json';
     if (body !== undefined) {
-      headers['Content-Type'] = 'application/json';
       init.body = typeof body === 'string' ? body : JSON.stringify(body);
     }
     let resp;
@@ -655,6 +656,28 @@
 
   const STATES = ['', 'scheduled', 'retrying', 'paused', 'fired', 'dead', 'succeeded', 'cancelled'];
 
+  // The states whose tasks a cancel takes, as the confirm names them.
+  const CANCELLABLE = { '': 'waiting (scheduled + retrying)', scheduled: 'scheduled', retrying: 'retrying', paused: 'paused' };
+  const CANCEL_LABEL = 'Cancel every task this search lists';
+  const CANCEL_MAX = 50000; // ids one "cancel what is listed" collects
+  const MAX_BULK_IDS = 10000; // ids per bulk request (the daemon's limit)
+
+  // listedIDs walks every page of a task search and returns the ids it
+  // lists, at most CANCEL_MAX (more: there were others).
+  async function listedIDs(fl) {
+    const ids = [];
+    let cursor = '';
+    for (;;) {
+      const data = await api('GET', '/v1/tasks' + query({ state: fl.state, type: fl.type, due_after: fl.due_after, due_before: fl.due_before, limit: 1000, cursor }));
+      for (const t of data.tasks || []) {
+        if (ids.length === CANCEL_MAX) return { ids, more: true };
+        ids.push(t.id);
+      }
+      cursor = data.next_cursor || '';
+      if (!cursor) return { ids, more: false };
+    }
+  }
+
   // The task search keeps its filter and page across visits to a task.
   const taskSearch = { filter: { state: '', type: '', due_after: '', due_before: '', limit: '100' }, cursors: [''] };
 
@@ -683,7 +706,7 @@
     limit.value = f.limit;
     const err = el('p', { id: 'tasks-error', class: 'error', testid: 'tasks-error' });
     const result = el('p', { id: 'tasks-result', class: 'result', testid: 'tasks-result' });
-    const cancelMatching = el('button', { type: 'button', id: 'tasks-cancel-matching', class: 'danger', text: 'Cancel every waiting task matching type and due range' });
+    const cancelMatching = el('button', { type: 'button', id: 'tasks-cancel-matching', class: 'danger', text: CANCEL_LABEL });
     const form = el('form', { id: 'task-filter', class: 'panel filters' },
       el('label', null, 'State', state),
       el('label', null, 'Type', type),
@@ -710,20 +733,54 @@
       taskSearch.filter = { state: state.value, type: type.value.trim(), due_after: localToISO(after.value), due_before: localToISO(before.value), limit: limit.value };
       taskSearch.cursors = [''];
       result.textContent = '';
+      disarm();
       refresh();
     });
     prevBtn.addEventListener('click', () => { if (taskSearch.cursors.length > 1) { taskSearch.cursors.pop(); refresh(); } });
     nextBtn.addEventListener('click', () => { if (next) { taskSearch.cursors.push(next); refresh(); } });
-    armed(cancelMatching, async () => {
-      const fl = taskSearch.filter;
-      const filter = {};
-      if (fl.type) filter.type = fl.type;
-      if (fl.due_after) filter.due_after = fl.due_after;
-      if (fl.due_before) filter.due_before = fl.due_before;
+    // Cancel what the search lists, exactly: the first click walks every
+    // page of the search (the filter applied, its state included) and
+    // names the count in the confirm; the second cancels those ids and no
+    // other (a task added since is not in the count, so not cancelled).
+    // The waiting search (no state) lists scheduled and retrying tasks,
+    // not the paused tasks of paused types: the confirm says so, and
+    // state "paused" lists and cancels those.
+    let pending = null; let disarmTimer = null;
+    function disarm() {
+      pending = null;
+      clearTimeout(disarmTimer);
+      cancelMatching.dataset.armed = '';
+      delete cancelMatching.dataset.count;
+      cancelMatching.textContent = CANCEL_LABEL;
+    }
+    cancelMatching.addEventListener('click', async () => {
       err.textContent = '';
+      const fl = taskSearch.filter;
+      if (!pending) {
+        if (!(fl.state in CANCELLABLE)) { result.textContent = `tasks in state ${fl.state} cannot be cancelled`; return; }
+        cancelMatching.disabled = true;
+        try {
+          const m = await listedIDs(fl);
+          if (!m.ids.length) { result.textContent = 'nothing to cancel: the search lists no task'; return; }
+          pending = m.ids;
+          cancelMatching.dataset.armed = '1';
+          cancelMatching.dataset.count = String(m.ids.length);
+          cancelMatching.textContent = `Confirm: cancel ${m.more ? 'the first ' : ''}${m.ids.length} ${CANCELLABLE[fl.state]} task(s) this search lists` +
+            (fl.state === '' ? ' (paused tasks of paused types are not included: search state paused for those)' : '');
+          disarmTimer = setTimeout(disarm, 8000);
+        } catch (e) { showError(err, e); } finally { cancelMatching.disabled = false; }
+        return;
+      }
+      const ids = pending;
+      disarm();
       try {
-        const n = await bulk('POST', '/v1/tasks/cancel', { filter }, (t, more) => { result.textContent = `cancelled ${t}${more ? ' so far…' : ''}`; });
-        result.textContent = `cancelled ${n} waiting task(s)`;
+        let n = 0;
+        for (let i = 0; i < ids.length; i += MAX_BULK_IDS) {
+          const r = await api('POST', '/v1/tasks/cancel', { ids: ids.slice(i, i + MAX_BULK_IDS) });
+          n += r.changed || 0;
+          result.textContent = `cancelled ${n} so far…`;
+        }
+        result.textContent = `cancelled ${n} of the ${ids.length} task(s) listed`;
       } catch (e) { showError(err, e); }
       refresh();
     });
@@ -736,6 +793,7 @@
       const data = await load(() => api('GET', '/v1/tasks' + q));
       if (data === undefined) return;
       const tasks = data.tasks || [];
+      cancelMatching.hidden = !(fl.state in CANCELLABLE);
       next = data.next_cursor || '';
       nextBtn.disabled = !next;
       prevBtn.disabled = taskSearch.cursors.length <= 1;
@@ -895,7 +953,9 @@
       return `redriven ${n} dead letter(s) of ${typeLabel()}`;
     }));
     armed(deleteType, () => run('delete', async () => {
-      const n = await bulk('DELETE', '/v1/dead' + query({ type: deadSearch.type }), undefined, (t, more) => { result.textContent = `deleted ${t}${more ? ' so far…' : ''}`; });
+      // the body names them: a type, or {} for every dead letter
+      const body = { filter: deadSearch.type ? { type: deadSearch.type } : {} };
+      const n = await bulk('DELETE', '/v1/dead', body, (t, more) => { result.textContent = `deleted ${t}${more ? ' so far…' : ''}`; });
       return `deleted ${n} dead letter(s) of ${typeLabel()}`;
     }));
     redriveSel.addEventListener('click', () => run('redrive', async () => {
@@ -908,12 +968,9 @@
     armed(deleteSel, () => run('delete', async () => {
       const ids = [...selected];
       if (!ids.length) return 'nothing selected';
-      let changed = 0;
-      for (const id of ids) {
-        try { await api('DELETE', '/v1/dead/' + seg(id)); changed++; } catch (e) { if (e.status !== 404 && e.status !== 409) throw e; }
-      }
+      const r = await api('DELETE', '/v1/dead', { ids });
       selected.clear();
-      return `deleted ${changed} of ${ids.length} selected`;
+      return `deleted ${r.changed} of ${ids.length} selected`;
     }));
 
     const load = latestLoad(err, gen);
@@ -1124,7 +1181,17 @@
 
     const load = latestLoad(err, gen);
     async function refresh() {
-      const data = await load(() => api('GET', '/v1/schedules'));
+      // every page of GET /v1/schedules (next_cursor while more follow)
+      const data = await load(async () => {
+        const all = [];
+        let cursor = '';
+        do {
+          const page = await api('GET', '/v1/schedules' + query({ limit: 1000, cursor }));
+          all.push(...(page.schedules || []));
+          cursor = page.next_cursor || '';
+        } while (cursor);
+        return { schedules: all };
+      });
       if (data === undefined) return;
       const ss = data.schedules || [];
       render(list.body, ss, () => (ss.length ? ss.map((s) => {
