@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -241,7 +244,10 @@ func (s Schedule) MarshalJSON() ([]byte, error) {
 // PutSchedule creates or replaces schedule id (PUT /v1/schedules/{id});
 // the whole spec is replaced. The answer's Created says whether it is new.
 // A wrong field is an *APIError with status 422, code "invalid_schedule",
-// whose message starts with the field ("cron: ...", "task.type: ...").
+// whose message starts with the field ("cron: ...", "task.type: ...",
+// "end_at: ..." for an end in the past). A new schedule beyond the
+// daemon's DQ_MAX_SCHEDULES is a 422 with code "too_many_schedules"
+// (retrying does not help; replacing an existing schedule is allowed).
 // The scheduler applies the change within its next pass: ticks before it
 // are not caught up.
 func (c *Client) PutSchedule(ctx context.Context, id string, spec ScheduleSpec) (*Schedule, error) {
@@ -254,13 +260,89 @@ func (c *Client) GetSchedule(ctx context.Context, id string) (*Schedule, error) 
 	return c.schedule(ctx, http.MethodGet, id, "", nil)
 }
 
-// ListSchedules reads every schedule, sorted by id (GET /v1/schedules).
+// ListSchedules reads every schedule, sorted by id, page after page of
+// GET /v1/schedules (Schedules walks them without holding them all).
 func (c *Client) ListSchedules(ctx context.Context) ([]Schedule, error) {
-	var r struct {
-		Schedules []Schedule `json:"schedules"`
+	var list []Schedule
+	for s, err := range c.Schedules(ctx, ScheduleListOptions{Limit: 1000}) {
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, s)
 	}
-	err := c.do(ctx, http.MethodGet, "/v1/schedules", nil, &r)
-	return r.Schedules, err
+	return list, nil
+}
+
+// ScheduleListOptions selects a page of schedules (ListSchedulesPage,
+// Schedules).
+type ScheduleListOptions struct {
+	// Limit is the page size, 1 to 1000; 0: the daemon's default of 100.
+	Limit int
+	// Cursor continues a walk: a SchedulePage.NextCursor. Empty: from the
+	// first schedule.
+	Cursor string
+}
+
+func (o ScheduleListOptions) query() string {
+	q := url.Values{}
+	if o.Limit != 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// SchedulePage is one page of schedules.
+type SchedulePage struct {
+	Schedules []Schedule `json:"schedules"`
+	// NextCursor continues the walk (ScheduleListOptions.Cursor); empty
+	// when the walk is complete.
+	NextCursor string `json:"next_cursor"`
+}
+
+// ListSchedulesPage reads one page of schedules in id order (GET
+// /v1/schedules?limit=&cursor=). A bad limit or cursor is an *APIError
+// with status 422 whose message names the parameter.
+func (c *Client) ListSchedulesPage(ctx context.Context, o ScheduleListOptions) (*SchedulePage, error) {
+	var p SchedulePage
+	if err := c.do(ctx, http.MethodGet, "/v1/schedules"+o.query(), nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Schedules walks every schedule in id order, page by page (o.Limit a
+// request), from o.Cursor on. It stops at the first error, which it
+// yields. A schedule that exists throughout the walk is seen exactly
+// once; one created or deleted meanwhile may or may not be.
+func (c *Client) Schedules(ctx context.Context, o ScheduleListOptions) iter.Seq2[Schedule, error] {
+	return func(yield func(Schedule, error) bool) {
+		for {
+			p, err := c.ListSchedulesPage(ctx, o)
+			if err != nil {
+				yield(Schedule{}, err)
+				return
+			}
+			for _, s := range p.Schedules {
+				if !yield(s, nil) {
+					return
+				}
+			}
+			if p.NextCursor == "" {
+				return
+			}
+			if p.NextCursor == o.Cursor {
+				yield(Schedule{}, fmt.Errorf("delayq: list schedules: the daemon answered the cursor it was sent (%.40q)", o.Cursor))
+				return
+			}
+			o.Cursor = p.NextCursor
+		}
+	}
 }
 
 // DeleteSchedule removes schedule id (DELETE /v1/schedules/{id}): no tick

@@ -18,7 +18,7 @@ import (
 	"github.com/delayq/delayq/internal/task"
 )
 
-const schedulesUsage = `Usage: dq schedules [list] [flags]            every schedule with its next and last tick
+const schedulesUsage = `Usage: dq schedules [list] [flags]            every schedule with its next and last tick (all pages)
        dq schedules get ID [flags]            one schedule with its next 5 ticks
        dq schedules set ID --cron EXPR --type TYPE [flags]
                                               create or replace a schedule (the whole spec)
@@ -51,12 +51,22 @@ func runSchedules(ctx context.Context, env Env, args []string) error {
 	sub, fs, api, args := subcommand(env, "schedules", schedulesUsage, args)
 	switch sub {
 	case "list":
-		if raw, err := listPrelude(ctx, env, fs, api, args, "/v1/schedules"); raw || err != nil {
+		if err := parseNoArgs(fs, args); err != nil {
 			return err
 		}
-		list, err := api.client().ListSchedules(ctx)
-		if err != nil {
+		tableOutput(api)
+		if err := api.check(); err != nil {
 			return err
+		}
+		if api.output == "json" {
+			return schedulesJSON(ctx, env, api)
+		}
+		var list []client.Schedule
+		for s, err := range api.client().Schedules(ctx, client.ScheduleListOptions{Limit: schedulesPage}) {
+			if err != nil {
+				return err
+			}
+			list = append(list, s)
 		}
 		return printSchedules(env.Stdout, list)
 	case "set":
@@ -74,6 +84,50 @@ func runSchedules(ctx context.Context, env Env, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("schedules %q: dq schedules [list], get ID, set ID, delete ID, pause ID or resume ID", sub)
 	}
+}
+
+// schedulesPage is the page size dq schedules list asks for (a variable
+// for the tests).
+var schedulesPage = 1000
+
+// schedulesJSON prints every schedule as the daemon answers them, one
+// {"schedules":[...]} document of all the pages of GET /v1/schedules.
+func schedulesJSON(ctx context.Context, env Env, api *apiFlags) error {
+	hc := api.httpClient(30 * time.Second)
+	all := []json.RawMessage{}
+	cursor := ""
+	for {
+		path := fmt.Sprintf("/v1/schedules?limit=%d", schedulesPage)
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		b, err := rawCall(ctx, api, hc, http.MethodGet, path, nil)
+		if err != nil {
+			return err
+		}
+		var p struct {
+			Schedules  []json.RawMessage `json:"schedules"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(b, &p); err != nil {
+			return fmt.Errorf("GET /v1/schedules: decode answer: %w", err)
+		}
+		all = append(all, p.Schedules...)
+		if p.NextCursor == "" {
+			break
+		}
+		if p.NextCursor == cursor {
+			return fmt.Errorf("schedules list: the daemon answered the cursor it was sent (%.40q)", cursor)
+		}
+		cursor = p.NextCursor
+	}
+	b, err := json.Marshal(struct {
+		Schedules []json.RawMessage `json:"schedules"`
+	}{all})
+	if err != nil {
+		return fmt.Errorf("encode schedules: %w", err)
+	}
+	return printRaw(env.Stdout, b)
 }
 
 // scheduleAction runs get, delete, pause or resume on schedule id.

@@ -3,10 +3,11 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 // The schedule endpoints (periodic tasks, package schedule):
 //
 //	PUT    /v1/schedules/{id}         create (201) or replace (200) a schedule
-//	GET    /v1/schedules              every schedule, sorted by id
+//	GET    /v1/schedules?limit=&cursor=  the schedules in id order, a page at a time
 //	GET    /v1/schedules/{id}         one schedule
 //	DELETE /v1/schedules/{id}         remove it (its waiting ticks are cancelled by the scheduler)
 //	POST   /v1/schedules/{id}/pause   stop materializing ticks (idempotent)
@@ -31,11 +32,26 @@ import (
 // view: the stored schedule with the effective time zone and catch-up
 // policy, the next NextTicks ticks (also while paused: the ticks it would
 // fire) and the last tick that fired.
+//
+// A namespace holds at most DQ_MAX_SCHEDULES schedules: a PUT creating one
+// more answers 422 too_many_schedules (not 429: waiting does not help,
+// deleting a schedule or raising the setting does); replacing, pausing
+// and deleting are always allowed. The count and the create are one etcd
+// transaction, so concurrent creates cannot overshoot it.
+//
+// The list pages like GET /v1/tasks: limit (1..1000, default 100) and the
+// opaque next_cursor of the previous page, answered while more schedules
+// follow. Schedules are in id order, so a walk sees every schedule that
+// exists throughout it exactly once.
 
 // codeInvalidSchedule is the 422 answer for a spec field or schedule id
 // with a wrong value; the message starts with the field's name
 // ("cron: ...", "task.type: ...").
 const codeInvalidSchedule = "invalid_schedule"
+
+// codeTooManySchedules is the 422 answer for a PUT that would create a
+// schedule beyond DQ_MAX_SCHEDULES.
+const codeTooManySchedules = "too_many_schedules"
 
 // nextTicks is how many upcoming ticks a view lists.
 const nextTicks = 5
@@ -97,7 +113,7 @@ func (a *App) scheduleStore() (*schedule.Store, *wire.Error) {
 	if e != nil {
 		return nil, e
 	}
-	return schedule.NewStore(cli, a.cfg.Namespace), nil
+	return schedule.NewStore(cli, a.cfg.Namespace).WithLimit(a.cfg.MaxSchedules).WithClock(a.now), nil
 }
 
 // pathScheduleID reads and checks the {id} path value (422 like a bad
@@ -105,15 +121,14 @@ func (a *App) scheduleStore() (*schedule.Store, *wire.Error) {
 func pathScheduleID(c *call) (string, *wire.Error) {
 	id := c.PathValue("id")
 	if err := schedule.ValidateID(id); err != nil {
-		return "", scheduleError(id, err)
+		return "", scheduleInputError(id, err)
 	}
 	return id, nil
 }
 
-// scheduleError maps an error of package schedule to the answer: bad
-// input is 4xx naming the field; anything else is etcd's and 503, never
-// bad input.
-func scheduleError(id string, err error) *wire.Error {
+// scheduleInputError is the 4xx answer of an error of package schedule
+// that is the request's fault (naming the field), nil for any other.
+func scheduleInputError(id string, err error) *wire.Error {
 	var fe *schedule.FieldError
 	switch {
 	case errors.As(err, &fe):
@@ -124,8 +139,25 @@ func scheduleError(id string, err error) *wire.Error {
 		return &wire.Error{Status: http.StatusBadRequest, Code: wire.CodeUnknownField, Message: task.Truncate(err.Error(), 300)}
 	case errors.Is(err, schedule.ErrNotFound):
 		return wire.NotFound("schedule " + id + " not found")
+	case errors.Is(err, schedule.ErrTooMany):
+		return &wire.Error{Status: http.StatusUnprocessableEntity, Code: codeTooManySchedules,
+			Message: task.Truncate(err.Error(), 200) + " (DQ_MAX_SCHEDULES): delete schedules or raise the limit; replacing an existing schedule is allowed"}
 	}
-	return etcdError(err)
+	return nil
+}
+
+// scheduleError maps an error of package schedule to the answer: bad
+// input is 4xx naming the field; a failed etcd call is 503; anything
+// else is our bug, 500 (logged): never 503, which clients retry forever.
+func (a *App) scheduleError(id string, err error) *wire.Error {
+	if e := scheduleInputError(id, err); e != nil {
+		return e
+	}
+	var ee *schedule.EtcdError
+	if errors.As(err, &ee) || errors.Is(err, schedule.ErrBusy) {
+		return etcdError(err)
+	}
+	return a.internalError("schedule", err, "schedule", id)
 }
 
 func (a *App) handlePutSchedule(c *call) (int, any, *wire.Error) {
@@ -138,11 +170,17 @@ func (a *App) handlePutSchedule(c *call) (int, any, *wire.Error) {
 	if e != nil {
 		return 0, nil, e
 	}
-	spec, err := schedule.DecodeSpec(body)
+	// end_at must not be in the past: the daemon's clock is good enough
+	// for that (a schedule that ends within a clock skew of now is
+	// harmless either way)
+	spec, err := schedule.DecodeSpec(body, a.now())
 	if err != nil {
-		return 0, nil, scheduleError(id, err)
+		return 0, nil, a.scheduleError(id, err)
 	}
 	if e := a.checkTemplateSize(id, spec); e != nil {
+		return 0, nil, e
+	}
+	if e := a.checkTemplateTopic(spec.Task.Topic); e != nil { // topics.go
 		return 0, nil, e
 	}
 	st, e := a.scheduleStore()
@@ -153,7 +191,7 @@ func (a *App) handlePutSchedule(c *call) (int, any, *wire.Error) {
 	defer cancel()
 	sch, created, err := st.Put(ctx, id, spec)
 	if err != nil {
-		return 0, nil, scheduleError(id, err)
+		return 0, nil, a.scheduleError(id, err)
 	}
 	a.log.Info("schedule stored", "schedule", id, "created", created, "cron", sch.Cron, "timezone", sch.Timezone, "type", sch.Task.Type, "paused", sch.Paused)
 	v := a.changedView(ctx, st, sch)
@@ -170,7 +208,7 @@ func (a *App) handlePutSchedule(c *call) (int, any, *wire.Error) {
 func (a *App) checkTemplateSize(id string, spec schedule.Spec) *wire.Error {
 	c, err := schedule.Compile(spec)
 	if err != nil {
-		return scheduleError(id, err)
+		return a.scheduleError(id, err)
 	}
 	t := c.Task(id, time.UnixMilli(1<<45)) // a tick id of the longest length before 3084
 	n := record.Size(t)
@@ -182,8 +220,49 @@ func (a *App) checkTemplateSize(id string, spec schedule.Spec) *wire.Error {
 			n, len(t.Payload), a.cfg.MaxRecordBytes)}
 }
 
+// scheduleCursorPrefix versions the list's cursor, which is opaque to
+// clients: base64url of the prefix and the last id of the page.
+const scheduleCursorPrefix = "s1/"
+
+func encodeScheduleCursor(lastID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(scheduleCursorPrefix + lastID))
+}
+
+func decodeScheduleCursor(cur string) (string, *wire.Error) {
+	b, err := base64.RawURLEncoding.DecodeString(cur)
+	id, ok := strings.CutPrefix(string(b), scheduleCursorPrefix)
+	if len(cur) > maxCursorLen || err != nil || !ok || (id != "" && schedule.ValidateID(id) != nil) {
+		return "", invalidSchedule("cursor: not a next_cursor of GET /v1/schedules; start again without a cursor")
+	}
+	return id, nil
+}
+
+// scheduleListQuery reads GET /v1/schedules' limit and cursor: the id the
+// page starts after ("" from the first) and the page size.
+func scheduleListQuery(c *call) (after string, limit int, e *wire.Error) {
+	q, e := query(c, "limit", "cursor")
+	if e != nil {
+		return "", 0, e
+	}
+	limit = defaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return "", 0, invalidSchedule(fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(v, 32), maxListLimit))
+		}
+		limit = n
+	}
+	if cur := q.Get("cursor"); cur != "" {
+		if after, e = decodeScheduleCursor(cur); e != nil {
+			return "", 0, e
+		}
+	}
+	return after, limit, nil
+}
+
 func (a *App) handleListSchedules(c *call) (int, any, *wire.Error) {
-	if _, e := query(c); e != nil {
+	after, limit, e := scheduleListQuery(c)
+	if e != nil {
 		return 0, nil, e
 	}
 	st, e := a.scheduleStore()
@@ -192,24 +271,28 @@ func (a *App) handleListSchedules(c *call) (int, any, *wire.Error) {
 	}
 	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
 	defer cancel()
-	// One linearizable read of the schedules and their states.
-	schs, states, bad, err := st.Load(ctx)
+	// The page's schedules and their states at one revision.
+	page, err := st.List(ctx, after, limit)
 	if err != nil {
-		return 0, nil, etcdError(err)
+		return 0, nil, a.scheduleError("", err)
 	}
-	if bad > 0 {
-		a.log.Warn("schedules in etcd that do not decode are left out", "count", bad, "prefix", schedule.Prefix(a.cfg.Namespace))
+	if page.Bad > 0 {
+		a.log.Warn("schedules in etcd that do not decode are left out", "count", page.Bad, "prefix", schedule.Prefix(a.cfg.Namespace))
 	}
 	now := a.now()
-	out := make([]*scheduleView, 0, len(schs))
-	for id, sch := range schs {
-		state, ok := states[id]
+	out := make([]*scheduleView, 0, len(page.Schedules))
+	for _, sch := range page.Schedules {
+		state, ok := page.States[sch.ID]
 		out = append(out, a.view(sch, state, ok, now))
 	}
-	slices.SortFunc(out, func(x, y *scheduleView) int { return strings.Compare(x.ID, y.ID) })
+	var next string
+	if page.More {
+		next = encodeScheduleCursor(page.Last)
+	}
 	return http.StatusOK, struct {
-		Schedules []*scheduleView `json:"schedules"`
-	}{out}, nil
+		Schedules  []*scheduleView `json:"schedules"`
+		NextCursor string          `json:"next_cursor,omitempty"`
+	}{out, next}, nil
 }
 
 // withSchedule runs fn on the path's schedule: its id checked, the store,
@@ -232,11 +315,11 @@ func (a *App) handleGetSchedule(c *call) (int, any, *wire.Error) {
 	return a.withSchedule(c, func(ctx context.Context, st *schedule.Store, id string) (int, any, *wire.Error) {
 		sch, err := st.Get(ctx, id)
 		if err != nil {
-			return 0, nil, scheduleError(id, err)
+			return 0, nil, a.scheduleError(id, err)
 		}
 		state, ok, err := st.State(ctx, id)
 		if err != nil {
-			return 0, nil, etcdError(err)
+			return 0, nil, a.scheduleError(id, err)
 		}
 		return http.StatusOK, a.view(sch, state, ok, a.now()), nil
 	})
@@ -246,7 +329,7 @@ func (a *App) handleDeleteSchedule(c *call) (int, any, *wire.Error) {
 	return a.withSchedule(c, func(ctx context.Context, st *schedule.Store, id string) (int, any, *wire.Error) {
 		deleted, err := st.Delete(ctx, id)
 		if err != nil {
-			return 0, nil, scheduleError(id, err)
+			return 0, nil, a.scheduleError(id, err)
 		}
 		if !deleted {
 			return 0, nil, wire.NotFound("schedule " + id + " not found")
@@ -282,7 +365,7 @@ func (a *App) setSchedulePaused(c *call, paused bool) (int, any, *wire.Error) {
 	return a.withSchedule(c, func(ctx context.Context, st *schedule.Store, id string) (int, any, *wire.Error) {
 		sch, changed, err := st.SetPaused(ctx, id, paused)
 		if err != nil {
-			return 0, nil, scheduleError(id, err)
+			return 0, nil, a.scheduleError(id, err)
 		}
 		if changed {
 			a.log.Info("schedule paused", "schedule", id, "paused", paused)

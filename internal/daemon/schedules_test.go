@@ -257,6 +257,15 @@ func TestSchedulesBadInput(t *testing.T) {
 		{"bad time zone", `{"cron":"@hourly","timezone":"Mars/Olympus","task":{"type":"x"}}`, 422, "invalid_schedule", "timezone:"},
 		{"local time zone", `{"cron":"@hourly","timezone":"Local","task":{"type":"x"}}`, 422, "invalid_schedule", "timezone:"},
 		{"end before start", `{"cron":"@hourly","task":{"type":"x"},"start_at":"2030-01-02T00:00:00Z","end_at":"2030-01-01T00:00:00Z"}`, 422, "invalid_schedule", "end_at:"},
+		// issue 40: time.Parse takes +24:00, which JSON cannot write back:
+		// it was a 503 "etcd: encode schedule", retried forever
+		{"start_at offset +24:00", `{"cron":"@every 1h","task":{"type":"t"},"start_at":"2026-01-01T00:00:00+24:00"}`, 422, "invalid_schedule", "start_at:"},
+		{"end_at offset +24:00", `{"cron":"@every 1h","task":{"type":"t"},"end_at":"2046-01-01T00:00:00+24:00"}`, 422, "invalid_schedule", "end_at:"},
+		{"end_at offset -24:00", `{"cron":"@every 1h","task":{"type":"t"},"end_at":"2046-01-01T00:00:00-24:00"}`, 422, "invalid_schedule", "end_at:"},
+		{"start_at offset minute 60", `{"cron":"@every 1h","task":{"type":"t"},"start_at":"2026-01-01T00:00:00+01:60"}`, 422, "invalid_schedule", "start_at:"},
+		{"end_at in 1971", `{"cron":"@every 1h","task":{"type":"t"},"end_at":"1971-01-01T00:00:00Z"}`, 422, "invalid_schedule", "end_at:"},
+		{"end_at a second ago", `{"cron":"@every 1h","task":{"type":"t"},"end_at":"` + time.Now().Add(-time.Second).UTC().Format(time.RFC3339) + `"}`, 422, "invalid_schedule", "end_at:"},
+		{"end_at past the last due time", `{"cron":"@every 1h","task":{"type":"t"},"end_at":"2300-01-01T00:00:00Z"}`, 422, "invalid_schedule", "end_at:"},
 		{"bad catchup", `{"cron":"@hourly","task":{"type":"x"},"catchup":"some"}`, 422, "invalid_schedule", "catchup:"},
 		{"no task type", `{"cron":"@hourly","task":{}}`, 422, "invalid_schedule", "task.type:"},
 		{"no task", `{"cron":"@hourly"}`, 422, "invalid_schedule", "task.type:"},
@@ -320,9 +329,9 @@ func TestSchedulesBadInput(t *testing.T) {
 			}
 		}
 	}
-	// The list takes no query parameters.
-	if got := app.do("GET", "/v1/schedules?limit=5", ""); got.Status != 400 || got.errCode() != "unknown_field" || !strings.Contains(got.errMessage(), "limit") {
-		t.Errorf("list with a query: %d %s", got.Status, got.Raw)
+	// The list takes limit and cursor only.
+	if got := app.do("GET", "/v1/schedules?bogus=5", ""); got.Status != 400 || got.errCode() != "unknown_field" || !strings.Contains(got.errMessage(), "bogus") {
+		t.Errorf("list with an unknown parameter: %d %s", got.Status, got.Raw)
 	}
 
 	if after := etcdSnapshot(t, cli, ns); fmt.Sprint(after) != fmt.Sprint(snap) {
@@ -434,12 +443,15 @@ func FuzzScheduleSpecBody(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
+	f.Add([]byte(`{"cron":"@every 1h","task":{"type":"t"},"start_at":"2026-01-01T00:00:00+24:00"}`))
+	f.Add([]byte(`{"cron":"@every 1h","task":{"type":"t"},"end_at":"1971-01-01T00:00:00-23:59"}`))
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		spec, err := schedule.DecodeSpec(body)
+		spec, err := schedule.DecodeSpec(body, now)
 		if err != nil {
-			e := scheduleError("x", err)
-			if e.Status != 400 && e.Status != 422 {
-				t.Fatalf("%q: %d %s (%v)", body, e.Status, e.Message, err)
+			e := scheduleInputError("x", err)
+			if e == nil || (e.Status != 400 && e.Status != 422) {
+				t.Fatalf("%q: %+v (%v)", body, e, err)
 			}
 			if e.Message == "" {
 				t.Fatalf("%q: no message", body)
@@ -451,5 +463,8 @@ func FuzzScheduleSpecBody(f *testing.F) {
 			t.Fatalf("%q: decoded but does not compile: %v", body, err)
 		}
 		c.NextN(time.Unix(1900000000, 0), 3)
+		if _, err := json.Marshal(spec); err != nil {
+			t.Fatalf("%q: decoded but does not encode (the store would fail with a 5xx): %v", body, err)
+		}
 	})
 }

@@ -21,14 +21,33 @@ const MaxIDLen = 128
 
 // Errors of this package. Every validation error is a *FieldError wrapping
 // ErrInvalid (bad input: an API answers 422 naming the field); ErrSyntax and
-// ErrUnknownField come from DecodeSpec (400). Anything else (etcd) is an
-// infrastructure error.
+// ErrUnknownField come from DecodeSpec (400); ErrTooMany from Store.Put
+// beyond the store's limit. A failed etcd call is an *EtcdError (an
+// infrastructure error, and so is ErrBusy); anything else is a bug.
 var (
 	ErrInvalid      = errors.New("invalid schedule")
 	ErrNotFound     = errors.New("schedule not found")
 	ErrSyntax       = errors.New("invalid JSON")
 	ErrUnknownField = errors.New("unknown field")
+	ErrTooMany      = errors.New("too many schedules")
+	ErrBusy         = errors.New("changed concurrently too often, try again")
 )
+
+// EtcdError is a failed etcd call of the store: etcd's trouble, never
+// bad input.
+type EtcdError struct {
+	Op  string // what the store did ("read schedule x")
+	Err error
+}
+
+func (e *EtcdError) Error() string { return e.Op + ": " + e.Err.Error() }
+
+// Unwrap is etcd's error.
+func (e *EtcdError) Unwrap() error { return e.Err }
+
+func etcdFailed(err error, format string, args ...any) error {
+	return &EtcdError{Op: fmt.Sprintf(format, args...), Err: err}
+}
 
 // FieldError says which field of a schedule is wrong and why.
 type FieldError struct {
@@ -133,9 +152,9 @@ const MaxSpecBytes = 256 << 10
 // (internal/daemon/wire/decode.go): one JSON object (ErrSyntax
 // otherwise, also for a field given twice), field names matching exactly
 // (ErrUnknownField, naming it), every string valid UTF-8 (a *FieldError);
-// then Validate. A field of the wrong JSON type or a bad time is a
+// then Validate at now. A field of the wrong JSON type or a bad time is a
 // *FieldError naming it. Times are kept at millisecond precision.
-func DecodeSpec(b []byte) (Spec, error) {
+func DecodeSpec(b []byte, now time.Time) (Spec, error) {
 	if err := strictSpecJSON(b); err != nil {
 		return Spec{}, err
 	}
@@ -160,7 +179,7 @@ func DecodeSpec(b []byte) (Spec, error) {
 	if s.EndAt, err = parseTime("end_at", raw.EndAt); err != nil {
 		return Spec{}, err
 	}
-	if err := s.Validate(); err != nil {
+	if err := s.Validate(now); err != nil {
 		return Spec{}, err
 	}
 	return s, nil
@@ -171,11 +190,29 @@ func parseTime(field string, v *string) (*time.Time, error) {
 		return nil, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, *v)
-	if err != nil {
-		return nil, invalid(field, "%q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", task.Truncate(*v, 64))
+	if err != nil || !rfc3339Offset(*v) {
+		return nil, invalid(field, "%q is not an RFC 3339 time with an offset of Z or -23:59 to +23:59 (e.g. 2026-01-02T15:04:05Z)", task.Truncate(*v, 64))
 	}
 	t = t.Truncate(time.Millisecond)
 	return &t, nil
+}
+
+// rfc3339Offset reports whether an RFC 3339 time (that time.Parse
+// accepted) ends with a valid offset: "Z" or ±hh:mm with hh <= 23 and
+// mm <= 59. time.Parse takes "+24:00" (which no encoder writes back) and
+// "+01:60"; RFC 3339 takes neither. (As wire.ParseTime of the API.)
+func rfc3339Offset(s string) bool {
+	n := len(s)
+	if n > 0 && (s[n-1] == 'Z' || s[n-1] == 'z') {
+		return true
+	}
+	if n < 6 || (s[n-6] != '+' && s[n-6] != '-') || s[n-3] != ':' {
+		return false
+	}
+	digits := func(a, b byte, hi int) bool {
+		return a >= '0' && a <= '9' && b >= '0' && b <= '9' && int(a-'0')*10+int(b-'0') <= hi
+	}
+	return digits(s[n-5], s[n-4], 23) && digits(s[n-2], s[n-1], 59)
 }
 
 func decodeError(err error) error {
@@ -215,15 +252,23 @@ func jsonKind(goKind string) string {
 	return "number"
 }
 
-// Validate checks every field of a new spec, naming the first wrong one:
-// the cron expression and time zone parse, the catch-up policy is known,
-// EndAt is after StartAt, and the template makes a valid task (fields
-// "task.<name>") of a type a new task may have (task.ValidateType: not
-// "/", "." or ".."). A stored spec is only compiled (Compile), so
-// a schedule stored before the type rule grew keeps ticking.
-func (s Spec) Validate() error {
+// Validate checks every field of a new spec at now, naming the first
+// wrong one: the cron expression and time zone parse, the catch-up policy
+// is known, StartAt and EndAt are in range with an offset JSON can write,
+// EndAt is after StartAt and not before now (a schedule that has ended
+// already is a mistake, not a schedule), and the template makes a valid
+// task (fields "task.<name>") of a type a new task may have
+// (task.ValidateType: not "/", "." or ".."). A stored spec is only
+// compiled (Compile), so a schedule stored before a rule grew (or whose
+// end passed) keeps its place. Every spec that validates encodes to
+// JSON and decodes back to itself (FuzzDecodeSpec).
+func (s Spec) Validate(now time.Time) error {
 	if _, err := Compile(s); err != nil {
 		return err
+	}
+	if s.EndAt != nil && s.EndAt.Before(now) {
+		return invalid("end_at", "%s is in the past (now is %s): the schedule would never tick",
+			s.EndAt.Format(time.RFC3339Nano), now.UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano))
 	}
 	if err := task.ValidateType(s.Task.Type); err != nil {
 		var fe *task.FieldError

@@ -95,33 +95,57 @@ type Store struct {
 	cli *clientv3.Client
 	ns  string
 	now func() time.Time
+	max int64
 }
 
-// NewStore is the store of namespace ns.
+// NewStore is the store of namespace ns, with no limit on the number of
+// schedules.
 func NewStore(cli *clientv3.Client, ns string) *Store {
 	return &Store{cli: cli, ns: ns, now: time.Now}
 }
 
-// Put creates or replaces schedule id. The spec is validated first (a
-// *FieldError, nothing written). CreatedAt is kept across replacements.
-// Putting the spec a schedule already has writes nothing (its revision,
-// and with it the scheduler's catch-up of missed ticks, stays).
+// WithLimit makes Put refuse a new schedule (ErrTooMany) while the
+// namespace has n or more (n <= 0: no limit); it returns s.
+func (s *Store) WithLimit(n int) *Store {
+	s.max = int64(n)
+	return s
+}
+
+// WithClock makes the store read time from now (validation, created_at);
+// it returns s.
+func (s *Store) WithClock(now func() time.Time) *Store {
+	s.now = now
+	return s
+}
+
+// Put creates or replaces schedule id. The spec is validated first at the
+// store's clock (a *FieldError, nothing written). CreatedAt is kept
+// across replacements. Putting the spec a schedule already has writes
+// nothing (its revision, and with it the scheduler's catch-up of missed
+// ticks, stays).
+//
+// A new schedule while the namespace holds the store's limit or more is
+// ErrTooMany; replacing one is always allowed. The limit is exact under
+// concurrent creates: the count is taken at a revision R, and the write
+// is a transaction that requires every schedule key to have been created
+// before R (a create that raced it makes the transaction fail, and Put
+// counts again).
 func (s *Store) Put(ctx context.Context, id string, spec Spec) (Schedule, bool, error) {
 	if err := ValidateID(id); err != nil {
 		return Schedule{}, false, err
 	}
-	if err := spec.Validate(); err != nil {
+	if err := spec.Validate(s.now()); err != nil {
 		return Schedule{}, false, err
 	}
 	key := Key(s.ns, id)
 	for range 10 {
 		get, err := s.cli.Get(ctx, key)
 		if err != nil {
-			return Schedule{}, false, fmt.Errorf("read schedule %s: %w", id, err)
+			return Schedule{}, false, etcdFailed(err, "read schedule %s", id)
 		}
 		now := s.now().UTC().Truncate(time.Millisecond)
 		v := stored{Spec: spec, CreatedAt: now, UpdatedAt: now}
-		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
 		created := true
 		if len(get.Kvs) > 0 {
 			created = false
@@ -132,24 +156,45 @@ func (s *Store) Put(ctx context.Context, id string, spec Spec) (Schedule, bool, 
 					return Schedule{ID: id, Spec: old.Spec, CreatedAt: old.CreatedAt, UpdatedAt: old.UpdatedAt, Revision: get.Kvs[0].ModRevision}, false, nil
 				}
 			}
-			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", get.Kvs[0].ModRevision)
+			cmps[0] = clientv3.Compare(clientv3.ModRevision(key), "=", get.Kvs[0].ModRevision)
+		} else if s.max > 0 {
+			cmp, err := s.roomFor(ctx)
+			if err != nil {
+				return Schedule{}, false, err
+			}
+			cmps = append(cmps, cmp)
 		}
 		b, err := json.Marshal(v)
 		if err != nil {
+			// Validate lets no such spec through (FuzzDecodeSpec): a bug
 			return Schedule{}, false, fmt.Errorf("encode schedule %s: %w", id, err)
 		}
 		if len(b) > MaxSpecBytes {
 			return Schedule{}, false, invalid("task.payload", "the schedule is %d bytes encoded; at most %d", len(b), MaxSpecBytes)
 		}
-		resp, err := s.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(b))).Commit()
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(b))).Commit()
 		if err != nil {
-			return Schedule{}, false, fmt.Errorf("write schedule %s: %w", id, err)
+			return Schedule{}, false, etcdFailed(err, "write schedule %s", id)
 		}
 		if resp.Succeeded {
 			return Schedule{ID: id, Spec: spec, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Revision: resp.Header.Revision}, created, nil
 		}
 	}
-	return Schedule{}, false, fmt.Errorf("write schedule %s: changed concurrently too often, try again", id)
+	return Schedule{}, false, fmt.Errorf("write schedule %s: %w", id, ErrBusy)
+}
+
+// roomFor counts the namespace's schedules (count only: no values travel)
+// and returns ErrTooMany at the limit, or the comparison that keeps the
+// count true until the write: no schedule key created after the count.
+func (s *Store) roomFor(ctx context.Context) (clientv3.Cmp, error) {
+	n, err := s.cli.Get(ctx, Prefix(s.ns), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return clientv3.Cmp{}, etcdFailed(err, "count schedules")
+	}
+	if n.Count >= s.max {
+		return clientv3.Cmp{}, fmt.Errorf("%w: the namespace has %d schedules, the limit is %d", ErrTooMany, n.Count, s.max)
+	}
+	return clientv3.Compare(clientv3.CreateRevision(Prefix(s.ns)), "<", n.Header.Revision+1).WithPrefix(), nil
 }
 
 // sameSpec compares two specs by their encoding (times by instant, as
@@ -167,7 +212,7 @@ func (s *Store) Get(ctx context.Context, id string) (Schedule, error) {
 	}
 	resp, err := s.cli.Get(ctx, Key(s.ns, id))
 	if err != nil {
-		return Schedule{}, fmt.Errorf("read schedule %s: %w", id, err)
+		return Schedule{}, etcdFailed(err, "read schedule %s", id)
 	}
 	if len(resp.Kvs) == 0 {
 		return Schedule{}, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -183,29 +228,91 @@ func decode(id string, b []byte, rev int64) (Schedule, error) {
 	return Schedule{ID: id, Spec: v.Spec, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt, Revision: rev}, nil
 }
 
-// List reads every schedule, sorted by id. A value that does not decode
-// (written by hand) is left out; bad is how many were.
-func (s *Store) List(ctx context.Context) (list []Schedule, bad int, err error) {
-	resp, err := s.cli.Get(ctx, Prefix(s.ns), clientv3.WithPrefix())
-	if err != nil {
-		return nil, 0, fmt.Errorf("list schedules: %w", err)
-	}
-	m, bad := decodeAll(resp.Kvs, Prefix(s.ns))
-	for _, sch := range m {
-		list = append(list, sch)
-	}
-	slices.SortFunc(list, func(a, b Schedule) int { return strings.Compare(a.ID, b.ID) })
-	return list, bad, nil
+// Page is one page of a listing: schedules in id order, with the
+// scheduler states of those that have one, all at one etcd revision.
+type Page struct {
+	Schedules []Schedule
+	States    map[string]State
+	// Bad counts the page's values that did not decode (written by
+	// hand): they are left out, so a page may hold fewer schedules than
+	// the limit and still have a next one.
+	Bad int
+	// Last is the id of the last key of the page and More says whether
+	// keys follow it: the next page is List(ctx, Last, limit).
+	Last string
+	More bool
 }
 
-func decodeAll(kvs []*mvccpb.KeyValue, prefix string) (map[string]Schedule, int) {
+// List reads up to limit schedules whose ids come after after ("": from
+// the first) in id order (byte order, as etcd keeps them), with their
+// states, in two reads at one revision. A walk page by page sees each
+// schedule that exists throughout it exactly once; one created or
+// deleted meanwhile may or may not be seen.
+func (s *Store) List(ctx context.Context, after string, limit int) (Page, error) {
+	prefix := Prefix(s.ns)
+	from := prefix
+	if after != "" {
+		from = prefix + after + "\x00" // the first key after prefix+after
+	}
+	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(int64(limit)))
+	if err != nil {
+		return Page{}, etcdFailed(err, "list schedules")
+	}
+	p := Page{States: map[string]State{}, More: resp.More}
+	if len(resp.Kvs) == 0 {
+		return p, nil
+	}
+	for _, kv := range resp.Kvs {
+		id := strings.TrimPrefix(string(kv.Key), prefix)
+		sch, err := decode(id, kv.Value, kv.ModRevision)
+		if err != nil || ValidateID(id) != nil {
+			p.Bad++
+			continue
+		}
+		p.Schedules = append(p.Schedules, sch)
+	}
+	first := strings.TrimPrefix(string(resp.Kvs[0].Key), prefix)
+	p.Last = strings.TrimPrefix(string(resp.Kvs[len(resp.Kvs)-1].Key), prefix)
+	sp := StatePrefix(s.ns)
+	st, err := s.cli.Get(ctx, sp+first, clientv3.WithRange(sp+p.Last+"\x00"), clientv3.WithRev(resp.Header.Revision))
+	if err != nil {
+		return Page{}, etcdFailed(err, "list schedule states")
+	}
+	for _, kv := range st.Kvs {
+		var state State
+		if json.Unmarshal(kv.Value, &state) == nil {
+			p.States[strings.TrimPrefix(string(kv.Key), sp)] = state
+		}
+	}
+	return p, nil
+}
+
+// DecodeKV decodes a key and value under the namespace's schedule
+// prefix (a watch event's): ok is false for a key outside the prefix;
+// err says why a value (or id) is bad.
+func (s *Store) DecodeKV(kv *mvccpb.KeyValue) (sch Schedule, ok bool, err error) {
+	id, ok := strings.CutPrefix(string(kv.Key), Prefix(s.ns))
+	if !ok {
+		return Schedule{}, false, nil
+	}
+	if err := ValidateID(id); err != nil {
+		return Schedule{ID: id}, true, err
+	}
+	sch, err = decode(id, kv.Value, kv.ModRevision)
+	sch.ID = id
+	return sch, true, err
+}
+
+// decodeAll decodes schedule keys: the good ones by id, and the ids of
+// the bad ones (a value that does not decode, or a key that is no id).
+func decodeAll(kvs []*mvccpb.KeyValue, prefix string) (map[string]Schedule, []string) {
 	m := make(map[string]Schedule, len(kvs))
-	bad := 0
+	var bad []string
 	for _, kv := range kvs {
 		id := strings.TrimPrefix(string(kv.Key), prefix)
 		sch, err := decode(id, kv.Value, kv.ModRevision)
 		if err != nil || ValidateID(id) != nil {
-			bad++
+			bad = append(bad, id)
 			continue
 		}
 		m[id] = sch
@@ -221,7 +328,7 @@ func (s *Store) Delete(ctx context.Context, id string) (bool, error) {
 	}
 	resp, err := s.cli.Delete(ctx, Key(s.ns, id))
 	if err != nil {
-		return false, fmt.Errorf("delete schedule %s: %w", id, err)
+		return false, etcdFailed(err, "delete schedule %s", id)
 	}
 	return resp.Deleted > 0, nil
 }
@@ -248,14 +355,14 @@ func (s *Store) SetPaused(ctx context.Context, id string, paused bool) (Schedule
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", sch.Revision)).
 			Then(clientv3.OpPut(key, string(b))).Commit()
 		if err != nil {
-			return Schedule{}, false, fmt.Errorf("write schedule %s: %w", id, err)
+			return Schedule{}, false, etcdFailed(err, "write schedule %s", id)
 		}
 		if resp.Succeeded {
 			sch.UpdatedAt, sch.Revision = now, resp.Header.Revision
 			return sch, true, nil
 		}
 	}
-	return Schedule{}, false, fmt.Errorf("write schedule %s: changed concurrently too often, try again", id)
+	return Schedule{}, false, fmt.Errorf("write schedule %s: %w", id, ErrBusy)
 }
 
 // State reads schedule id's scheduler state; ok is false when there is
@@ -266,7 +373,7 @@ func (s *Store) State(ctx context.Context, id string) (State, bool, error) {
 	}
 	resp, err := s.cli.Get(ctx, StateKey(s.ns, id))
 	if err != nil {
-		return State{}, false, fmt.Errorf("read schedule state %s: %w", id, err)
+		return State{}, false, etcdFailed(err, "read schedule state %s", id)
 	}
 	if len(resp.Kvs) == 0 {
 		return State{}, false, nil
@@ -278,26 +385,38 @@ func (s *Store) State(ctx context.Context, id string) (State, bool, error) {
 	return st, true, nil
 }
 
+// Snapshot is every schedule and every state at one etcd revision.
+type Snapshot struct {
+	Schedules map[string]Schedule
+	States    map[string]State
+	// Bad are the ids of schedule keys whose value did not decode (or
+	// that are no schedule id).
+	Bad []string
+	// Rev is the revision read: a watch from Rev+1 sees every change
+	// after it.
+	Rev int64
+}
+
 // Load reads every schedule and every state in one transaction (one
-// consistent revision). bad counts schedule values that did not decode.
-func (s *Store) Load(ctx context.Context) (schedules map[string]Schedule, states map[string]State, bad int, err error) {
+// consistent revision).
+func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(Prefix(s.ns), clientv3.WithPrefix()),
 		clientv3.OpGet(StatePrefix(s.ns), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("load schedules: %w", err)
+		return Snapshot{}, etcdFailed(err, "load schedules")
 	}
-	schedules, bad = decodeAll(resp.Responses[0].GetResponseRange().Kvs, Prefix(s.ns))
-	states = make(map[string]State)
+	snap := Snapshot{States: map[string]State{}, Rev: resp.Header.Revision}
+	snap.Schedules, snap.Bad = decodeAll(resp.Responses[0].GetResponseRange().Kvs, Prefix(s.ns))
 	sp := StatePrefix(s.ns)
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		var st State
 		if json.Unmarshal(kv.Value, &st) == nil {
-			states[strings.TrimPrefix(string(kv.Key), sp)] = st
+			snap.States[strings.TrimPrefix(string(kv.Key), sp)] = st
 		}
 	}
-	return schedules, states, bad, nil
+	return snap, nil
 }
 
 // maxTxnOps stays under etcd's default --max-txn-ops (128).
@@ -332,7 +451,7 @@ func (s *Store) WriteStates(ctx context.Context, fence clientv3.Cmp, put map[str
 		n := min(len(ops), maxTxnOps)
 		resp, err := s.cli.Txn(ctx).If(fence).Then(ops[:n]...).Commit()
 		if err != nil {
-			return fmt.Errorf("write schedule states: %w", err)
+			return etcdFailed(err, "write schedule states")
 		}
 		if !resp.Succeeded {
 			return ErrFenced

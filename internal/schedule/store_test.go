@@ -72,9 +72,9 @@ func TestStoreLifecycle(t *testing.T) {
 	if _, err := cli.Put(ctx, Key(st.ns, "broken"), "{"); err != nil {
 		t.Fatal(err)
 	}
-	list, bad, err := st.List(ctx)
-	if err != nil || bad != 1 || len(list) != 2 || list[0].ID != "hourly" || list[1].ID != "nightly" {
-		t.Fatalf("List = %+v bad=%d %v", list, bad, err)
+	page, err := st.List(ctx, "", 10)
+	if list := page.Schedules; err != nil || page.Bad != 1 || page.More || len(list) != 2 || list[0].ID != "hourly" || list[1].ID != "nightly" {
+		t.Fatalf("List = %+v %v", page, err)
 	}
 
 	// states: written under a fence, read back
@@ -98,9 +98,15 @@ func TestStoreLifecycle(t *testing.T) {
 	if lf, ok := s1.LastFired(time.UnixMilli(800)); !ok || lf.UnixMilli() != 700 {
 		t.Fatalf("LastFired = %v %v", lf, ok)
 	}
-	schedules, states, bad, err := st.Load(ctx)
-	if err != nil || len(schedules) != 2 || len(states) != 2 || bad != 1 || states["hourly"].Through != 5 {
-		t.Fatalf("Load = %d %v bad=%d %v", len(schedules), states, bad, err)
+	snap, err := st.Load(ctx)
+	if err != nil || len(snap.Schedules) != 2 || len(snap.States) != 2 || len(snap.Bad) != 1 || snap.Bad[0] != "broken" ||
+		snap.States["hourly"].Through != 5 || snap.Rev == 0 {
+		t.Fatalf("Load = %+v %v", snap, err)
+	}
+	// a page carries the states of its schedules
+	if page, err := st.List(ctx, "broken", 1); err != nil || len(page.Schedules) != 1 || page.Schedules[0].ID != "hourly" ||
+		!page.More || page.Last != "hourly" || page.States["hourly"].Through != 5 || len(page.States) != 1 {
+		t.Fatalf("List after broken = %+v %v", page, err)
 	}
 	// many states go in several fenced transactions
 	many := make(map[string]State)
@@ -110,8 +116,8 @@ func TestStoreLifecycle(t *testing.T) {
 	if err := st.WriteStates(ctx, fence, many, []string{"hourly"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, states, _, _ = st.Load(ctx); len(states) != 251 {
-		t.Fatalf("after a large write: %d states", len(states))
+	if snap, _ = st.Load(ctx); len(snap.States) != 251 {
+		t.Fatalf("after a large write: %d states", len(snap.States))
 	}
 	// losing the leadership fails the fence: nothing is written
 	if err := sess.Close(); err != nil {
@@ -138,10 +144,11 @@ func TestStoreLifecycle(t *testing.T) {
 	e.Stop(t)
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := st.Get(tctx, "hourly"); err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) {
+	var ee *EtcdError
+	if _, err := st.Get(tctx, "hourly"); !errors.As(err, &ee) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) {
 		t.Fatalf("Get with etcd down = %v", err)
 	}
-	if _, _, err := st.Put(tctx, "hourly", spec); err == nil || errors.Is(err, ErrInvalid) {
+	if _, _, err := st.Put(tctx, "hourly", spec); !errors.As(err, &ee) || errors.Is(err, ErrInvalid) {
 		t.Fatalf("Put with etcd down = %v", err)
 	}
 }

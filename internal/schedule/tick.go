@@ -95,11 +95,11 @@ func Compile(s Spec) (*Compiled, error) {
 	default:
 		return nil, invalid("catchup", "%q: one of none, last (the default), all", s.Catchup)
 	}
-	if s.StartAt != nil && (s.StartAt.Before(time.Unix(0, 0)) || s.StartAt.UnixMilli() > task.MaxDueMillis) {
-		return nil, invalid("start_at", "out of range (1970-01-01T00:00:00Z to %s)", task.MaxDueText)
+	if err := checkTime("start_at", s.StartAt); err != nil {
+		return nil, err
 	}
-	if s.EndAt != nil && (s.EndAt.Before(time.Unix(0, 0)) || s.EndAt.UnixMilli() > task.MaxDueMillis) {
-		return nil, invalid("end_at", "out of range (1970-01-01T00:00:00Z to %s)", task.MaxDueText)
+	if err := checkTime("end_at", s.EndAt); err != nil {
+		return nil, err
 	}
 	if s.StartAt != nil && s.EndAt != nil && !s.EndAt.After(*s.StartAt) {
 		return nil, invalid("end_at", "must be after start_at")
@@ -110,6 +110,22 @@ func Compile(s Spec) (*Compiled, error) {
 	}
 	c.tmpl = tk
 	return c, nil
+}
+
+// checkTime checks a bound of the spec: within the times a task may be
+// due at, with an offset JSON writes back as it is (whole minutes, less
+// than 24 hours: encoding/json refuses +24:00 and drops seconds).
+func checkTime(field string, t *time.Time) error {
+	if t == nil {
+		return nil
+	}
+	if t.Before(time.Unix(0, 0)) || t.UnixMilli() > task.MaxDueMillis {
+		return invalid(field, "out of range (1970-01-01T00:00:00Z to %s)", task.MaxDueText)
+	}
+	if _, off := t.Zone(); off <= -24*60*60 || off >= 24*60*60 || off%60 != 0 {
+		return invalid(field, "offset %+ds from UTC: must be whole minutes within -23:59 to +23:59", off)
+	}
+	return nil
 }
 
 // allHours is the hour field of "*".

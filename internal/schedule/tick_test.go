@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -193,7 +194,7 @@ func TestCompileNamesTheField(t *testing.T) {
 }
 
 func TestDecodeSpec(t *testing.T) {
-	s, err := DecodeSpec([]byte(`{"cron":"*/5 * * * * *","timezone":"Europe/Berlin","task":{"type":"report","payload":{"a": [1, 2]},"timeout":"30s","headers":{"h":"v"}},"catchup":"all","start_at":"2026-01-01T00:00:00+01:00"}`))
+	s, err := DecodeSpec([]byte(`{"cron":"*/5 * * * * *","timezone":"Europe/Berlin","task":{"type":"report","payload":{"a": [1, 2]},"timeout":"30s","headers":{"h":"v"}},"catchup":"all","start_at":"2026-01-01T00:00:00+01:00"}`), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +235,7 @@ func TestDecodeSpec(t *testing.T) {
 		{`{"cron":"@daily","task":{"type":"x","payload":{"a":"\u00ff` + "\xff" + `"}}}`, ErrInvalid, "task.payload"},
 	}
 	for _, b := range bad {
-		_, err := DecodeSpec([]byte(b.body))
+		_, err := DecodeSpec([]byte(b.body), time.Now())
 		if !errors.Is(err, b.want) || !strings.Contains(err.Error(), b.msg) {
 			t.Errorf("DecodeSpec(%s) = %v, want %v mentioning %q", b.body, err, b.want, b.msg)
 		}
@@ -258,13 +259,34 @@ func FuzzDecodeSpec(f *testing.F) {
 	f.Add([]byte(`{"cron":"*/5 * * * * *","timezone":"Europe/Berlin","task":{"type":"report","payload":{"a":1}},"catchup":"all"}`))
 	f.Add([]byte(`{"cron":"@every 10s","task":{"type":"x","payload_base64":"AA=="},"start_at":"2026-01-01T00:00:00Z","end_at":"2027-01-01T00:00:00Z"}`))
 	f.Add([]byte(`{"cron":"0 0 29 2 *","task":{"type":"x"}}`))
+	f.Add([]byte(`{"cron":"@every 1h","task":{"type":"t"},"start_at":"2026-01-01T00:00:00+24:00"}`))
+	f.Add([]byte(`{"cron":"@every 1h","task":{"type":"t"},"end_at":"2036-01-01T00:00:00-23:59"}`))
+	f.Add([]byte(`{"cron":"@hourly","timezone":"Asia/Kathmandu","task":{"type":"t","payload":" null ","headers":{"a":"é"},"timeout":"1h","max_attempts":3,"priority":-7,"key":"k","topic":"t"},"catchup":"none","paused":true}`))
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := DecodeSpec(b)
+		s, err := DecodeSpec(b, now)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrSyntax) && !errors.Is(err, ErrUnknownField) {
 				t.Fatalf("DecodeSpec error of no known kind: %v", err)
 			}
 			return
+		}
+		// whatever validates encodes (as the store writes it) and reads
+		// back as the same spec: an encoding error after validation
+		// would be a 5xx caused by input alone
+		enc, err := json.Marshal(stored{Spec: s, CreatedAt: now, UpdatedAt: now})
+		if err != nil {
+			t.Fatalf("a valid spec does not encode: %v", err)
+		}
+		var back stored
+		if err := json.Unmarshal(enc, &back); err != nil {
+			t.Fatalf("an encoded spec does not decode: %v", err)
+		}
+		if !sameSpec(back.Spec, s) {
+			t.Fatalf("the spec changed through its encoding: %+v, was %+v", back.Spec, s)
+		}
+		if err := back.Spec.Validate(now); err != nil {
+			t.Fatalf("the stored spec does not validate: %v", err)
 		}
 		c, err := Compile(s)
 		if err != nil {
@@ -289,16 +311,16 @@ func FuzzDecodeSpec(f *testing.F) {
 // "task.type"; a stored spec with such a type still
 // compiles, so its schedule keeps ticking.
 func TestTemplateTypeRule(t *testing.T) {
-	if err := (&Spec{Cron: "@daily", Task: Template{Type: "email/send"}}).Validate(); err != nil {
+	if err := (&Spec{Cron: "@daily", Task: Template{Type: "email/send"}}).Validate(time.Now()); err != nil {
 		t.Errorf(`Validate with task.type "email/send": %v, want it accepted`, err)
 	}
 	for _, typ := range []string{"/", ".", ".."} {
 		s := Spec{Cron: "@daily", Task: Template{Type: typ}}
 		var fe *FieldError
-		if err := s.Validate(); !errors.As(err, &fe) || !errors.Is(err, ErrInvalid) || fe.Field != "task.type" {
+		if err := s.Validate(time.Now()); !errors.As(err, &fe) || !errors.Is(err, ErrInvalid) || fe.Field != "task.type" {
 			t.Errorf("Validate with task.type %q = %v, want a FieldError naming task.type", typ, err)
 		}
-		_, err := DecodeSpec([]byte(`{"cron":"@daily","task":{"type":"` + typ + `"}}`))
+		_, err := DecodeSpec([]byte(`{"cron":"@daily","task":{"type":"`+typ+`"}}`), time.Now())
 		if !errors.As(err, &fe) || fe.Field != "task.type" || !strings.Contains(err.Error(), "must not") {
 			t.Errorf("DecodeSpec with task.type %q = %v, want a FieldError naming task.type", typ, err)
 		}

@@ -38,7 +38,11 @@ type Metrics struct {
 	Ticks     *prometheus.CounterVec // outcome
 	Errors    *prometheus.CounterVec // op
 	Schedules prometheus.Gauge
-	Pass      prometheus.Histogram
+	// Planned counts the schedules the passes planned: changed ones, and
+	// those with a tick entering the lookahead or leaving the pending
+	// ticks. Idle schedules are not planned between their ticks.
+	Planned prometheus.Counter
+	Pass    prometheus.Histogram
 }
 
 // NewMetrics registers the scheduler metrics on reg.
@@ -60,6 +64,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: admin.Namespace, Name: "schedules",
 			Help: "Schedules the scheduler leader follows (0 on other processes).",
 		}),
+		Planned: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "scheduler_planned_total",
+			Help: "Schedules planned by the scheduler leader's passes: changed ones, and those with a tick entering the lookahead or a pending tick passing (idle schedules cost nothing between their ticks).",
+		}),
 		Pass: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: admin.Namespace, Name: "scheduler_pass_seconds",
 			Help:    "Duration of one scheduler pass of the leader.",
@@ -72,6 +80,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, op := range []string{opSession, opCampaign, opLoad, opCompile, opLookup, opCancel, opSchedule, opWrite, opFenced, opLeaseLate} {
 		m.Errors.WithLabelValues(op)
 	}
-	reg.MustRegister(m.Leader, m.Ticks, m.Errors, m.Schedules, m.Pass)
+	reg.MustRegister(m.Leader, m.Ticks, m.Errors, m.Schedules, m.Planned, m.Pass)
 	return m
 }

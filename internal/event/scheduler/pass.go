@@ -1,10 +1,10 @@
 package scheduler
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -52,45 +52,62 @@ type plan struct {
 	revive bool
 }
 
-// pass is one round of the leader at now: load every schedule and state,
-// cancel what changes dropped, materialize the ticks due up to now +
-// lookahead (and the missed ones the catch-up policies keep), then write
-// the changed states in one transaction fenced by fence. A Redis or etcd
-// error leaves the states as they were (the next pass does it again:
-// every step is idempotent); errFenced when the fence failed.
-func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp) error {
-	schedules, states, bad, err := s.sched.Load(ctx)
-	if err != nil {
-		return s.fail(opLoad, err)
+// pass is one round of the leader at now: take the schedules that are
+// due from the view (view.go; loading it first when no watch keeps it
+// current), cancel what changes dropped, materialize the ticks due up to
+// now + lookahead (and the missed ones the catch-up policies keep), then
+// write the changed states in one transaction fenced by fence. A Redis or
+// etcd error leaves the states as they were and drops the view (the next
+// pass loads it again and does the work again: every step is
+// idempotent); errFenced when the fence failed.
+func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp) (err error) {
+	defer func() {
+		if err != nil {
+			s.view = nil
+		}
+	}()
+	if s.view == nil || !s.view.watched || now.Sub(s.view.loadedAt) >= resyncEvery {
+		snap, err := s.sched.Load(ctx)
+		if err != nil {
+			return s.fail(opLoad, err)
+		}
+		s.view = s.newView(snap, now)
 	}
-	s.m.Schedules.Set(float64(len(schedules)))
+	v := s.view
+	s.m.Schedules.Set(float64(v.schedules()))
+	if s.planAll {
+		for _, e := range v.entries {
+			if !e.bad {
+				v.queue.remove(e)
+				e.wake = 0
+				heap.Push(&v.queue, e)
+			}
+		}
+	}
+	due := v.due(now)
+	s.m.Planned.Add(float64(len(due)))
 	var plans []*plan
-	for _, id := range slices.Sorted(maps.Keys(schedules)) {
-		p, err := s.planSchedule(ctx, now, schedules[id], states[id], hasKey(states, id))
+	planned := make(map[*entry]*plan, len(due))
+	for _, e := range due {
+		p, err := s.planSchedule(ctx, now, e.sch, e.c, e.st, e.had)
 		if err != nil {
 			return err
 		}
 		if p != nil {
 			plans = append(plans, p)
+			planned[e] = p
 		}
 	}
 	// States of deleted schedules: cancel their pending ticks, then
-	// delete them. Not while a schedule did not decode (it would look
-	// deleted).
+	// delete them. (A schedule whose value does not decode keeps its
+	// state: it is in the view, as bad.)
 	var del []string
 	var cancels []string
-	if bad == 0 {
-		for _, id := range slices.Sorted(maps.Keys(states)) {
-			if _, ok := schedules[id]; ok {
-				continue
-			}
-			for _, t := range states[id].Pending {
-				cancels = append(cancels, schedule.TaskID(id, time.UnixMilli(t)))
-			}
-			del = append(del, id)
+	for _, id := range v.goneIDs() {
+		for _, t := range v.gone[id].Pending {
+			cancels = append(cancels, schedule.TaskID(id, time.UnixMilli(t)))
 		}
-	} else if len(states) > len(schedules) {
-		s.log.Warn("schedules that do not decode: states of deleted schedules are kept", "undecodable", bad)
+		del = append(del, id)
 	}
 	for _, p := range plans {
 		for _, t := range p.cancel {
@@ -160,6 +177,17 @@ func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp)
 			return s.fail(opWrite, err)
 		}
 	}
+	// The view takes what was written; each planned schedule waits for
+	// its next wake.
+	for _, id := range del {
+		delete(v.gone, id)
+	}
+	for _, e := range due {
+		if p := planned[e]; p != nil {
+			e.st, e.had = p.st, true
+		}
+		v.reschedule(e, s.cfg.Lookahead)
+	}
 
 	// Counted once the states are written (a failed pass is done again).
 	var mat, caught, skipped int
@@ -194,28 +222,19 @@ func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp)
 	return nil
 }
 
-func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
-
 // fail counts an error of op and wraps it.
 func (s *Scheduler) fail(op string, err error) error {
 	s.m.Errors.WithLabelValues(op).Inc()
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// planSchedule decides what to do for one schedule at now; nil when its
-// spec does not compile (logged once per revision; its state is kept).
-// Only the missed-tick lookups touch Redis.
-func (s *Scheduler) planSchedule(ctx context.Context, now time.Time, sch schedule.Schedule, old schedule.State, had bool) (*plan, error) {
-	c, err := schedule.Compile(sch.Spec)
-	if err != nil {
-		s.m.Errors.WithLabelValues(opCompile).Inc()
-		if s.badRev[sch.ID] != sch.Revision {
-			s.badRev[sch.ID] = sch.Revision
-			s.log.Error("schedule does not compile: skipped", "schedule", sch.ID, "revision", sch.Revision, "err", err)
-		}
+// planSchedule decides what to do for one schedule, compiled to c, at
+// now; nil when its spec does not compile (c nil: compile counted and
+// logged it; its state is kept). Only the missed-tick lookups touch Redis.
+func (s *Scheduler) planSchedule(ctx context.Context, now time.Time, sch schedule.Schedule, c *schedule.Compiled, old schedule.State, had bool) (*plan, error) {
+	if c == nil {
 		return nil, nil
 	}
-	delete(s.badRev, sch.ID)
 	p := &plan{id: sch.ID, c: c, old: old, had: had}
 	st := schedule.State{SpecRev: old.SpecRev, Through: old.Through, Recent: slices.Clone(old.Recent)}
 	pending := slices.Clone(old.Pending)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +65,12 @@ type Scheduler struct {
 	// badRev remembers the schedule revisions that did not compile, so
 	// that each is logged once (leader goroutine only).
 	badRev map[string]int64
+	// view is the leader's view of the schedules (view.go); nil when
+	// not leading, or after a failed pass (leader goroutine only).
+	view *view
+	// planAll plans every schedule in every pass, due or not: the
+	// tests' reference for what planning only the due ones must match.
+	planAll bool
 }
 
 // errFenced ends a leadership whose state write failed its fence.
@@ -241,18 +246,21 @@ func (s *Scheduler) deleteCandidate(ctx context.Context, key string, lease clien
 
 // lead runs passes every Interval, and at once after a change under the
 // schedules prefix, until ctx ends (nil) or a pass is fenced (errFenced).
+// A pass that loads the view (view.go) starts a watch from the view's
+// revision; the events are applied before the next pass.
 func (s *Scheduler) lead(ctx context.Context, fence clientv3.Cmp, validUntil func() time.Time) error {
-	wctx, stopWatch := context.WithCancel(ctx)
 	changes := make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	wg.Go(func() { s.watch(wctx, changes) })
-	defer func() { stopWatch(); wg.Wait() }()
+	var w *watcher // the watch that keeps s.view current
+	s.view = nil
+	defer func() { w.stop(); s.view = nil }()
 
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	fails, late := 0, 0
 	for {
+		w = s.catchUp(w)
 		err := s.guardedPass(ctx, fence, validUntil)
+		w = s.follow(ctx, w, changes)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -309,24 +317,4 @@ func (s *Scheduler) guardedPass(ctx context.Context, fence clientv3.Cmp, validUn
 	err = s.pass(pctx, s.cfg.Now(), fence)
 	s.m.Pass.Observe(time.Since(start).Seconds())
 	return err
-}
-
-// watch signals changes on every event under the schedules prefix until
-// ctx ends (a broken watch is retried; the passes go on meanwhile).
-func (s *Scheduler) watch(ctx context.Context, changes chan<- struct{}) {
-	for ctx.Err() == nil {
-		wch := s.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), schedule.Prefix(s.cfg.Namespace), clientv3.WithPrefix())
-		for resp := range wch {
-			if resp.Err() != nil {
-				break
-			}
-			if len(resp.Events) > 0 {
-				select {
-				case changes <- struct{}{}:
-				default:
-				}
-			}
-		}
-		retry.Sleep(ctx, s.cfg.Interval)
-	}
 }

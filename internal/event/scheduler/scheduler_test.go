@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 
 // env is one test's Redis, etcd and namespace.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ec    *clientv3.Client
 	store *redisstore.Store
 	sched *schedule.Store
@@ -45,7 +45,7 @@ type env struct {
 
 var nsCounter atomic.Int64
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	r := testenv.StartRedis(t)
 	e := testenv.StartEtcd(t)
