@@ -155,11 +155,15 @@ func TestOneMasterDownDelaysNoOther(t *testing.T) {
 		}
 	}
 
-	journaled := len(dead) + 2
+	// 42 entries were journaled for 40 ids: a compensator pass that runs
+	// after the batch drops the two superseded first versions (a later
+	// entry of the id decides its content) although their shard is down,
+	// so the depth is 40 to 42 depending on whether a pass ran between
+	// the batch and this read; never below one entry per id
 	s := app.stats()
-	if !s.RedisUp || !slices.Equal(s.ShardsDown, o.down) || s.JournalDepth != journaled {
-		t.Errorf("stats: redis_up %v shards_down %v journal_depth %d, want true %v %d (error %q)",
-			s.RedisUp, s.ShardsDown, s.JournalDepth, o.down, journaled, s.RedisError)
+	if !s.RedisUp || !slices.Equal(s.ShardsDown, o.down) || s.JournalDepth < len(dead) || s.JournalDepth > len(dead)+2 {
+		t.Errorf("stats: redis_up %v shards_down %v journal_depth %d, want true %v %d..%d (error %q)",
+			s.RedisUp, s.ShardsDown, s.JournalDepth, o.down, len(dead), len(dead)+2, s.RedisError)
 	}
 	if g := app.do("GET", "/readyz", ""); g.Status != 200 ||
 		!strings.Contains(string(g.Raw), fmt.Sprintf("redis: degraded: %d of %d shards down", len(o.down), o.cfg.Shards)) {
