@@ -95,7 +95,12 @@
 // concurrency slot with a TTL) renewed every LimitDecision.RenewEvery
 // while the task waits for a handler slot and while its handler runs, so
 // a concurrency limit holds for handlers longer than the slot's TTL; a
-// crashed worker stops renewing and its slots expire. NewLiveLimits gives
+// crashed worker stops renewing and its slots expire. A holder that
+// cannot renew in time gives its slot up visibly: when no renewal is
+// confirmed within LimitDecision.HoldFor less a margin (by the monotonic
+// clock: a paused process, an unreachable Redis), or a renewal finds the
+// slot gone, the handler's context is cancelled with [ErrLimitSlotLost]
+// and the attempt counts as failed. NewLiveLimits gives
 // embedded workers the live rules from etcd, as the work binary applies
 // them.
 //

@@ -190,29 +190,11 @@ func parseTime(field string, v *string) (*time.Time, error) {
 		return nil, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, *v)
-	if err != nil || !rfc3339Offset(*v) {
+	if err != nil || !task.RFC3339Offset(*v) {
 		return nil, invalid(field, "%q is not an RFC 3339 time with an offset of Z or -23:59 to +23:59 (e.g. 2026-01-02T15:04:05Z)", task.Truncate(*v, 64))
 	}
 	t = t.Truncate(time.Millisecond)
 	return &t, nil
-}
-
-// rfc3339Offset reports whether an RFC 3339 time (that time.Parse
-// accepted) ends with a valid offset: "Z" or ±hh:mm with hh <= 23 and
-// mm <= 59. time.Parse takes "+24:00" (which no encoder writes back) and
-// "+01:60"; RFC 3339 takes neither. (As wire.ParseTime of the API.)
-func rfc3339Offset(s string) bool {
-	n := len(s)
-	if n > 0 && (s[n-1] == 'Z' || s[n-1] == 'z') {
-		return true
-	}
-	if n < 6 || (s[n-6] != '+' && s[n-6] != '-') || s[n-3] != ':' {
-		return false
-	}
-	digits := func(a, b byte, hi int) bool {
-		return a >= '0' && a <= '9' && b >= '0' && b <= '9' && int(a-'0')*10+int(b-'0') <= hi
-	}
-	return digits(s[n-5], s[n-4], 23) && digits(s[n-2], s[n-1], 59)
 }
 
 func decodeError(err error) error {

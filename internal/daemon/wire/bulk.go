@@ -192,7 +192,7 @@ func ValidType(typ string) error {
 // error), kept at millisecond precision like every stored time.
 func ParseTime(field, s string) (time.Time, *Error) {
 	at, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil || !rfc3339Offset(s) {
+	if err != nil || !task.RFC3339Offset(s) {
 		return time.Time{}, InvalidTask(fmt.Sprintf("%s: %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", field, task.Truncate(s, 64)))
 	}
 	return at.Truncate(time.Millisecond).UTC(), nil

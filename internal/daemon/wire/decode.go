@@ -286,7 +286,7 @@ func parseDue(dueAt, delay *string, now time.Time, optional bool) (Due, *Error) 
 		if err != nil {
 			return Due{}, InvalidTask(fmt.Sprintf("due_at: %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05.123Z)", task.Truncate(*dueAt, 64)))
 		}
-		if !rfc3339Offset(*dueAt) {
+		if !task.RFC3339Offset(*dueAt) {
 			return Due{}, InvalidTask(fmt.Sprintf("due_at: %q has no valid RFC 3339 offset (Z or ±hh:mm with hh at most 23, mm at most 59)", task.Truncate(*dueAt, 64)))
 		}
 		return absoluteDue(at)
@@ -323,23 +323,6 @@ func relativeDue(d time.Duration, text string, now time.Time) (Due, *Error) {
 		return Due{}, InvalidTask(fmt.Sprintf("delay: %s from now is after the latest accepted time, %s", task.Truncate(text, 64), task.MaxDueText))
 	}
 	return Due{At: at, Delay: d, Relative: true}, nil
-}
-
-// rfc3339Offset reports whether an RFC 3339 time (that time.Parse
-// accepted) ends with a valid offset: "Z" or ±hh:mm with hh <= 23 and
-// mm <= 59. time.Parse takes "+24:00", which RFC 3339 does not.
-func rfc3339Offset(s string) bool {
-	n := len(s)
-	if n > 0 && (s[n-1] == 'Z' || s[n-1] == 'z') {
-		return true
-	}
-	if n < 6 || (s[n-6] != '+' && s[n-6] != '-') || s[n-3] != ':' {
-		return false
-	}
-	digits := func(a, b byte, hi int) bool {
-		return a >= '0' && a <= '9' && b >= '0' && b <= '9' && int(a-'0')*10+int(b-'0') <= hi
-	}
-	return digits(s[n-5], s[n-4], 23) && digits(s[n-2], s[n-1], 59)
 }
 
 // DecodeReschedule decodes a PATCH body.
