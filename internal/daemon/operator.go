@@ -342,11 +342,7 @@ func (a *App) bulkIDs(ctx context.Context, op string, st *redisstore.Store, fn m
 	}
 	for start := 0; start < len(ids); start += bulkPage {
 		page := ids[start:min(start+bulkPage, len(ids))]
-		var n int
-		err := a.inStore(ctx, func(ctx context.Context) (err error) {
-			n, err = fn(st)(ctx, page)
-			return err
-		})
+		n, err := a.applyPage(ctx, st, fn, page)
 		res.Changed += n
 		if err != nil {
 			return res, a.bulkStoreError(op, err)
@@ -354,6 +350,20 @@ func (a *App) bulkIDs(ctx context.Context, op string, st *redisstore.Store, fn m
 	}
 	a.log.Debug("bulk by ids", "op", op, "ids", len(ids), "changed", res.Changed)
 	return res, nil
+}
+
+// applyPage applies fn to one page of ids. DQ_REDIS_TIMEOUT bounds one
+// Redis operation; a page is ceil(len/BulkWorkers) rounds of by-id calls
+// (redisstore.Store.bulk), so each round gets that bound: one timeout for
+// the whole page answered 503 "redis is timed out", half applied, for a
+// page of 20 cancels on a loaded machine while Redis was healthy.
+func (a *App) applyPage(ctx context.Context, st *redisstore.Store, fn manyFunc, ids []string) (int, error) {
+	rounds := (len(ids) + redisstore.BulkWorkers - 1) / redisstore.BulkWorkers
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(max(rounds, 1))*a.cfg.RedisTimeout)
+	defer cancel()
+	n, err := fn(st)(octx, ids)
+	a.noteStore(err)
+	return n, err
 }
 
 // bulkFilter walks the tasks of each state that match f, page by page,
@@ -394,10 +404,7 @@ func (a *App) bulkFilter(ctx context.Context, op string, st *redisstore.Store, f
 				}
 				examined += len(ids)
 				var n int
-				err = a.inStore(ctx, func(ctx context.Context) (err error) {
-					n, err = fn(st)(ctx, ids)
-					return err
-				})
+				n, err = a.applyPage(ctx, st, fn, ids)
 				res.Changed += n
 				if err != nil {
 					return res, a.bulkStoreError(op, err)

@@ -527,7 +527,7 @@ func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (boo
 	return false, nil
 }
 
-// CancelMany cancels waiting tasks by id (Cancel, at most bulkWorkers at
+// CancelMany cancels waiting tasks by id (Cancel, at most BulkWorkers at
 // a time); it counts the ones it cancelled. Ids not found or not waiting
 // are skipped; a Redis error stops it (the count so far is returned).
 func (s *Store) CancelMany(ctx context.Context, ids []string) (int, error) {
@@ -560,8 +560,9 @@ func (s *Store) DeleteDeadMany(ctx context.Context, ids []string) (int, error) {
 	return s.bulk(ctx, ids, func(ctx context.Context, id string) error { return s.DeleteDead(ctx, id) })
 }
 
-// bulkWorkers bounds the by-id calls a bulk operation has in flight.
-const bulkWorkers = 16
+// BulkWorkers bounds the by-id calls a bulk operation has in flight: a
+// bulk of n ids is ceil(n/BulkWorkers) rounds of calls.
+const BulkWorkers = 16
 
 // bulk calls op for every id, bulkWorkers at a time, and counts the
 // successes; ErrNotFound and a *StateError are not errors.
@@ -569,7 +570,7 @@ func (s *Store) bulk(ctx context.Context, ids []string, op func(context.Context,
 	var mu sync.Mutex
 	changed := 0
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(bulkWorkers)
+	g.SetLimit(BulkWorkers)
 	for _, id := range ids {
 		if gctx.Err() != nil {
 			break
