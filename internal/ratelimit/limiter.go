@@ -534,13 +534,9 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 	if !ok || rule.Concurrency == nil {
 		return true, nil // no limit any more: nothing to hold
 	}
-	ttl := d.slotTTL
-	if ttl <= 0 {
-		ttl = rule.Concurrency.SlotTTL.D()
-	}
 	keys := typeKeys(l.ns, it.Type)
 	v, err := refreshScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], l.shift.Load(),
-		ttl.Milliseconds(), d.slot).Int64()
+		d.slotTTL.Milliseconds(), d.slot).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh slot %s: %w", it.Type, err)
 	}
