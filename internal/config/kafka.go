@@ -36,6 +36,13 @@ func (k *Kafka) BindKafka(b *Binder) {
 	b.Secret(&k.SASLPassword, "kafka-sasl-password", "DQ_KAFKA_SASL_PASSWORD", "", "SASL password")
 }
 
+// CheckBrokers refuses credentials inside a broker address (CheckAddrs):
+// every binary binds its own broker list (DQ_KAFKA_BROKERS), and each
+// validates it here.
+func CheckBrokers(brokers []string) error {
+	return CheckAddrs("kafka-brokers", "DQ_KAFKA_BROKERS", "DQ_KAFKA_SASL_USERNAME and DQ_KAFKA_SASL_PASSWORD", brokers)
+}
+
 // Validate loads what the settings name: every error names the variable.
 func (k Kafka) Validate() error {
 	if _, err := k.TLS.Client(); err != nil {

@@ -127,7 +127,7 @@ func (c Config) Validate() error {
 	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}
-	if err := config.CheckAddrs("kafka-brokers", "DQ_KAFKA_BROKERS", "DQ_KAFKA_SASL_USERNAME and DQ_KAFKA_SASL_PASSWORD", c.KafkaBrokers); err != nil {
+	if err := config.CheckBrokers(c.KafkaBrokers); err != nil {
 		return err
 	}
 	switch {

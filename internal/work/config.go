@@ -145,7 +145,7 @@ func (c *Config) Validate() error {
 	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}
-	if err := config.CheckAddrs("kafka-brokers", "DQ_KAFKA_BROKERS", "DQ_KAFKA_SASL_USERNAME and DQ_KAFKA_SASL_PASSWORD", c.Brokers); err != nil {
+	if err := config.CheckBrokers(c.Brokers); err != nil {
 		return err
 	}
 	switch {
