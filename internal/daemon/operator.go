@@ -120,13 +120,9 @@ func listQuery(c *call) (redisstore.ListQuery, *wire.Error) {
 			*f.p = at
 		}
 	}
-	lq.Limit = defaultListLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
-			return lq, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(v, 32), maxListLimit))
-		}
-		lq.Limit = n
+	var bad string
+	if lq.Limit, bad = queryLimit(q, defaultListLimit, maxListLimit); bad != "" {
+		return lq, wire.InvalidTask(bad)
 	}
 	lq.Cursor = q.Get("cursor")
 	if len(lq.Cursor) > maxCursorLen {
@@ -162,15 +158,26 @@ func deadListQuery(c *call) (int, *wire.Error) {
 		}
 		return 0, e
 	}
-	limit := defaultDeadLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxDeadLimit {
-			return 0, wire.InvalidTask(fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(v, 32), maxDeadLimit))
-		}
-		limit = n
+	limit, bad := queryLimit(q, defaultDeadLimit, maxDeadLimit)
+	if bad != "" {
+		return 0, wire.InvalidTask(bad)
 	}
 	return limit, nil
+}
+
+// queryLimit reads an optional limit parameter between 1 and most (def
+// when absent); bad says what is wrong with it ("" when nothing is), for
+// the caller to answer in its endpoint's error code.
+func queryLimit(q url.Values, def, most int) (limit int, bad string) {
+	v := q.Get("limit")
+	if v == "" {
+		return def, ""
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(v, 32), most)
+	}
+	return n, ""
 }
 
 func (a *App) handleListTasks(c *call) (int, any, *wire.Error) {

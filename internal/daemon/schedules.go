@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -244,13 +243,9 @@ func scheduleListQuery(c *call) (after string, limit int, e *wire.Error) {
 	if e != nil {
 		return "", 0, e
 	}
-	limit = defaultListLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
-			return "", 0, invalidSchedule(fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(v, 32), maxListLimit))
-		}
-		limit = n
+	limit, bad := queryLimit(q, defaultListLimit, maxListLimit) // operator.go
+	if bad != "" {
+		return "", 0, invalidSchedule(bad)
 	}
 	if cur := q.Get("cursor"); cur != "" {
 		if after, e = decodeScheduleCursor(cur); e != nil {
