@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -19,6 +20,40 @@ import (
 )
 
 // runApp runs an app's Run until the end of the test.
+// startDaemon runs a daemon on e's Redis (set, when not nil, changes its
+// configuration first) and returns its base URL.
+func startDaemon(t *testing.T, e *env, log *slog.Logger, set func(*daemon.Config)) string {
+	t.Helper()
+	dcfg := daemon.DefaultConfig()
+	dcfg.Namespace, dcfg.Shards, dcfg.RedisAddrs = e.NS, shards, []string{e.Redis.Addr}
+	dcfg.HTTPAddr, dcfg.JournalDir, dcfg.ShutdownGrace = "127.0.0.1:0", t.TempDir(), 5*time.Second
+	if set != nil {
+		set(&dcfg)
+	}
+	d, err := daemon.New(t.Context(), dcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runApp(t, "daemon", d.Run)
+	return "http://" + d.Addr()
+}
+
+// startEvent runs an event process on e's Redis and Kafka and etcd, and
+// waits until it leads every shard.
+func startEvent(t *testing.T, e *env, etcd *testenv.Etcd, log *slog.Logger) {
+	t.Helper()
+	ecfg := event.DefaultConfig()
+	ecfg.Namespace, ecfg.Shards, ecfg.RedisAddrs = e.NS, shards, []string{e.Redis.Addr}
+	ecfg.EtcdEndpoints, ecfg.KafkaBrokers = etcd.Endpoints, e.Kafka.Brokers
+	ecfg.HTTPAddr, ecfg.ProcessID, ecfg.ShutdownGrace = "127.0.0.1:0", "ev-1", 5*time.Second
+	ev, err := event.New(t.Context(), ecfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runApp(t, "event", ev.Run)
+	testenv.WaitFor(t, 15*time.Second, "event leads every shard", func() bool { return len(ev.Leading()) == shards })
+}
+
 func runApp(t *testing.T, name string, run func(context.Context) error) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -71,26 +106,8 @@ func TestDaemonEventWorkEndToEnd(t *testing.T) {
 	e := newEnv(t)
 	etcd := testenv.StartEtcd(t)
 
-	dcfg := daemon.DefaultConfig()
-	dcfg.Namespace, dcfg.Shards, dcfg.RedisAddrs = e.NS, shards, []string{e.Redis.Addr}
-	dcfg.HTTPAddr, dcfg.JournalDir, dcfg.ShutdownGrace = "127.0.0.1:0", t.TempDir(), 5*time.Second
-	d, err := daemon.New(t.Context(), dcfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runApp(t, "daemon", d.Run)
-	base := "http://" + d.Addr()
-
-	ecfg := event.DefaultConfig()
-	ecfg.Namespace, ecfg.Shards, ecfg.RedisAddrs = e.NS, shards, []string{e.Redis.Addr}
-	ecfg.EtcdEndpoints, ecfg.KafkaBrokers = etcd.Endpoints, e.Kafka.Brokers
-	ecfg.HTTPAddr, ecfg.ProcessID, ecfg.ShutdownGrace = "127.0.0.1:0", "ev-1", 5*time.Second
-	ev, err := event.New(t.Context(), ecfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runApp(t, "event", ev.Run)
-	testenv.WaitFor(t, 15*time.Second, "event leads every shard", func() bool { return len(ev.Leading()) == shards })
+	base := startDaemon(t, e, nil, nil)
+	startEvent(t, e, etcd, nil)
 
 	s := newSink(t)
 	var mu sync.Mutex

@@ -18,7 +18,6 @@ import (
 
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/daemon"
-	"github.com/delayq/delayq/internal/event"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -70,27 +69,8 @@ func TestSecretsSweep(t *testing.T) {
 		secrets["webhook password"], closed, secrets["webhook token"], secrets["webhook code"])
 	hookURL := fmt.Sprintf("http://127.0.0.1:%d/dead?api_key=%s&code=%s", closed, secrets["hook api_key"], secrets["hook code"])
 
-	dcfg := daemon.DefaultConfig()
-	dcfg.Namespace, dcfg.Shards, dcfg.RedisAddrs = e.NS, shards, []string{e.Redis.Addr}
-	dcfg.HTTPAddr, dcfg.JournalDir, dcfg.ShutdownGrace = "127.0.0.1:0", t.TempDir(), 5*time.Second
-	dcfg.EtcdEndpoints, dcfg.KafkaBrokers = nil, e.Kafka.Brokers
-	d, err := daemon.New(t.Context(), dcfg, logger("daemon"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runApp(t, "daemon", d.Run)
-	base := "http://" + d.Addr()
-
-	ecfg := event.DefaultConfig()
-	ecfg.Namespace, ecfg.Shards, ecfg.RedisAddrs = e.NS, shards, []string{e.Redis.Addr}
-	ecfg.EtcdEndpoints, ecfg.KafkaBrokers = etcd.Endpoints, e.Kafka.Brokers
-	ecfg.HTTPAddr, ecfg.ProcessID, ecfg.ShutdownGrace = "127.0.0.1:0", "ev-1", 5*time.Second
-	ev, err := event.New(t.Context(), ecfg, logger("event"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runApp(t, "event", ev.Run)
-	testenv.WaitFor(t, 15*time.Second, "event leads every shard", func() bool { return len(ev.Leading()) == shards })
+	base := startDaemon(t, e, logger("daemon"), func(c *daemon.Config) { c.EtcdEndpoints, c.KafkaBrokers = nil, e.Kafka.Brokers })
+	startEvent(t, e, etcd, logger("event"))
 
 	// the work process as Run builds it, with its start-up line
 	vars := e.vars(webhookURL)
