@@ -263,9 +263,8 @@ func (s *Store) List(ctx context.Context, after string, limit int) (Page, error)
 		return p, nil
 	}
 	for _, kv := range resp.Kvs {
-		id := strings.TrimPrefix(string(kv.Key), prefix)
-		sch, err := decode(id, kv.Value, kv.ModRevision)
-		if err != nil || ValidateID(id) != nil {
+		sch, err := decodeKey(kv, prefix)
+		if err != nil {
 			p.Bad++
 			continue
 		}
@@ -278,12 +277,7 @@ func (s *Store) List(ctx context.Context, after string, limit int) (Page, error)
 	if err != nil {
 		return Page{}, etcdFailed(err, "list schedule states")
 	}
-	for _, kv := range st.Kvs {
-		var state State
-		if json.Unmarshal(kv.Value, &state) == nil {
-			p.States[strings.TrimPrefix(string(kv.Key), sp)] = state
-		}
-	}
+	decodeStates(st.Kvs, sp, p.States)
 	return p, nil
 }
 
@@ -291,16 +285,24 @@ func (s *Store) List(ctx context.Context, after string, limit int) (Page, error)
 // prefix (a watch event's): ok is false for a key outside the prefix;
 // err says why a value (or id) is bad.
 func (s *Store) DecodeKV(kv *mvccpb.KeyValue) (sch Schedule, ok bool, err error) {
-	id, ok := strings.CutPrefix(string(kv.Key), Prefix(s.ns))
-	if !ok {
+	prefix := Prefix(s.ns)
+	if !strings.HasPrefix(string(kv.Key), prefix) {
 		return Schedule{}, false, nil
 	}
-	if err := ValidateID(id); err != nil {
-		return Schedule{ID: id}, true, err
-	}
-	sch, err = decode(id, kv.Value, kv.ModRevision)
-	sch.ID = id
+	sch, err = decodeKey(kv, prefix)
 	return sch, true, err
+}
+
+// decodeKey decodes one schedule key under prefix; err when the key is
+// no id or its value does not decode (sch.ID is the key's id either way).
+func decodeKey(kv *mvccpb.KeyValue, prefix string) (Schedule, error) {
+	id := strings.TrimPrefix(string(kv.Key), prefix)
+	if err := ValidateID(id); err != nil {
+		return Schedule{ID: id}, err
+	}
+	sch, err := decode(id, kv.Value, kv.ModRevision)
+	sch.ID = id
+	return sch, err
 }
 
 // decodeAll decodes schedule keys: the good ones by id, and the ids of
@@ -309,15 +311,25 @@ func decodeAll(kvs []*mvccpb.KeyValue, prefix string) (map[string]Schedule, []st
 	m := make(map[string]Schedule, len(kvs))
 	var bad []string
 	for _, kv := range kvs {
-		id := strings.TrimPrefix(string(kv.Key), prefix)
-		sch, err := decode(id, kv.Value, kv.ModRevision)
-		if err != nil || ValidateID(id) != nil {
-			bad = append(bad, id)
+		sch, err := decodeKey(kv, prefix)
+		if err != nil {
+			bad = append(bad, sch.ID)
 			continue
 		}
-		m[id] = sch
+		m[sch.ID] = sch
 	}
 	return m, bad
+}
+
+// decodeStates adds the states of kvs (keys under prefix sp) to into,
+// skipping values that do not decode.
+func decodeStates(kvs []*mvccpb.KeyValue, sp string, into map[string]State) {
+	for _, kv := range kvs {
+		var st State
+		if json.Unmarshal(kv.Value, &st) == nil {
+			into[strings.TrimPrefix(string(kv.Key), sp)] = st
+		}
+	}
 }
 
 // Delete removes schedule id; deleted is false when there was none. Its
@@ -409,13 +421,7 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 	}
 	snap := Snapshot{States: map[string]State{}, Rev: resp.Header.Revision}
 	snap.Schedules, snap.Bad = decodeAll(resp.Responses[0].GetResponseRange().Kvs, Prefix(s.ns))
-	sp := StatePrefix(s.ns)
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		var st State
-		if json.Unmarshal(kv.Value, &st) == nil {
-			snap.States[strings.TrimPrefix(string(kv.Key), sp)] = st
-		}
-	}
+	decodeStates(resp.Responses[1].GetResponseRange().Kvs, StatePrefix(s.ns), snap.States)
 	return snap, nil
 }
 
