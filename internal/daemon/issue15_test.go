@@ -239,21 +239,12 @@ func TestReadyzTellsTheTruth(t *testing.T) {
 	r := startRedis(t)
 	cfg := testConfig(t, r.Addr)
 	app := startApp(t, cfg)
-	read := func() (int, admin.ReadyBody) {
-		t.Helper()
-		g := app.do("GET", "/readyz", "")
-		var b admin.ReadyBody
-		if err := json.Unmarshal(g.Raw, &b); err != nil {
-			t.Fatalf("readyz body: %v: %s", err, g.Raw)
-		}
-		return g.Status, b
-	}
-	if code, b := read(); code != 200 || len(b.Checks) != 2 || b.Checks[0] != "redis: ok" || !strings.HasPrefix(b.Checks[1], "journal: ok") || b.Reason != "" {
+	if code, b := app.readyz(); code != 200 || len(b.Checks) != 2 || b.Checks[0] != "redis: ok" || !strings.HasPrefix(b.Checks[1], "journal: ok") || b.Reason != "" {
 		t.Fatalf("all well: %d %+v", code, b)
 	}
 	r.Stop(t)
 	testenv.WaitFor(t, 10*time.Second, "redis seen down", func() bool { return !app.redisUp.Load() })
-	code, b := read()
+	code, b := app.readyz()
 	if code != 200 || b.Status != "ready" || !strings.HasPrefix(b.Checks[0], "redis: degraded: unreachable") ||
 		!strings.HasPrefix(b.Checks[1], "journal: ok") || !strings.HasPrefix(b.Reason, "redis: degraded") {
 		t.Fatalf("redis down, journal fine: %d %+v", code, b)
@@ -265,7 +256,7 @@ func TestReadyzTellsTheTruth(t *testing.T) {
 	if err := app.jr.Close(); err != nil {
 		t.Fatal(err)
 	}
-	code, b = read()
+	code, b = app.readyz()
 	if code != 503 || b.Status != "not ready" || !strings.Contains(b.Reason, "redis: degraded: unreachable") ||
 		!strings.Contains(b.Reason, "journal: failing: cannot write") {
 		t.Fatalf("redis down, journal failing: %d %+v", code, b)

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -28,16 +27,7 @@ func TestReadyzJournalDiskFull(t *testing.T) {
 	cfg := testConfig(t, r.Addr)
 	cfg.JournalDir = filepath.Join(mnt, "journal")
 	app := startApp(t, cfg)
-	readyz := func() (int, admin.ReadyBody) {
-		t.Helper()
-		g := app.do("GET", "/readyz", "")
-		var b admin.ReadyBody
-		if err := json.Unmarshal(g.Raw, &b); err != nil {
-			t.Fatalf("readyz body: %v: %s", err, g.Raw)
-		}
-		return g.Status, b
-	}
-	if code, b := readyz(); code != 200 || !strings.HasPrefix(strings.Join(b.Checks, "\n"), "redis: ok\njournal: ok") {
+	if code, b := app.readyz(); code != 200 || !strings.HasPrefix(strings.Join(b.Checks, "\n"), "redis: ok\njournal: ok") {
 		t.Fatalf("all well: %d %+v", code, b)
 	}
 	r.Stop(t)
@@ -63,7 +53,7 @@ func TestReadyzJournalDiskFull(t *testing.T) {
 	}
 	var last admin.ReadyBody
 	testenv.WaitFor(t, 20*time.Second, "readyz 503 on a full journal disk", func() bool {
-		code, b := readyz()
+		code, b := app.readyz()
 		last = b
 		return code == 503
 	})
@@ -75,7 +65,7 @@ func TestReadyzJournalDiskFull(t *testing.T) {
 	if rp := app.do("POST", "/v1/tasks", `{"id":"j-3","type":"x","delay":"1h","payload":`+payload+`}`); rp.Status != 503 {
 		t.Fatalf("schedule with redis down and the disk full: %d %.300s", rp.Status, rp.Raw)
 	}
-	if code, b := readyz(); code != 503 || !strings.Contains(b.Reason, "journal: failing") {
+	if code, b := app.readyz(); code != 503 || !strings.Contains(b.Reason, "journal: failing") {
 		t.Fatalf("readyz right after a refused journal write: %d %+v", code, b)
 	}
 
@@ -84,7 +74,7 @@ func TestReadyzJournalDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 20*time.Second, "readyz 200 once the disk has room", func() bool {
-		code, b := readyz()
+		code, b := app.readyz()
 		last = b
 		return code == 200
 	})

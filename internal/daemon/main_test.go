@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/testenv"
@@ -170,6 +171,17 @@ func (a *testApp) doHeader(method, path, body string, h http.Header) reply {
 		}
 	}
 	return r
+}
+
+// readyz is GET /readyz: its status and body.
+func (a *testApp) readyz() (int, admin.ReadyBody) {
+	a.t.Helper()
+	g := a.do("GET", "/readyz", "")
+	var b admin.ReadyBody
+	if err := json.Unmarshal(g.Raw, &b); err != nil {
+		a.t.Fatalf("readyz body: %v: %s", err, g.Raw)
+	}
+	return g.Status, b
 }
 
 // stats is GET /v1/stats.
