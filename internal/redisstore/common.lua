@@ -129,9 +129,15 @@ local function lean_done(done_key, id)
 end
 
 -- taken_state is the state a by-id script answers for a waiting-state
--- record out of the due set: 'S' after a lean success, else 'F' (fired).
+-- record out of the due set: 'S' after a lean success, 'D' when it was
+-- delivered (its receipt, in the shard's receipts hash next to the done
+-- set, says 'd': settle.lua), else 'F' (fired).
 local function taken_state(done_key, id)
-  if lean_done(done_key, id) then return 'S' end
+  if lean_done(done_key, id) then
+    local r = redis.call('HGET', string.sub(done_key, 1, -5) .. 'rcpt', id)
+    if r and string.sub(r, 1, 1) == 'd' then return 'D' end
+    return 'S'
+  end
   return 'F'
 end
 

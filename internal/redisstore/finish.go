@@ -93,7 +93,7 @@ func (s *Store) Redrive(ctx context.Context, id string) (time.Time, error) {
 // DeleteDead removes a dead task for good.
 func (s *Store) DeleteDead(ctx context.Context, id string) error {
 	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {
-		return s.run(ctx, purgeDeadScript, []string{s.k.dead(sh), s.k.bucket(sh, id), s.k.errs(sh), s.k.stamp(sh)}, id, stamp(m))
+		return s.run(ctx, purgeDeadScript, []string{s.k.dead(sh), s.k.bucket(sh, id), s.k.errs(sh), s.k.stamp(sh), s.k.receipts(sh)}, id, stamp(m))
 	})
 	if err != nil {
 		return fmt.Errorf("delete dead %s: %w", id, err)

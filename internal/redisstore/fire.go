@@ -41,10 +41,19 @@ func plantLocalClock(src string) string {
 
 // purgePerTake bounds how many expired finished records one take removes;
 // a shard's take looks for them once every purgeEvery calls, so an idle
-// shard costs as few Redis commands as possible.
+// shard costs as few Redis commands as possible. A take whose purge was
+// full (more records expired than it could remove: a burst of deliveries
+// or successes whose retention ended together) makes the next take of the
+// shard purge purgeBacklog, and the poller takes again within
+// PurgeAgain (Taken.PurgeMore), until the backlog is gone: the records
+// of a bridge that fired a million tasks are gone soon after their
+// retention, not at 100 per 8 idle polls.
 const (
 	purgePerTake = 100
 	purgeEvery   = 8
+	purgeBacklog = 1000
+	// PurgeAgain is how soon a poller takes again while Taken.PurgeMore.
+	PurgeAgain = 20 * time.Millisecond
 )
 
 // Taken is what one Take claimed.
@@ -64,6 +73,9 @@ type Taken struct {
 	// before which none of Tasks may be fired: a TakeAhead took them
 	// before they were due. Zero: all are due already.
 	FireAt time.Time
+	// PurgeMore says the take's retention purge was full: the poller
+	// should take again within PurgeAgain (see purgeBacklog).
+	PurgeMore bool
 }
 
 // Fired names one fired copy of a task by its generation (for Settle).
@@ -92,7 +104,7 @@ func fencedErr(v any) error {
 }
 
 // takeHeader is how many values come before the tasks in take.lua's reply.
-const takeHeader = 5
+const takeHeader = 6
 
 // Take claims up to limit due tasks of a shard (and tasks whose lease ran
 // out) with a lease, and says when the next task is due.
@@ -109,7 +121,7 @@ func (s *Store) TakeAhead(ctx context.Context, shard int, token int64, limit int
 		args = append(args, task.Millis(fault.Now()))
 	}
 	v, err := s.run(ctx, takeScript,
-		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard), s.k.leaseSeq(shard)},
+		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard), s.k.leaseSeq(shard), s.k.receipts(shard)},
 		args...)
 	if err != nil {
 		return Taken{}, fmt.Errorf("take shard %d: %w", shard, err)
@@ -126,8 +138,11 @@ func (s *Store) TakeAhead(ctx context.Context, shard int, token int64, limit int
 	lease2, _ := a[2].(int64)
 	member, _ := a[3].(string)
 	reclaimed, _ := a[4].(int64)
+	full, _ := a[5].(int64)
+	s.purgeMore[shard].Store(full == 1)
 	now := time.UnixMicro(nowUS).UTC()
-	out := Taken{Now: now, Until: task.FromMillis(nowUS/1000 + lease.Milliseconds()), Lease: member, Reclaimed: int(reclaimed)}
+	out := Taken{Now: now, Until: task.FromMillis(nowUS/1000 + lease.Milliseconds()), Lease: member, Reclaimed: int(reclaimed),
+		PurgeMore: full == 1}
 	if next >= 0 {
 		out.NextDue = task.FromMillis(next)
 	}
@@ -159,6 +174,9 @@ func (s *Store) TakeAhead(ctx context.Context, shard int, token int64, limit int
 
 // purgeBudget is how many expired records this take of shard may purge.
 func (s *Store) purgeBudget(shard int) int {
+	if s.purgeMore[shard].Load() {
+		return purgeBacklog
+	}
 	if s.takes[shard].Add(1)%purgeEvery == 1 {
 		return purgePerTake
 	}
@@ -173,25 +191,60 @@ func (s *Store) purgeBudget(shard int) int {
 // since is left alone (0, 0). It returns how many tasks became fired and
 // how many were released.
 func (s *Store) Settle(ctx context.Context, shard int, token int64, lease string, failed []Fired) (fired, released int, err error) {
-	args := make([]any, 0, 3+2*len(failed))
-	args = append(args, token, s.k.prefix[shard], lease)
+	r, err := s.SettleAcks(ctx, shard, token, lease, failed, nil)
+	return r.Fired, r.Released, err
+}
+
+// Settled is what SettleAcks did.
+type Settled struct {
+	Fired, Released int
+	// Delivered tells, per Ack that asked for it (in order, the others
+	// skipped), whether the task ended delivered.
+	Delivered []bool
+}
+
+// SettleAcks is Settle that also stores the fire receipt of each copy
+// Kafka acknowledged (acks), and ends delivered the tasks whose Ack asks
+// for it, unless a worker claimed, finished or retried them since the
+// take (settle.lua). A take settled or re-claimed already stores nothing.
+func (s *Store) SettleAcks(ctx context.Context, shard int, token int64, lease string, failed []Fired, acks []Ack) (Settled, error) {
+	args := make([]any, 0, 5+2*len(failed)+4*len(acks))
+	args = append(args, token, s.k.prefix[shard], lease, s.retention.Milliseconds(), len(failed))
 	for _, f := range failed {
 		args = append(args, f.ID, f.Gen)
 	}
-	v, err := s.run(ctx, settleScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard), s.k.done(shard)}, args...)
+	asked := 0
+	for _, a := range acks {
+		bkey := ""
+		if a.Delivered {
+			bkey = s.k.bucket(shard, a.ID)
+			asked++
+		}
+		args = append(args, a.ID, a.Gen, a.pack(), bkey)
+	}
+	v, err := s.run(ctx, settleScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard), s.k.done(shard),
+		s.k.runs(shard), s.k.receipts(shard)}, args...)
 	if err != nil {
-		return 0, 0, fmt.Errorf("settle shard %d: %w", shard, err)
+		return Settled{}, fmt.Errorf("settle shard %d: %w", shard, err)
 	}
 	if err := fencedErr(v); err != nil {
-		return 0, 0, err
+		return Settled{}, err
 	}
 	a, _ := v.([]any)
-	if len(a) != 2 {
-		return 0, 0, fmt.Errorf("settle shard %d: unexpected reply %v", shard, v)
+	if len(a) != 3 {
+		return Settled{}, fmt.Errorf("settle shard %d: unexpected reply %v", shard, v)
 	}
 	f, _ := a[0].(int64)
 	r, _ := a[1].(int64)
-	return int(f), int(r), nil
+	marks, _ := a[2].(string)
+	out := Settled{Fired: int(f), Released: int(r)}
+	if asked > 0 {
+		out.Delivered = make([]bool, asked)
+		for i := range min(len(marks), asked) {
+			out.Delivered[i] = marks[i] == '1'
+		}
+	}
+	return out, nil
 }
 
 // adoptLeasesPerCall bounds one adopt call: it rewrites one in-flight

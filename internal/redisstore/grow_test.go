@@ -325,7 +325,7 @@ func growSuite(t *testing.T, rdb redis.UniversalClient) {
 		grow(t, s, 8)
 		// a mover that died after movestart: every record is "moving"
 		for _, id := range ids {
-			v, err := s.run(ctx, moveStartScript, []string{s.k.due(0), s.k.done(0), s.k.dead(0), s.k.errs(0), s.k.fence(0), s.k.runs(0), s.k.bucket(0, id)}, 7, id)
+			v, err := s.run(ctx, moveStartScript, []string{s.k.due(0), s.k.done(0), s.k.dead(0), s.k.errs(0), s.k.fence(0), s.k.runs(0), s.k.receipts(0), s.k.bucket(0, id)}, 7, id)
 			if err != nil {
 				t.Fatal(err)
 			}

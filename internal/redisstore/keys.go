@@ -58,6 +58,10 @@ func (k keys) progress(shard int) string { return k.prefix[shard] + "grow" }
 // common.lua); claimField names the claim of generation gen of task id in it.
 func (k keys) runs(shard int) string { return k.prefix[shard] + "runs" }
 
+// receipts is the shard's fire receipts: id -> the packed receipt of the
+// task's latest fired copy (receipt.go).
+func (k keys) receipts(shard int) string { return k.prefix[shard] + "rcpt" }
+
 func claimField(id string, gen uint64) string { return id + ":" + strconv.FormatUint(gen, 10) }
 
 // bucket is the hash that holds the record of id. The Lua scripts compute

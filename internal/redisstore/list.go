@@ -238,7 +238,7 @@ func (s *Store) walkOf(q ListQuery) (walk, error) {
 		return w, nil
 	case task.StateDead:
 		return walk{set: s.k.dead, lo: math.Inf(-1), hi: math.Inf(1), accept: is(task.StateDead), dead: true}, nil
-	case task.StateSucceeded, task.StateCancelled:
+	case task.StateSucceeded, task.StateCancelled, task.StateDelivered:
 		return walk{set: s.k.done, lo: math.Inf(-1), hi: math.Inf(1), accept: is(q.State), done: true}, nil
 	case task.StateFired:
 		return walk{accept: is(task.StateFired)}, nil
@@ -342,22 +342,23 @@ func (l *lister) sorted(ctx context.Context, c *listCursor) (bool, error) {
 			}
 		}
 		recs := make([]*redis.StringCmd, n)
-		var errs []any
+		var errs, rcpts []any
 		if n > 0 {
 			ids := make([]string, n)
-			var errsCmd *redis.SliceCmd
+			var errsCmd, rcptCmd *redis.SliceCmd
 			_, err = l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for i, z := range zs[:n] {
 					ids[i] = z.id
 					recs[i] = p.HGet(ctx, l.s.k.bucket(sh, z.id), z.id)
 				}
 				errsCmd = p.HMGet(ctx, l.s.k.errs(sh), ids...)
+				rcptCmd = p.HMGet(ctx, l.s.k.receipts(sh), ids...)
 				return nil
 			})
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return false, err
 			}
-			errs = errsCmd.Val()
+			errs, rcpts = errsCmd.Val(), rcptCmd.Val()
 		}
 		for i, z := range zs[:n] {
 			l.budget--
@@ -366,11 +367,14 @@ func (l *lister) sorted(ctx context.Context, c *listCursor) (bool, error) {
 			if err != nil {
 				continue // gone meanwhile
 			}
-			var le string
+			var le, rc string
 			if i < len(errs) {
 				le, _ = errs[i].(string)
 			}
-			t, err := readRecord(l.m, sh, z.id, v, z.score, l.w.due, l.w.done, le)
+			if i < len(rcpts) {
+				rc, _ = rcpts[i].(string)
+			}
+			t, err := readRecord(l.m, sh, z.id, v, z.score, l.w.due, l.w.done, le, rc)
 			if err != nil {
 				continue // unreadable: Get tells more
 			}
@@ -492,31 +496,35 @@ func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (boo
 		ids[i] = r.id
 	}
 	scores := make([]*redis.FloatCmd, len(ids))
-	var errs *redis.SliceCmd
+	var errs, rcpts *redis.SliceCmd
 	var done *redis.FloatSliceCmd
 	_, err := l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			scores[i] = p.ZScore(ctx, l.s.k.due(c.Sh), id)
 		}
 		// a waiting-state record out of the due set and in the done set
-		// succeeded (a lean success, see common.lua)
+		// succeeded (a lean success, see common.lua) or was delivered
 		done = p.ZMScore(ctx, l.s.k.done(c.Sh), ids...)
 		errs = p.HMGet(ctx, l.s.k.errs(c.Sh), ids...)
+		rcpts = p.HMGet(ctx, l.s.k.receipts(c.Sh), ids...)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
 	}
-	ev, ds := errs.Val(), done.Val()
+	ev, ds, rv := errs.Val(), done.Val(), rcpts.Val()
 	for i, r := range cand {
 		c.ID = r.id
-		var le string
+		var le, rc string
 		if i < len(ev) {
 			le, _ = ev[i].(string)
 		}
+		if i < len(rv) {
+			rc, _ = rv[i].(string)
+		}
 		score, serr := scores[i].Result()
 		inDone := i < len(ds) && ds[i] != 0
-		t, err := readRecord(l.m, c.Sh, r.id, r.v, score, serr == nil, inDone, le)
+		t, err := readRecord(l.m, c.Sh, r.id, r.v, score, serr == nil, inDone, le, rc)
 		if err != nil {
 			continue
 		}

@@ -71,12 +71,12 @@ func (s *Store) locate(ctx context.Context, m shardmap.Map, id string) (int, err
 	if !moving {
 		return n, nil
 	}
-	v, err := s.run(ctx, probeScript, []string{s.k.bucket(o, id), s.k.errs(o), s.k.stamp(o)}, id, stamp(m))
+	v, err := s.run(ctx, probeScript, []string{s.k.bucket(o, id), s.k.errs(o), s.k.stamp(o), s.k.receipts(o)}, id, stamp(m))
 	if err != nil {
 		return 0, fmt.Errorf("locate %s: %w", id, err)
 	}
 	a, _ := v.([]any)
-	if len(a) < 2 {
+	if len(a) < 3 {
 		return 0, fmt.Errorf("locate %s: unexpected reply %v", id, v)
 	}
 	rec, _ := a[0].(string)
@@ -85,7 +85,8 @@ func (s *Store) locate(ctx context.Context, m shardmap.Map, id string) (int, err
 		return n, nil
 	case rec[0] == 'M':
 		e, _ := a[1].(string)
-		if err := s.finishMove(ctx, o, n, []movingTask{{id: id, value: rec, err: e}}); err != nil {
+		rc, _ := a[2].(string)
+		if err := s.finishMove(ctx, o, n, []movingTask{{id: id, value: rec, err: e, receipt: rc}}); err != nil {
 			return 0, fmt.Errorf("locate %s: %w", id, err)
 		}
 		return n, nil
@@ -97,6 +98,7 @@ func (s *Store) locate(ctx context.Context, m shardmap.Map, id string) (int, err
 // movingTask is a moving record read from an old shard.
 type movingTask struct {
 	id, value, err string
+	receipt        string // its fire receipt ("" for none)
 }
 
 // finishMove does movein on shard n, then movedone on shard o, for tasks
@@ -114,13 +116,13 @@ func (s *Store) finishMoves(ctx context.Context, o int, byDest map[int][]movingT
 	calls := make([]*shardCall, 0, len(byDest))
 	var all []movingTask
 	for n, ts := range byDest {
-		keys := make([]string, 0, 4+len(ts))
-		keys = append(keys, s.k.due(n), s.k.done(n), s.k.dead(n), s.k.errs(n))
-		args := make([]any, 0, 2+3*len(ts))
+		keys := make([]string, 0, 5+len(ts))
+		keys = append(keys, s.k.due(n), s.k.done(n), s.k.dead(n), s.k.errs(n), s.k.receipts(n))
+		args := make([]any, 0, 2+4*len(ts))
 		args = append(args, s.k.wake, n)
 		for _, t := range ts {
 			keys = append(keys, s.k.bucket(n, t.id))
-			args = append(args, t.id, t.value, t.err)
+			args = append(args, t.id, t.value, t.err, t.receipt)
 		}
 		calls = append(calls, &shardCall{shard: n, keys: keys, args: args})
 		all = append(all, ts...)
@@ -131,8 +133,8 @@ func (s *Store) finishMoves(ctx context.Context, o int, byDest map[int][]movingT
 			return fmt.Errorf("move in to shard %d: %w", c.shard, c.err)
 		}
 	}
-	keys := make([]string, 0, 2+len(all))
-	keys = append(keys, s.k.errs(o), s.k.progress(o))
+	keys := make([]string, 0, 3+len(all))
+	keys = append(keys, s.k.errs(o), s.k.progress(o), s.k.receipts(o))
 	args := make([]any, 0, 2*len(all))
 	for _, t := range all {
 		keys = append(keys, s.k.bucket(o, t.id))
@@ -194,8 +196,8 @@ func (s *Store) MoveBuckets(ctx context.Context, m shardmap.Map, o int, buckets 
 	for len(foreign) > 0 {
 		chunk := foreign[:min(len(foreign), maxPerCall)]
 		foreign = foreign[len(chunk):]
-		keys := make([]string, 0, 6+len(chunk))
-		keys = append(keys, s.k.due(o), s.k.done(o), s.k.dead(o), s.k.errs(o), s.k.fence(o), s.k.runs(o))
+		keys := make([]string, 0, 7+len(chunk))
+		keys = append(keys, s.k.due(o), s.k.done(o), s.k.dead(o), s.k.errs(o), s.k.fence(o), s.k.runs(o), s.k.receipts(o))
 		args := make([]any, 0, 1+len(chunk))
 		args = append(args, token)
 		for _, it := range chunk {
@@ -212,19 +214,20 @@ func (s *Store) MoveBuckets(ctx context.Context, m shardmap.Map, o int, buckets 
 				return out, fmt.Errorf("move out of shard %d: %w", o, ErrFenced)
 			}
 		}
-		if len(a) != 3*len(chunk) {
+		if len(a) != 4*len(chunk) {
 			return out, fmt.Errorf("move out of shard %d: unexpected reply %v", o, v)
 		}
 		byDest := map[int][]movingTask{}
 		var started []item
 		for j, it := range chunk {
-			code, _ := a[3*j].(int64)
+			code, _ := a[4*j].(int64)
 			switch code {
 			case 1:
-				mv, _ := a[3*j+1].(string)
-				e, _ := a[3*j+2].(string)
+				mv, _ := a[4*j+1].(string)
+				e, _ := a[4*j+2].(string)
+				rc, _ := a[4*j+3].(string)
 				n := m.Shard(it.id)
-				byDest[n] = append(byDest[n], movingTask{id: it.id, value: mv, err: e})
+				byDest[n] = append(byDest[n], movingTask{id: it.id, value: mv, err: e, receipt: rc})
 				started = append(started, it)
 			case 3:
 				out[it.i].InFlight++

@@ -3,16 +3,16 @@
 -- by an earlier try, by another process finishing the move, or changed
 -- here since) is left as it is. Not fenced: the old shard's moving record
 -- is the only source, and movedone deletes it only after this step.
--- KEYS[1] due, KEYS[2] done, KEYS[3] dead, KEYS[4] err hash, KEYS[4+i]
--- bucket hash of task i
+-- KEYS[1] due, KEYS[2] done, KEYS[3] dead, KEYS[4] err hash, KEYS[5]
+-- receipts hash, KEYS[5+i] bucket hash of task i
 -- ARGV[1] wake channel, ARGV[2] shard, then per task: id, moving value,
--- last error ('' for none)
+-- last error ('' for none), fire receipt ('' for none)
 -- Returns per task 1 moved in, 2 already here.
 local min_new, added = nil, {}
 local out = {}
-for i = 3, #ARGV, 3 do
-  local id, mv, err = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local bkey = KEYS[4 + i / 3]
+for i = 3, #ARGV, 4 do
+  local id, mv, err, rc = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local bkey = KEYS[5 + (i + 1) / 4]
   if redis.call('HSETNX', bkey, id, string.sub(mv, 9)) == 0 then
     out[#out + 1] = 2
   else
@@ -29,6 +29,7 @@ for i = 3, #ARGV, 3 do
       redis.call('ZADD', KEYS[3], score, id)
     end
     if err ~= '' then redis.call('HSET', KEYS[4], id, err) end
+    if rc ~= '' then redis.call('HSET', KEYS[5], id, rc) end
     out[#out + 1] = 1
   end
 end

@@ -8,16 +8,18 @@
 -- its done-set score. A waiting task loses the claim of its generation (a
 -- worker may run a copy of it that Kafka did not confirm).
 -- KEYS[1] due, KEYS[2] done, KEYS[3] dead, KEYS[4] err hash, KEYS[5] fence,
--- KEYS[6] claims hash, KEYS[6+i] bucket hash of task i
+-- KEYS[6] claims hash, KEYS[7] receipts hash, KEYS[7+i] bucket hash of
+-- task i
 -- ARGV[1] token, ARGV[1+i] id of task i
 -- Returns {-1, stored token} when fenced, else per id {code, moving value
--- or false, last error or false}: 1 moving (now or already), 0 gone,
--- 3 in flight.
+-- or false, last error or false, fire receipt or false}: 1 moving (now or
+-- already), 0 gone, 3 in flight. A delivered task (settle.lua) moves as a
+-- finished one, with its receipt.
 local stale = fence(KEYS[5], tonumber(ARGV[1]))
 if stale then return {-1, stale} end
 local out = {}
 for i = 2, #ARGV do
-  local id, bkey = ARGV[i], KEYS[5 + i]
+  local id, bkey = ARGV[i], KEYS[6 + i]
   local v = redis.call('HGET', bkey, id)
   local code, mv = 0, false
   if v and is_moving(v) then
@@ -62,5 +64,6 @@ for i = 2, #ARGV do
   out[#out + 1] = code
   out[#out + 1] = mv
   out[#out + 1] = (code == 1 and redis.call('HGET', KEYS[4], id)) or false
+  out[#out + 1] = (code == 1 and redis.call('HGET', KEYS[7], id)) or false
 end
 return out

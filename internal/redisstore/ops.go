@@ -113,11 +113,12 @@ func (s *Store) get(ctx context.Context, m shardmap.Map, id string) (*task.Task,
 // getOn reads id's record on shard sh. The shard's stamp is read along: a
 // task not found on a shard stamped by a newer map may have moved.
 func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*task.Task, error) {
-	var rec, lastErr, st *redis.StringCmd
+	var rec, lastErr, st, rcpt *redis.StringCmd
 	var due, done *redis.FloatCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		rec = p.HGet(ctx, s.k.bucket(sh, id), id)
 		lastErr = p.HGet(ctx, s.k.errs(sh), id)
+		rcpt = p.HGet(ctx, s.k.receipts(sh), id)
 		due = p.ZScore(ctx, s.k.due(sh), id)
 		done = p.ZScore(ctx, s.k.done(sh), id)
 		st = p.Get(ctx, s.k.stamp(sh))
@@ -138,14 +139,15 @@ func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*
 	}
 	score, serr := due.Result()
 	le, _ := lastErr.Result()
-	return readRecord(m, sh, id, v, score, serr == nil, done.Err() == nil, le)
+	return readRecord(m, sh, id, v, score, serr == nil, done.Err() == nil, le, rcpt.Val())
 }
 
 // readRecord turns a record read from shard sh into a task as Get answers
 // it: the state its due-set presence tells (score, when inDue) and its
-// done-set presence (inDone: a lean success, see common.lua), the last
-// error, and a moving record as it will be on its new shard.
-func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue, inDone bool, lastErr string) (*task.Task, error) {
+// done-set presence (inDone: a lean success or a delivery, see common.lua
+// and settle.lua), the last error, its fire receipt (rcpt, "" for none),
+// and a moving record as it will be on its new shard.
+func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue, inDone bool, lastErr, rcpt string) (*task.Task, error) {
 	if v != "" && v[0] == 'M' && len(v) > 8 {
 		// on its way to its new shard: as it will be there, where its
 		// due-set score is recomputed from the record (not parked)
@@ -158,8 +160,12 @@ func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue, inDo
 		return t, err
 	}
 	t.LastError = lastErr
+	t.Receipt = unpackReceipt(rcpt)
 	if t.State == task.StateScheduled || t.State == task.StateRetrying {
 		switch {
+		case !inDue && inDone && t.Receipt != nil && t.Receipt.Delivered && t.Receipt.Gen == t.Gen:
+			// fired to a topic no work process handles (settle.lua)
+			t.State = task.StateDelivered
 		case !inDue && inDone:
 			// a success recorded in the done set alone (a lean success)
 			t.State = task.StateSucceeded

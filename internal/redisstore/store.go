@@ -60,6 +60,7 @@ type Store struct {
 	k         keys
 	retention time.Duration
 	takes     []atomic.Uint32 // per shard, to purge finished records every few takes
+	purgeMore []atomic.Bool   // per shard: the last take's purge was full (see purgeBacklog)
 	m         atomic.Pointer[shardmap.Map]
 	reloaded  atomic.Int64 // unix ns of the last mirror read
 	// pack: a script call may span shards (packCalls); set by New for a
@@ -107,7 +108,8 @@ func New(ctx context.Context, rdb redis.UniversalClient, o Options) (*Store, err
 		o.AckTimeout = 500 * time.Millisecond
 	}
 	s := &Store{rdb: rdb, k: newKeys(o.Namespace), retention: o.Retention, takes: make([]atomic.Uint32, shardmap.MaxShards),
-		acks: o.ReplicaAcks, ackTimeout: o.AckTimeout, waitAOF: o.WaitAOF}
+		purgeMore: make([]atomic.Bool, shardmap.MaxShards),
+		acks:      o.ReplicaAcks, ackTimeout: o.AckTimeout, waitAOF: o.WaitAOF}
 	// first: on a node of several masters the meta key may answer MOVED
 	if err := s.probeCluster(ctx); err != nil {
 		return nil, err
@@ -209,6 +211,7 @@ var stateNames = map[string]task.State{
 	"s": task.StateScheduled, "r": task.StateRetrying, "F": task.StateFired,
 	"f": task.StateFired, // written by takes before they left records as they are
 	"S": task.StateSucceeded, "d": task.StateDead, "c": task.StateCancelled,
+	"D": task.StateDelivered, // answered for a delivered task (taken_state), never stored
 }
 
 // recordHeader is the size of a record's binary header (see common.lua).

@@ -1,7 +1,8 @@
 -- take: a shard leader claims due tasks under one lease, and re-claims the
 -- tasks of leases that ran out. Fenced.
 -- KEYS[1] due, KEYS[2] inflight (lease member -> deadline ms), KEYS[3] fence,
--- KEYS[4] done, KEYS[5] err, KEYS[6] lease sequence (a counter)
+-- KEYS[4] done, KEYS[5] err, KEYS[6] lease sequence (a counter), KEYS[7]
+-- receipts hash
 -- ARGV[1] token, ARGV[2] max tasks, ARGV[3] lease ms, ARGV[4] key prefix,
 -- ARGV[5] max finished records to purge (0: no purge this time),
 -- ARGV[6] ahead ms: when nothing is due yet and the head of the due set is
@@ -12,7 +13,8 @@
 -- either due already or all due at one instant.
 -- Returns {-1, stored_token} when fenced, else
 -- {now in us, next_due or -1, next_lease or -1, lease member or '',
---  reclaimed, id1, record1, id2, record2, ...}
+--  reclaimed, purge full (1 when the purge found as many expired records
+--  as it was allowed: more are due for purging), id1, record1, id2, record2, ...}
 -- (now in microseconds lets the poller sleep until a due time to the
 -- microsecond instead of up to 1 ms past it; reclaimed counts the tasks at
 -- the front of the list that came from leases that ran out.)
@@ -34,25 +36,32 @@ local now = now_ms()
 
 -- retention: drop finished records whose time is up (bounded, when asked)
 local purge = tonumber(ARGV[5])
+local purge_full = 0
 if purge > 0 then
   local old = redis.call('ZRANGE', KEYS[4], '-inf', now, 'BYSCORE', 'LIMIT', 0, purge)
+  local gone = {} -- the purged ids, and those whose record is gone already: their receipts go too
   for _, id in ipairs(old) do
     local bkey = bucket(prefix, id)
     local v = redis.call('HGET', bkey, id)
     if v then
       local st = string.sub(v, 1, 1)
       -- succeeded (S, or a lean success: waiting state, out of the due
-      -- set) or cancelled
+      -- set), delivered (the same, see settle.lua) or cancelled
       if st == 'S' or st == 'c' or taken(KEYS[1], id, st) then
         redis.call('HDEL', bkey, id)
         redis.call('HDEL', KEYS[5], id)
+        gone[#gone + 1] = id
       end
+    else
+      gone[#gone + 1] = id
     end
   end
   if #old > 0 then redis.call('ZREM', KEYS[4], unpack(old)) end
+  if #old == purge then purge_full = 1 end
+  if #gone > 0 then redis.call('HDEL', KEYS[7], unpack(gone)) end
 end
 
-local out = {now_us or now * 1000, -1, -1, '', 0}
+local out = {now_us or now * 1000, -1, -1, '', 0, purge_full}
 local claims = {} -- the new lease's value, one piece per task
 local function claim(id, v)
   out[#out + 1] = id

@@ -22,11 +22,12 @@ const (
 	StateDead      State = "dead"      // out of attempts or failed permanently
 	StateCancelled State = "cancelled" // cancelled before it fired
 	StatePaused    State = "paused"    // parked by a worker because its type is paused; runs when resumed
+	StateDelivered State = "delivered" // fired to a topic no delayq work process handles, and Kafka acknowledged it
 )
 
 // Terminal reports whether no further transition but redrive can happen.
 func (s State) Terminal() bool {
-	return s == StateSucceeded || s == StateDead || s == StateCancelled
+	return s == StateSucceeded || s == StateDead || s == StateCancelled || s == StateDelivered
 }
 
 // Limits and defaults shared by every entry point.
@@ -75,6 +76,23 @@ type Task struct {
 	Gen       uint64 // generation: increases whenever the task waits again with something new (retry, deferral, reschedule, update, redrive); a Kafka copy of another generation is stale
 	Shard     int
 	LastError string
+	// Receipt is where and when the task's latest copy was fired (nil:
+	// never fired since the receipt was introduced).
+	Receipt *Receipt
+}
+
+// Receipt is the fire receipt of a task: what Kafka acknowledged for the
+// latest fired copy. It is kept through retries and after the task
+// finished (until the retention purges the task).
+type Receipt struct {
+	FiredAt   time.Time // when the record was produced (Redis' clock, ms); the record's timestamp
+	DueAt     time.Time // the due time of the generation that was fired: FiredAt - DueAt is its lateness
+	Partition int32     // of the record Kafka acknowledged
+	Offset    int64     // of the record Kafka acknowledged
+	Attempt   int       // the attempt that was fired
+	Gen       uint64    // the generation that was fired
+	Token     int64     // the fencing token of the shard leader that fired it (its etcd election revision)
+	Delivered bool      // fired to a topic no delayq work process handles: the task ended there
 }
 
 // ContentType is the MIME type of the payload.
