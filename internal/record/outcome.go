@@ -21,26 +21,30 @@ import (
 // know: new ones may be added.
 
 // HeaderOutcome names the outcome of an outcome record (succeeded, failed,
-// dead, cancelled).
+// dead, cancelled, delivered).
 const HeaderOutcome = "dq-outcome"
 
 // DefaultOutcomesTopic is the outcomes topic unless DQ_OUTCOMES_TOPIC says
 // otherwise.
 const DefaultOutcomesTopic = "dq.outcomes"
 
-// The outcomes. Succeeded, Dead and Cancelled are terminal (one per task
-// and generation); Failed is an attempt that failed and will be retried.
+// The outcomes. Succeeded, Dead, Cancelled and Delivered are terminal
+// (one per task and generation); Failed is an attempt that failed and will
+// be retried. Delivered is published by the event process for a task fired
+// to a topic no delayq work process handles, once Kafka acknowledged its
+// record: nothing ran it, so no hook is called for it.
 const (
 	OutcomeSucceeded = "succeeded"
 	OutcomeFailed    = "failed"
 	OutcomeDead      = "dead"
 	OutcomeCancelled = "cancelled"
+	OutcomeDelivered = "delivered"
 )
 
 // ValidOutcome reports whether s is one of the outcomes.
 func ValidOutcome(s string) bool {
 	switch s {
-	case OutcomeSucceeded, OutcomeFailed, OutcomeDead, OutcomeCancelled:
+	case OutcomeSucceeded, OutcomeFailed, OutcomeDead, OutcomeCancelled, OutcomeDelivered:
 		return true
 	}
 	return false
@@ -65,7 +69,10 @@ const OutcomeTimeLayout = "2006-01-02T15:04:05.000Z07:00"
 //	 "headers":{"tenant":"acme"}}
 //
 // error, due_at and headers are left out when empty; shard is -1 when not
-// known (e.g. a record fired by an older event process).
+// known (e.g. a record fired by an older event process). A record that
+// carries a fire receipt (a delivered outcome: where Kafka put the task's
+// record) adds "fired_at", "partition" and "offset"; all three are left
+// out when FiredAt is zero.
 type OutcomeRecord struct {
 	ID      string // the task id (also the Kafka key)
 	Type    string
@@ -83,6 +90,12 @@ type OutcomeRecord struct {
 	Duration time.Duration
 	Shard    int               // the task's shard, -1 when not known
 	Headers  map[string]string // the task's own headers; nil when none
+	// The fire receipt, where the outcome carries one (a delivered task):
+	// when its record was produced and where Kafka put it. Zero FiredAt:
+	// none (Partition and Offset are then 0 and not written).
+	FiredAt   time.Time
+	Partition int32
+	Offset    int64
 }
 
 type outcomeJSON struct {
@@ -97,6 +110,9 @@ type outcomeJSON struct {
 	DurationMS  int64             `json:"duration_ms"`
 	Shard       int               `json:"shard"`
 	Headers     map[string]string `json:"headers,omitempty"`
+	FiredAt     string            `json:"fired_at,omitempty"`
+	Partition   *int32            `json:"partition,omitempty"` // 0 is a partition: written with fired_at
+	Offset      *int64            `json:"offset,omitempty"`
 }
 
 func outcomeTime(t time.Time) string {
@@ -117,6 +133,9 @@ func EncodeOutcome(o *OutcomeRecord, topic string) kafka.Message {
 	}
 	if len(v.Headers) == 0 {
 		v.Headers = nil
+	}
+	if !o.FiredAt.IsZero() {
+		v.FiredAt, v.Partition, v.Offset = outcomeTime(o.FiredAt), &o.Partition, &o.Offset
 	}
 	value, err := json.Marshal(&v)
 	if err != nil {
@@ -227,6 +246,9 @@ func ParseOutcome(m *kafka.Message) (*OutcomeRecord, error) {
 		return nil, hostile("bad outcome finished_at %q", short(v.FinishedAt))
 	}
 	o.FinishedAt = o.FinishedAt.UTC()
+	if err := parseReceipt(&v, o); err != nil {
+		return nil, err
+	}
 	if len(o.Headers) == 0 {
 		o.Headers = nil
 	}
@@ -250,4 +272,29 @@ func ParseOutcome(m *kafka.Message) (*OutcomeRecord, error) {
 		}
 	}
 	return o, nil
+}
+
+// parseReceipt reads the fire receipt of an outcome value into o: all of
+// fired_at, partition and offset, or none of them.
+func parseReceipt(v *outcomeJSON, o *OutcomeRecord) error {
+	if v.FiredAt == "" {
+		if v.Partition != nil || v.Offset != nil {
+			return hostile("outcome partition or offset without fired_at")
+		}
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339Nano, v.FiredAt)
+	if err != nil || at.Before(time.Unix(0, 0)) || at.UTC().Year() > 9999 {
+		return hostile("bad outcome fired_at %q", short(v.FiredAt))
+	}
+	switch {
+	case v.Partition == nil || v.Offset == nil:
+		return hostile("outcome fired_at without partition and offset")
+	case *v.Partition < 0:
+		return hostile("outcome partition %d is negative", *v.Partition)
+	case *v.Offset < 0:
+		return hostile("outcome offset %d is negative", *v.Offset)
+	}
+	o.FiredAt, o.Partition, o.Offset = at.UTC(), *v.Partition, *v.Offset
+	return nil
 }

@@ -63,6 +63,12 @@ func TestOutcomeRoundTrip(t *testing.T) {
 			FinishedAt: time.UnixMilli(1700000000001).UTC(), Shard: -1},
 		{ID: "z2", Type: "a/b", Outcome: OutcomeSucceeded, Attempt: 1, MaxAttempts: 1,
 			FinishedAt: time.UnixMilli(1700000000001).UTC(), Shard: -1},
+		{ID: "bridge-1", Type: "crm.sync", Outcome: OutcomeDelivered, Attempt: 1, MaxAttempts: 10,
+			DueAt: time.UnixMilli(1700000000000).UTC(), FinishedAt: time.UnixMilli(1700000000050).UTC(), Shard: 2,
+			FiredAt: time.UnixMilli(1700000000042).UTC(), Partition: 0, Offset: 0},
+		{ID: "bridge-2", Type: "crm.sync", Outcome: OutcomeDelivered, Attempt: 2, MaxAttempts: 10,
+			FinishedAt: time.UnixMilli(1700000000050).UTC(), Shard: 0,
+			FiredAt: time.UnixMilli(1700000000042).UTC(), Partition: 11, Offset: 1 << 40},
 	} {
 		m := EncodeOutcome(o, "t")
 		got, err := ParseOutcome(&m)
@@ -109,6 +115,11 @@ func TestParseOutcomeRefuses(t *testing.T) {
 		}
 		return enc(v)
 	}
+	withReceipt := func(firedAt string, partition, offset any) []byte {
+		v := valid()
+		v["outcome"], v["fired_at"], v["partition"], v["offset"] = OutcomeDelivered, firedAt, partition, offset
+		return enc(v)
+	}
 	cases := []struct {
 		name  string
 		m     kafka.Message
@@ -134,6 +145,14 @@ func TestParseOutcomeRefuses(t *testing.T) {
 		{"type header", kafka.Message{Value: enc(valid()), Headers: hdrs("dq-type", "u")}, "dq-type"},
 		{"id header", kafka.Message{Value: enc(valid()), Headers: hdrs("dq-id", "b")}, "dq-id"},
 		{"too large", kafka.Message{Value: make([]byte, OutcomeValueMax+1)}, "over the limit"},
+		{"fired_at bad", kafka.Message{Value: with("fired_at", "soon")}, "fired_at"},
+		{"fired_at before 1970", kafka.Message{Value: withReceipt("1969-12-31T23:59:59.999Z", 0, 0)}, "fired_at"},
+		{"fired_at alone", kafka.Message{Value: with("fired_at", "2026-01-02T03:04:05.600Z")}, "without partition"},
+		{"partition alone", kafka.Message{Value: with("partition", 0)}, "without fired_at"},
+		{"offset alone", kafka.Message{Value: with("offset", 0)}, "without fired_at"},
+		{"partition negative", kafka.Message{Value: withReceipt("2026-01-02T03:04:05.600Z", -1, 0)}, "partition"},
+		{"offset negative", kafka.Message{Value: withReceipt("2026-01-02T03:04:05.600Z", 0, -1)}, "offset"},
+		{"partition type", kafka.Message{Value: withReceipt("2026-01-02T03:04:05.600Z", "0", 0)}, "not the expected JSON"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -150,6 +169,39 @@ func TestParseOutcomeRefuses(t *testing.T) {
 	if o, err := ParseOutcome(&m); err != nil || o.ID != "a" || o.Duration != 5*time.Millisecond || !o.DueAt.IsZero() {
 		t.Errorf("got %+v, %v", o, err)
 	}
+	// delivered, with its receipt at partition 0, offset 0
+	m = kafka.Message{Key: []byte("a"), Value: withReceipt("2026-01-02T03:04:05.600+01:00", 0, 0), Headers: hdrs(HeaderOutcome, OutcomeDelivered)}
+	o, err := ParseOutcome(&m)
+	if err != nil || o.Outcome != OutcomeDelivered || !o.FiredAt.Equal(time.Date(2026, 1, 2, 2, 4, 5, 600e6, time.UTC)) ||
+		o.FiredAt.Location() != time.UTC || o.Partition != 0 || o.Offset != 0 {
+		t.Errorf("delivered: %+v, %v", o, err)
+	}
+}
+
+// A delivered outcome writes its receipt (partition and offset 0
+// included); an outcome without one writes none of its fields.
+func TestEncodeOutcomeReceipt(t *testing.T) {
+	o := &OutcomeRecord{ID: "bridge-1", Type: "crm.sync", Outcome: OutcomeDelivered, Attempt: 1, MaxAttempts: 10,
+		DueAt: time.UnixMilli(1767323045678).UTC(), FinishedAt: time.UnixMilli(1767323045730).UTC(), Shard: 3,
+		FiredAt: time.UnixMilli(1767323045720).UTC()}
+	m := EncodeOutcome(o, "dq.outcomes")
+	want := `{"id":"bridge-1","type":"crm.sync","outcome":"delivered","attempt":1,"max_attempts":10,` +
+		`"due_at":"2026-01-02T03:04:05.678Z","finished_at":"2026-01-02T03:04:05.730Z","duration_ms":0,"shard":3,` +
+		`"fired_at":"2026-01-02T03:04:05.720Z","partition":0,"offset":0}`
+	if string(m.Value) != want {
+		t.Errorf("value\n got %s\nwant %s", m.Value, want)
+	}
+	if !reflect.DeepEqual(m.Headers, hdrs("dq-id", "bridge-1", "dq-outcome", "delivered", "dq-type", "crm.sync")) {
+		t.Errorf("headers %v", m.Headers)
+	}
+	// a receipt's numbers without its time are not written
+	o.FiredAt, o.Partition, o.Offset = time.Time{}, 4, 9
+	m = EncodeOutcome(o, "dq.outcomes")
+	for _, k := range []string{"fired_at", "partition", "offset"} {
+		if strings.Contains(string(m.Value), `"`+k+`"`) {
+			t.Errorf("%s written without a receipt: %s", k, m.Value)
+		}
+	}
 }
 
 // FuzzParseOutcome: whatever is on the outcomes topic, ParseOutcome never
@@ -162,6 +214,7 @@ func FuzzParseOutcome(f *testing.F) {
 	f.Add([]byte(`{"id":"a","type":"t","outcome":"cancelled","finished_at":"2026-01-02T03:04:05+02:00","due_at":"0001-01-01T00:00:00Z","headers":{}}`), []byte("a"), "cancelled")
 	f.Add([]byte(`null`), []byte(nil), "")
 	f.Add([]byte(`{"id":"\u0000"}`), []byte("x"), "x")
+	f.Add([]byte(`{"id":"a","type":"t","outcome":"delivered","attempt":1,"max_attempts":1,"finished_at":"2026-01-02T03:04:05Z","duration_ms":0,"shard":0,"fired_at":"2026-01-02T03:04:04.999Z","partition":0,"offset":0}`), []byte("a"), "delivered")
 	f.Fuzz(func(t *testing.T, value, key []byte, outcomeHeader string) {
 		m := kafka.Message{Key: key, Value: value}
 		if outcomeHeader != "" {
@@ -182,7 +235,8 @@ func FuzzParseOutcome(f *testing.F) {
 		// times keep their millisecond; the error may be cut
 		if o2.ID != o.ID || o2.Type != o.Type || o2.Outcome != o.Outcome || o2.Attempt != o.Attempt ||
 			o2.Shard != o.Shard || len(o2.Headers) != len(o.Headers) ||
-			!o2.FinishedAt.Equal(o.FinishedAt.Truncate(time.Millisecond)) {
+			!o2.FinishedAt.Equal(o.FinishedAt.Truncate(time.Millisecond)) ||
+			!o2.FiredAt.Equal(o.FiredAt.Truncate(time.Millisecond)) || o2.Partition != o.Partition || o2.Offset != o.Offset {
 			t.Fatalf("re-encoded differs:\n%+v\n%+v", o, o2)
 		}
 	})

@@ -23,7 +23,11 @@ import (
 // Outcome hooks: a consumer of the outcomes topic inside the work process
 // (consumer group "<DQ_GROUP>.hooks", so the work processes share the
 // records) POSTs each outcome record of a type with hooks to its
-// on_success (outcome succeeded) or on_failure (outcome dead) URL.
+// on_success (outcome succeeded) or on_failure (outcome dead) URL. The
+// other outcomes call nothing and are not counted as skipped: failed (an
+// attempt that will be retried), cancelled, and delivered (a task fired to
+// a topic no work process handles: no handler ran it, so there is neither
+// a success nor a failure to report).
 //
 // Delivery is at least once for every outcome record in the topic: a
 // record's offset is committed only after its hook answered 2xx or was
