@@ -16,9 +16,11 @@ import (
 )
 
 // Producer writes records to Kafka synchronously. Produce returns one
-// error per message, nil when Kafka confirmed it (acks=all). A non-nil
-// error does not mean "not written": a timed-out or cancelled write may
-// still land, so the caller re-sends and accepts a duplicate.
+// error per message, nil when Kafka confirmed it (acks=all), and sets the
+// Partition and Offset of each confirmed message in msgs (the fire
+// receipt). A non-nil error does not mean "not written": a timed-out or
+// cancelled write may still land, so the caller re-sends and accepts a
+// duplicate.
 type Producer interface {
 	Produce(ctx context.Context, msgs []kafka.Message) []error
 }
@@ -133,6 +135,23 @@ func NewKafka(cfg KafkaConfig) *Kafka {
 	return k
 }
 
+// receipts is every writer's Completion: kafka-go calls it with its own
+// copies of the messages of one partition batch, their partition and
+// offset set from the broker's answer, before WriteMessages returns; each
+// copy's WriterData points at the caller's message (set by Produce), which
+// gets them. kafka-go sets them nowhere else: WriteMessages copies the
+// messages into its batches.
+func receipts(msgs []kafka.Message, err error) {
+	if err != nil {
+		return
+	}
+	for i := range msgs {
+		if orig, ok := msgs[i].WriterData.(*kafka.Message); ok {
+			orig.Partition, orig.Offset = msgs[i].Partition, msgs[i].Offset
+		}
+	}
+}
+
 // newWriter is one kafka-go Writer configured as NewKafka says. Topics
 // are never created by the broker's automatic creation (which would use
 // the broker's partition count): AutoCreate creates them explicitly.
@@ -150,6 +169,7 @@ func newWriter(cfg KafkaConfig, tr *kafka.Transport, log *slog.Logger) *kafka.Wr
 		RequiredAcks:           kafka.RequireAll,
 		AllowAutoTopicCreation: false,
 		Transport:              tr,
+		Completion:             receipts,
 		Logger: kafka.LoggerFunc(func(f string, args ...any) {
 			if log.Enabled(context.Background(), slog.LevelDebug) {
 				log.Debug(fmt.Sprintf(f, args...), "component", "kafka-go")
@@ -168,6 +188,9 @@ func (k *Kafka) Produce(ctx context.Context, msgs []kafka.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
+	}
+	for i := range msgs {
+		msgs[i].WriterData = &msgs[i] // where receipts writes what Kafka answered
 	}
 	byTopic := map[string][]int{}
 	for i, m := range msgs {

@@ -26,6 +26,10 @@ type Metrics struct {
 	// DeadNotifyErrors counts dead-letter notifications (to the dead
 	// topic) that failed; the task is dead in Redis regardless.
 	DeadNotifyErrors prometheus.Counter
+	// Delivered counts tasks that ended delivered (their topic is not
+	// worked); Receipts counts fire receipts stored.
+	Delivered prometheus.Counter
+	Receipts  prometheus.Counter
 }
 
 // LagBuckets are the buckets of the firing lag and of the produce
@@ -92,11 +96,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: ns, Name: "fire_dead_notify_errors_total",
 			Help: "Dead-letter notifications to the dead topic that failed (the task is dead in Redis regardless).",
 		}),
+		Delivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "fire_delivered_total",
+			Help: "Tasks that ended delivered: Kafka acknowledged their record and no delayq work process handles their topic.",
+		}),
+		Receipts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "fire_receipts_total",
+			Help: "Fire receipts stored (partition and offset of a record Kafka acknowledged), one per fired copy.",
+		}),
 	}
 	for _, r := range []string{RefusedUnknownTopic, RefusedTooLarge, RefusedInvalidTopic, RefusedInvalidRecord, RefusedNotAuthorized} {
 		m.DeadAtFire.WithLabelValues(r)
 	}
 	reg.MustRegister(m.DeadAtFire, m.PoisonGrace, m.DeadNotifyErrors, m.Lag, m.BatchSize, m.ProduceDuration, m.ProduceErrors, m.Fired,
-		m.DeadLettered, m.LeaseReclaims, m.Fenced, m.StoreErrors)
+		m.DeadLettered, m.LeaseReclaims, m.Fenced, m.StoreErrors, m.Delivered, m.Receipts)
 	return m
 }

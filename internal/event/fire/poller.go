@@ -24,6 +24,7 @@ type Store interface {
 	Adopt(ctx context.Context, shard int, token int64) (int, error)
 	TakeAhead(ctx context.Context, shard int, token int64, limit int, lease, ahead time.Duration) (redisstore.Taken, error)
 	Settle(ctx context.Context, shard int, token int64, lease string, failed []redisstore.Fired) (fired, released int, err error)
+	SettleAcks(ctx context.Context, shard int, token int64, lease string, failed []redisstore.Fired, acks []redisstore.Ack) (redisstore.Settled, error)
 	SettlePoison(ctx context.Context, shard int, token int64, lease string, tasks []redisstore.Poison) ([]redisstore.PoisonOutcome, error)
 }
 
@@ -69,6 +70,11 @@ type Config struct {
 	// DefaultTopic is used for tasks without a topic; DeadTopic receives
 	// records that cannot be fired to their own.
 	DefaultTopic, DeadTopic string
+	// Worked tells whether delayq work processes handle a topic (the
+	// worked-topics view, internal/worked). A task fired to a topic that
+	// is not worked ends delivered once Kafka acknowledged it. nil: every
+	// topic is worked (nothing ends delivered).
+	Worked func(topic string) bool
 	// Wake interrupts sleeps early; nil: idle poll only.
 	Wake *Mailbox
 	// Stop asks the poller to return after the batches in hand (give-back).
@@ -396,6 +402,9 @@ func (p *Poller) sleep(ctx context.Context, taken redisstore.Taken, replyAt time
 		return nil // back off first
 	}
 	d := p.cfg.IdlePoll
+	if taken.PurgeMore {
+		d = redisstore.PurgeAgain // finished records wait for their purge
+	}
 	if !taken.NextDue.IsZero() {
 		d = min(d, taken.NextDue.Add(-p.cfg.Ahead).Sub(taken.Now))
 	}
@@ -613,10 +622,23 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 
 	p.poison.fired(tasks, errs)
 	var rels []redisstore.Fired
+	var acks []redisstore.Ack
+	var deliv []int // the tasks whose Ack asks to end delivered, in order
 	acked, retriable := 0, 0
 	for i, t := range tasks {
 		if errs[i] == nil {
 			acked++
+			if !dead[i] {
+				a := redisstore.Ack{
+					ID: t.ID, Gen: t.Gen, Attempt: max(t.Attempt, 1), DueAt: t.DueAt, FiredAt: firedAt,
+					Partition: int32(msgs[i].Partition), Offset: msgs[i].Offset, Token: p.cfg.Token,
+					Delivered: p.cfg.Worked != nil && !p.cfg.Worked(msgs[i].Topic),
+				}
+				if a.Delivered {
+					deliv = append(deliv, i)
+				}
+				acks = append(acks, a)
+			}
 			if m != nil {
 				if dead[i] {
 					m.DeadLettered.Inc()
@@ -641,7 +663,19 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 			"failed", len(rels), "of", len(tasks), "err", firstRetriable(errs, settled))
 	}
 	r := batchResult{failed: retriable}
-	r.err = p.settle(sctx, taken, rels)
+	var delivered []bool
+	delivered, r.err = p.settle(sctx, taken, rels, acks)
+	if m != nil && r.err == nil {
+		m.Receipts.Add(float64(len(acks)))
+	}
+	for j, ok := range delivered {
+		if ok {
+			if m != nil {
+				m.Delivered.Inc()
+			}
+			p.publishDelivered(tasks[deliv[j]], msgs[deliv[j]], firedAt)
+		}
+	}
 	if r.err == nil && len(deadMsgs) > 0 {
 		p.notifyDead(sctx, deadMsgs)
 	}
@@ -663,6 +697,25 @@ func (p *Poller) publishDead(t *task.Task, reason string) {
 		Attempt: max(t.Attempt, 1), MaxAttempts: t.Attempts(),
 		Error: reason, DueAt: t.DueAt, FinishedAt: time.Now().UTC(),
 		Shard: p.cfg.Shard, Headers: hs,
+	})
+}
+
+// publishDelivered hands the "delivered" outcome record of t, whose
+// record msg Kafka acknowledged at firedAt, to Config.Outcomes.
+func (p *Poller) publishDelivered(t *task.Task, msg kafka.Message, firedAt time.Time) {
+	if p.cfg.Outcomes == nil {
+		return
+	}
+	var hs map[string]string
+	if len(t.Headers) > 0 {
+		hs = t.Headers
+	}
+	p.cfg.Outcomes.Publish(record.OutcomeRecord{
+		ID: t.ID, Type: t.Type, Outcome: record.OutcomeDelivered,
+		Attempt: max(t.Attempt, 1), MaxAttempts: t.Attempts(),
+		DueAt: t.DueAt, FinishedAt: firedAt,
+		Shard: p.cfg.Shard, Headers: hs,
+		FiredAt: firedAt, Partition: int32(msg.Partition), Offset: msg.Offset,
 	})
 }
 
@@ -824,15 +877,15 @@ func firstRetriable(errs []error, settled []bool) error {
 // the take fired (Store.Settle: one script call), retrying a little while
 // Redis is unreachable; claims it could not settle come back when their
 // lease runs out (a later take re-claims them: Taken.Reclaimed).
-func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []redisstore.Fired) error {
+func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []redisstore.Fired, acks []redisstore.Ack) ([]bool, error) {
 	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
-		_, _, err := p.cfg.Store.Settle(ctx, p.cfg.Shard, p.cfg.Token, taken.Lease, failed)
+		r, err := p.cfg.Store.SettleAcks(ctx, p.cfg.Shard, p.cfg.Token, taken.Lease, failed, acks)
 		if err == nil {
-			return nil
+			return r.Delivered, nil
 		}
 		if errors.Is(err, redisstore.ErrFenced) {
-			return fmt.Errorf("settle: %w", err)
+			return nil, fmt.Errorf("settle: %w", err)
 		}
 		if m := p.cfg.Metrics; m != nil {
 			m.StoreErrors.Inc()
@@ -840,7 +893,7 @@ func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []re
 		if ctx.Err() != nil || !retry.Sleep(ctx, bo.Next()) {
 			p.log.Error("could not settle claims; they fire again when their lease ends",
 				"tasks", len(taken.Tasks), "released", len(failed), "err", err, "lease", p.cfg.Lease)
-			return nil
+			return nil, nil
 		}
 	}
 }
