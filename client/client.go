@@ -193,7 +193,22 @@ type TaskInfo struct {
 	Timeout      Duration          `json:"timeout"`
 	Priority     int               `json:"priority"`
 	LastError    string            `json:"last_error"`
+
+	// The fire receipt of the task's latest fired copy: what Kafka
+	// acknowledged. All zero when the task was never fired (HasReceipt
+	// tells; partition 0 and offset 0 are real values).
+	FiredAt      time.Time `json:"fired_at"`      // when the record was produced (its timestamp)
+	Partition    int32     `json:"partition"`     // of the record Kafka acknowledged
+	Offset       int64     `json:"offset"`        // of the record Kafka acknowledged
+	FiredAttempt int       `json:"fired_attempt"` // the attempt that was fired
+	FiredDueAt   time.Time `json:"fired_due_at"`  // the due time of the copy that was fired
+	LateMs       int64     `json:"late_ms"`       // FiredAt - FiredDueAt in ms, at least 0
+	LeaderToken  int64     `json:"leader_token"`  // the fencing token of the shard leader that fired it
 }
+
+// HasReceipt reports whether t carries a fire receipt (FiredAt,
+// Partition, Offset, FiredAttempt, FiredDueAt, LateMs, LeaderToken).
+func (t TaskInfo) HasReceipt() bool { return !t.FiredAt.IsZero() }
 
 // Duration is a time.Duration that decodes from a Go duration string.
 type Duration time.Duration

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -23,6 +24,9 @@ const (
 	StateDead      = "dead"
 	StateSucceeded = "succeeded"
 	StateCancelled = "cancelled"
+	// StateDelivered: fired to a topic no delayq work process handles,
+	// and Kafka acknowledged the record; the task ended there.
+	StateDelivered = "delivered"
 )
 
 // MaxBulkIDs is the most ids the daemon takes in one bulk request; the
@@ -398,6 +402,7 @@ type Cluster struct {
 	ShardCount   int            `json:"shard_count"`
 	Shards       []ClusterShard `json:"shards"`
 	Processes    []Process      `json:"processes"`
+	WorkedTopics []WorkedTopic  `json:"worked_topics"`
 	JournalDepth int            `json:"journal_depth"`
 	RedisUp      bool           `json:"redis_up"`
 	RedisError   string         `json:"redis_error"`
@@ -441,13 +446,69 @@ type Process struct {
 	StartedAt time.Time `json:"started_at"`
 }
 
-// Cluster reads the state of the shards and processes (GET /v1/cluster).
+// WorkedTopic is a Kafka topic that delayq work processes declared they
+// consume (in Cluster): a task fired to it stays fired until a worker
+// finishes it, while a task fired to any other topic ends "delivered" once
+// Kafka acknowledged its record. The declaration outlives the processes;
+// ForgetWorkedTopic removes it.
+type WorkedTopic struct {
+	Topic string    `json:"topic"`
+	Group string    `json:"group"` // the consumer group of the first declaration
+	Since time.Time `json:"since"` // when it was first declared; zero when unknown
+	By    string    `json:"by"`    // the process id of the first declaration
+}
+
+// UnmarshalJSON reads since, which is empty when unknown.
+func (w *WorkedTopic) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Topic string `json:"topic"`
+		Group string `json:"group"`
+		Since string `json:"since"`
+		By    string `json:"by"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	out := WorkedTopic{Topic: v.Topic, Group: v.Group, By: v.By}
+	if v.Since != "" {
+		t, err := time.Parse(time.RFC3339Nano, v.Since)
+		if err != nil {
+			return fmt.Errorf("worked topic %q: since: %w", v.Topic, err)
+		}
+		out.Since = t
+	}
+	*w = out
+	return nil
+}
+
+// Cluster reads the state of the shards, processes and worked topics (GET
+// /v1/cluster).
 func (c *Client) Cluster(ctx context.Context) (*Cluster, error) {
 	var cl Cluster
 	if err := c.do(ctx, http.MethodGet, "/v1/cluster", nil, &cl); err != nil {
 		return nil, err
 	}
 	return &cl, nil
+}
+
+// ForgetWorkedTopic removes topic from the worked topics (DELETE
+// /v1/cluster/worked/{topic}), for a topic no delayq work process handles
+// any more: its tasks fired from then on end "delivered" once Kafka
+// acknowledged them. forgotten is false when it was not worked. A work
+// process consuming the topic declares it again when it starts. A bad
+// topic name is a 422 "invalid_task" naming topic; a daemon without etcd
+// answers 503 "unavailable".
+func (c *Client) ForgetWorkedTopic(ctx context.Context, topic string) (forgotten bool, err error) {
+	if topic == "" {
+		return false, errors.New("delayq: forget worked topic: the topic is empty")
+	}
+	var r struct {
+		Forgotten bool `json:"forgotten"`
+	}
+	if err := c.do(ctx, http.MethodDelete, "/v1/cluster/worked/"+segment(topic), nil, &r); err != nil {
+		return false, err
+	}
+	return r.Forgotten, nil
 }
 
 // LimitRule is the rate limit of a task type: any of the three kinds, at

@@ -324,6 +324,13 @@ func printTask(w io.Writer, t *client.TaskInfo) {
 	if t.LastError != "" {
 		row("last error", t.LastError)
 	}
+	if t.HasReceipt() {
+		// the fire receipt: what Kafka acknowledged for the latest copy
+		row("fired at", fmt.Sprintf("%s (attempt %d)", timeText(t.FiredAt), t.FiredAttempt))
+		row("late", time.Duration(t.LateMs)*time.Millisecond)
+		row("partition/offset", fmt.Sprintf("%d/%d", t.Partition, t.Offset))
+		row("leader token", t.LeaderToken)
+	}
 	tw.Flush()
 }
 

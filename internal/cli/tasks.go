@@ -28,7 +28,8 @@ list     the tasks of one state, shard by shard, by due time within a shard:
          of --limit tasks; --all follows the cursor through every page, and
          without it the command names the cursor of the next page on stderr.
          --state is one of scheduled, retrying, fired, paused, dead,
-         succeeded, cancelled (default: scheduled and retrying).
+         succeeded, cancelled, delivered (default: scheduled and
+         retrying).
 cancel   cancel waiting tasks (scheduled, retrying or paused): the ids given,
          or every one matching the filter, or --all of them. Tasks that are
          not waiting are skipped; it prints how many it cancelled and is
@@ -41,7 +42,7 @@ TIME is an RFC 3339 time (2030-01-02T15:04:05Z) or a duration from now
 
 // listStates are the values of dq tasks list --state.
 var listStates = []string{client.StateScheduled, client.StateRetrying, client.StateFired, client.StatePaused,
-	client.StateDead, client.StateSucceeded, client.StateCancelled}
+	client.StateDead, client.StateSucceeded, client.StateCancelled, client.StateDelivered}
 
 func runTasks(ctx context.Context, env Env, args []string) error {
 	sub := ""

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -69,7 +71,7 @@ func killTasks(t *testing.T, r *testenv.Redis, ns string, ids ...string) {
 	}
 }
 
-var tableRow = regexp.MustCompile(`(?m)^(\S+)\s+(\S+)\s+(scheduled|retrying|fired|paused|dead|succeeded|cancelled)\s+(\S+)\s+(\d+)/(\d+)\s+(\d+)$`)
+var tableRow = regexp.MustCompile(`(?m)^(\S+)\s+(\S+)\s+(scheduled|retrying|fired|paused|dead|succeeded|cancelled|delivered)\s+(\S+)\s+(\d+)/(\d+)\s+(\d+)$`)
 
 // tableIDs is the ids of the rows of dq tasks list's table.
 func tableIDs(t *testing.T, out string) []string {
@@ -296,5 +298,61 @@ func TestOperatorHelp(t *testing.T) {
 		if !strings.Contains(usage.String(), cmd) {
 			t.Errorf("dq -h does not mention %q: %q", cmd, usage.String())
 		}
+	}
+}
+
+// TestGetReceiptAndListDelivered: dq get prints a task's fire receipt
+// (fired at and attempt, lateness, partition/offset, leader token) when
+// the daemon shows one, and no receipt line otherwise; dq tasks list
+// --state delivered asks for the delivered tasks and shows their state.
+func TestGetReceiptAndListDelivered(t *testing.T) {
+	const delivered = `{"id":"d-1","type":"crm.sync","state":"delivered","due_at":"2030-01-01T10:00:00.000Z","attempt":1,"shard":3,` +
+		`"topic":"crm.events","max_attempts":10,"priority":0,"fired_at":"2030-01-01T10:00:01.250Z","partition":0,"offset":0,` +
+		`"fired_attempt":1,"fired_due_at":"2030-01-01T10:00:00.000Z","late_ms":1250,"leader_token":7}`
+	const scheduled = `{"id":"s-1","type":"crm.sync","state":"scheduled","due_at":"2030-01-01T10:00:00.000Z","attempt":1,"shard":3,"max_attempts":10,"priority":0}`
+	var listQuery string
+	mux := http.NewServeMux()
+	answer := func(body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/tasks" {
+				listQuery = r.URL.RawQuery
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, body)
+		}
+	}
+	mux.HandleFunc("GET /v1/tasks/d-1", answer(delivered))
+	mux.HandleFunc("GET /v1/tasks/s-1", answer(scheduled))
+	mux.HandleFunc("GET /v1/tasks", answer(`{"tasks":[`+delivered+`]}`))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	env := map[string]string{"DQ_ADDR": srv.URL}
+
+	out, _, err := runDQ(t, env, "get", "d-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		`(?m)^state:\s+delivered$`,
+		`(?m)^fired at:\s+2030-01-01T10:00:01\.250Z \(attempt 1\)$`,
+		`(?m)^late:\s+1\.25s$`,
+		`(?m)^partition/offset:\s+0/0$`,
+		`(?m)^leader token:\s+7$`,
+	} {
+		if !regexp.MustCompile(line).MatchString(out) {
+			t.Errorf("dq get d-1: no line %s in\n%s", line, out)
+		}
+	}
+	if out, _, err = runDQ(t, env, "get", "s-1"); err != nil || strings.Contains(out, "fired at") || strings.Contains(out, "partition") ||
+		strings.Contains(out, "leader token") || strings.Contains(out, "late") {
+		t.Errorf("dq get s-1 (no receipt): %q, %v", out, err)
+	}
+
+	out, _, err = runDQ(t, env, "tasks", "list", "--state", "delivered")
+	if m := tableRow.FindStringSubmatch(out); err != nil || m == nil || m[1] != "d-1" || m[3] != "delivered" {
+		t.Fatalf("dq tasks list --state delivered: %q, %v", out, err)
+	}
+	if !strings.Contains(listQuery, "state=delivered") {
+		t.Errorf("list query %q", listQuery)
 	}
 }

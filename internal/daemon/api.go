@@ -60,6 +60,7 @@ func (a *App) routes() http.Handler {
 	mux.Handle("POST /v1/types/{type}/pause", handle(a.handlePauseType))
 	mux.Handle("POST /v1/types/{type}/resume", handle(a.handleResumeType))
 	mux.Handle("GET /v1/cluster", handle(a.handleCluster))
+	mux.Handle("DELETE /v1/cluster/worked/{topic}", handle(a.handleForgetWorkedTopic))
 	mux.Handle("GET /v1/schedules", handle(a.handleListSchedules))
 	mux.Handle("PUT /v1/schedules/{id}", handle(a.handlePutSchedule))
 	mux.Handle("GET /v1/schedules/{id}", handle(a.handleGetSchedule))

@@ -12,11 +12,13 @@ import (
 	"github.com/delayq/delayq/internal/event/leader"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/registry"
+	"github.com/delayq/delayq/internal/worked"
 )
 
 // GET /v1/cluster: every shard with its leader (from the shard's etcd
 // election), its fencing token and backlog (from Redis); every registered
-// process (package registry); the journal. It always answers 200: a part
+// process (package registry); the worked topics (package worked); the
+// journal. It always answers 200: a part
 // it cannot read is named in redis_error or etcd_error, and the rest is
 // still shown (an operator looks here most when something is down).
 
@@ -56,6 +58,7 @@ type clusterResponse struct {
 	ShardCount   int            `json:"shard_count"`
 	Shards       []clusterShard `json:"shards"`
 	Processes    []clusterProc  `json:"processes"`
+	WorkedTopics []worked.Topic `json:"worked_topics"`
 	JournalDepth int            `json:"journal_depth"`
 	RedisUp      bool           `json:"redis_up"`
 	RedisError   string         `json:"redis_error,omitempty"`
@@ -64,7 +67,7 @@ type clusterResponse struct {
 
 func (a *App) handleCluster(c *call) (int, any, *wire.Error) {
 	n := a.shardCount()
-	resp := clusterResponse{Namespace: a.cfg.Namespace, ShardCount: n, Processes: []clusterProc{}}
+	resp := clusterResponse{Namespace: a.cfg.Namespace, ShardCount: n, Processes: []clusterProc{}, WorkedTopics: []worked.Topic{}}
 	resp.Shards = make([]clusterShard, n)
 	for i := range resp.Shards {
 		resp.Shards[i].Shard = i
@@ -91,7 +94,7 @@ func (a *App) handleCluster(c *call) (int, any, *wire.Error) {
 			}
 		}
 	}
-	if cli, e := a.etcdFor("shard leaders and processes"); e != nil {
+	if cli, e := a.etcdFor("shard leaders, processes and worked topics"); e != nil {
 		resp.EtcdError = e.Message
 	} else if msg := a.clusterEtcd(c.Context(), cli, &resp); msg != "" {
 		resp.EtcdError = msg
@@ -100,8 +103,9 @@ func (a *App) handleCluster(c *call) (int, any, *wire.Error) {
 	return http.StatusOK, resp, nil
 }
 
-// clusterEtcd fills in the shard leaders and the processes from etcd; it
-// returns what it could not read ("" when all went well).
+// clusterEtcd fills in the shard leaders, the processes and the worked
+// topics from etcd; it returns what it could not read ("" when all went
+// well).
 func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *clusterResponse) string {
 	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
@@ -127,6 +131,11 @@ func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *clust
 		}
 		return strings.Compare(x.ID, y.ID)
 	})
+	wts, err := worked.List(ctx, cli, a.cfg.Namespace)
+	if err != nil {
+		return etcdError(err).Message
+	}
+	resp.WorkedTopics = append(resp.WorkedTopics, wts...)
 	// Every shard's candidates in one read. In an election the candidate
 	// with the lowest create revision leads (concurrency.Election); its
 	// value is what Campaign was given: the process id.
@@ -149,4 +158,37 @@ func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *clust
 		resp.Shards[i].Leader = &clusterLeader{ID: id, Addr: addrs[id]}
 	}
 	return ""
+}
+
+// DELETE /v1/cluster/worked/{topic}: an operator forgets a worked topic
+// (package worked) no work process handles any more: tasks fired to it
+// from then on end "delivered" once Kafka has them. A work process that
+// consumes it declares it again when it starts. 200 {"topic",
+// "forgotten"} (false: it was not worked); 422 naming topic for a bad
+// name; 503 when etcd is not configured or does not answer.
+
+type forgetTopicResult struct {
+	Topic     string `json:"topic"`
+	Forgotten bool   `json:"forgotten"`
+}
+
+func (a *App) handleForgetWorkedTopic(c *call) (int, any, *wire.Error) {
+	topic := c.PathValue("topic")
+	if err := worked.ValidateTopic(topic); err != nil {
+		return 0, nil, wire.InvalidTask(strings.TrimPrefix(err.Error(), worked.ErrInvalidTopic.Error()+": "))
+	}
+	cli, e := a.etcdFor("worked topics")
+	if e != nil {
+		return 0, nil, e
+	}
+	ctx, cancel := context.WithTimeout(c.Context(), etcdTimeout)
+	defer cancel()
+	existed, err := worked.Forget(ctx, cli, a.cfg.Namespace, topic)
+	if err != nil {
+		return 0, nil, etcdError(err)
+	}
+	if existed {
+		a.log.Info("worked topic forgotten", "topic", topic)
+	}
+	return http.StatusOK, forgetTopicResult{Topic: topic, Forgotten: existed}, nil
 }

@@ -64,6 +64,7 @@ var listStates = map[string]task.State{
 	string(task.StateDead):      task.StateDead,
 	string(task.StateSucceeded): task.StateSucceeded,
 	string(task.StateCancelled): task.StateCancelled,
+	string(task.StateDelivered): task.StateDelivered,
 }
 
 // query reads the request's query string strictly: only the names in
@@ -102,7 +103,7 @@ func listQuery(c *call) (redisstore.ListQuery, *wire.Error) {
 	s := q.Get("state")
 	st, ok := listStates[s]
 	if !ok {
-		return lq, wire.InvalidTask(fmt.Sprintf("state: %q is not one of scheduled, retrying, fired, paused, dead, succeeded, cancelled (empty: scheduled and retrying)", task.Truncate(s, 32)))
+		return lq, wire.InvalidTask(fmt.Sprintf("state: %q is not one of scheduled, retrying, fired, paused, dead, succeeded, cancelled, delivered (empty: scheduled and retrying)", task.Truncate(s, 32)))
 	}
 	lq.State = st
 	if lq.Type, e = queryType(q, "leave it out to list every type"); e != nil {

@@ -5,14 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
+	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/event/leader"
 	"github.com/delayq/delayq/internal/pause"
 	"github.com/delayq/delayq/internal/redisstore"
@@ -986,5 +991,135 @@ func TestHostileOperator(t *testing.T) {
 	}
 	if got := app.do("GET", "/v1/tasks?state=dead&type=keep", ""); strings.Count(string(got.Raw), `"state":"dead"`) != 5 {
 		t.Fatalf("dead tasks after the hostile table: %s", got.Raw)
+	}
+}
+
+// deliverDue takes every due task of every shard and settles each take
+// with acknowledged receipts that end the tasks delivered (as a leader
+// does for a topic no work process handles): partition 0, offset = the
+// order of the copy, token 1.
+func deliverDue(t *testing.T, st *redisstore.Store) []string {
+	t.Helper()
+	var ids []string
+	for sh := range st.Shards() {
+		for {
+			tk, err := st.Take(t.Context(), sh, 1, 500, time.Minute)
+			if err != nil {
+				t.Fatalf("take shard %d: %v", sh, err)
+			}
+			if len(tk.Tasks) == 0 {
+				break
+			}
+			acks := make([]redisstore.Ack, len(tk.Tasks))
+			for i, f := range tk.Tasks {
+				acks[i] = redisstore.Ack{ID: f.ID, Gen: f.Gen, Attempt: f.Attempt, DueAt: f.DueAt, FiredAt: tk.Now,
+					Partition: 0, Offset: int64(len(ids)), Token: 1, Delivered: true}
+				ids = append(ids, f.ID)
+			}
+			if _, err := st.SettleAcks(t.Context(), sh, 1, tk.Lease, nil, acks); err != nil {
+				t.Fatalf("settle: %v", err)
+			}
+		}
+	}
+	return ids
+}
+
+// TestOperatorListDelivered: GET /v1/tasks takes state=delivered (and
+// names it among the states when refusing one) and lists the delivered
+// tasks with their fire receipts; a task only fired is not listed; a
+// delivered task is terminal: cancel answers 409 and the bulk cancel
+// skips it.
+func TestOperatorListDelivered(t *testing.T) {
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.Shards = 2
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+	app.scheduleMany("df", "delivered.fired", 2, time.Now().Add(-time.Second))
+	fireDue(t, st)
+	delivered := app.scheduleMany("dl", "delivered.list", 3, time.Now().Add(-time.Second))
+	deliverDue(t, st)
+
+	ids, _ := app.walk(url.Values{"state": {"delivered"}, "limit": {"2"}}, nil)
+	if got := countIDs(t, ids); len(got) != 3 || !got[delivered[0]] || !got[delivered[1]] || !got[delivered[2]] {
+		t.Fatalf("delivered listed: %v, want %v", ids, delivered)
+	}
+	r0 := app.do("GET", "/v1/tasks?state=delivered&type=delivered.list&limit=1000", "")
+	var page struct {
+		Tasks []map[string]any `json:"tasks"`
+	}
+	if err := json.Unmarshal(r0.Raw, &page); err != nil || len(page.Tasks) != 3 {
+		t.Fatalf("list: %v %s", err, r0.Raw)
+	}
+	for _, tk := range page.Tasks {
+		if tk["state"] != "delivered" || tk["partition"] != 0.0 || tk["fired_at"] == nil || tk["leader_token"] != 1.0 ||
+			tk["fired_attempt"] != 1.0 || tk["late_ms"] == nil || tk["fired_due_at"] != tk["due_at"] {
+			t.Fatalf("delivered task listed without its receipt: %v", tk)
+		}
+	}
+	if g := app.do("GET", "/v1/tasks/"+delivered[0], ""); g.str("state") != "delivered" || g.JSON["offset"] == nil {
+		t.Fatalf("get delivered: %s", g.Raw)
+	}
+
+	// terminal: a cancel is a conflict; the bulk cancel changes nothing
+	if got := app.do("DELETE", "/v1/tasks/"+delivered[0], ""); got.Status != 409 || !strings.Contains(string(got.Raw), "delivered") {
+		t.Fatalf("cancel delivered: %d %s", got.Status, got.Raw)
+	}
+	if got := app.do("POST", "/v1/tasks/cancel", fmt.Sprintf(`{"ids":[%q]}`, delivered[1])); got.Status != 200 || got.JSON["changed"] != 0.0 {
+		t.Fatalf("bulk cancel delivered: %d %s", got.Status, got.Raw)
+	}
+	if got := app.do("POST", "/v1/tasks/cancel", `{"filter":{"type":"delivered.list"}}`); got.Status != 200 || got.JSON["changed"] != 0.0 {
+		t.Fatalf("bulk cancel by filter: %d %s", got.Status, got.Raw)
+	}
+	if g := app.do("GET", "/v1/tasks/"+delivered[1], ""); g.str("state") != "delivered" {
+		t.Fatalf("after the bulk cancels: %s", g.Raw)
+	}
+
+	if got := app.do("GET", "/v1/tasks?state=bogus", ""); got.Status != 422 || !strings.Contains(string(got.Raw), "cancelled, delivered") {
+		t.Fatalf("bogus state: %d %s", got.Status, got.Raw)
+	}
+}
+
+// TestOpenAPIListStates: api/openapi.yaml documents exactly the states
+// GET /v1/tasks takes, and the State schema names each of them.
+func TestOpenAPIListStates(t *testing.T) {
+	var doc struct {
+		Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Enum []string `yaml:"enum"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Parameters []struct {
+			Name   string `yaml:"name"`
+			Schema struct {
+				Enum []string `yaml:"enum"`
+			} `yaml:"schema"`
+		} `yaml:"parameters"`
+	}
+	get := doc.Paths["/v1/tasks"]["get"]
+	if err := get.Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, p := range list.Parameters {
+		if p.Name == "state" {
+			documented = p.Schema.Enum
+		}
+	}
+	taken := slices.Sorted(maps.Keys(listStates))
+	if slices.Sort(documented); !slices.Equal(documented, taken) {
+		t.Errorf("GET /v1/tasks state enum %q, the daemon takes %q", documented, taken)
+	}
+	states := doc.Components.Schemas["State"].Enum
+	for _, s := range taken {
+		if s != "" && !slices.Contains(states, s) {
+			t.Errorf("State schema %q lacks %q", states, s)
+		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/shardmap"
+	"github.com/delayq/delayq/internal/worked"
 )
 
 // App is one event process: the etcd leadership manager, one poller per
@@ -59,6 +60,10 @@ type App struct {
 	// outcomes publishes the "dead" outcome records of tasks made dead at
 	// fire time (nil: DQ_OUTCOMES_TOPIC="")
 	outcomes *outcome.Publisher
+	// worked is the watched registry of worked topics (package worked):
+	// the topics delayq work processes handle. Until it listed them once,
+	// /readyz is not ready.
+	worked *worked.View
 }
 
 // Option adjusts an App (tests).
@@ -117,6 +122,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		_ = a.rdb.Close()
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
+	a.worked = worked.NewView(a.etcd, cfg.Namespace, log.With("component", "worked"))
 
 	a.kafka = fire.NewKafka(fire.KafkaConfig{
 		Brokers:      cfg.KafkaBrokers,
@@ -197,10 +203,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 	return a, nil
 }
 
-// readyz is admin's /readyz (ready while the leadership manager is) with
-// the Kafka topics in the body: a missing default or dead topic is named
-// ("missing_topics") but does not make the process unready, because the
-// tasks of every other topic still fire.
+// readyz is admin's /readyz (ready while the leadership manager is, once
+// the worked topics were listed: reason "worked topics not loaded" until
+// then) with the Kafka topics in the body: a missing default or dead topic
+// is named ("missing_topics") but does not make the process unready,
+// because the tasks of every other topic still fire.
 func (a *App) readyz(w http.ResponseWriter, r *http.Request) {
 	code, body := a.readiness(r.Context())
 	w.Header().Set("Content-Type", "application/json")
@@ -220,6 +227,18 @@ func (a *App) readiness(ctx context.Context) (int, map[string]any) {
 			body["etcd"] = perr.Error()
 		}
 	}
+	select {
+	case <-a.worked.Ready():
+	default:
+		// until then every topic would look unworked
+		code = http.StatusServiceUnavailable
+		body["status"] = "not ready"
+		if r, _ := body["reason"].(string); r != "" {
+			body["reason"] = r + "; " + notLoaded
+		} else {
+			body["reason"] = notLoaded
+		}
+	}
 	missing, err := a.topics.Missing()
 	switch {
 	case err != nil && config.Misconfigured(err):
@@ -237,6 +256,9 @@ func (a *App) readiness(ctx context.Context) (int, map[string]any) {
 	}
 	return code, body
 }
+
+// notLoaded is /readyz's reason while the worked topics were not listed.
+const notLoaded = "worked topics not loaded"
 
 // Addr is the bound HTTP address.
 func (a *App) Addr() string { return a.srv.Addr() }
@@ -261,7 +283,16 @@ func (a *App) lead(ctx context.Context, l leader.Lead) error {
 	go func() { defer close(moverDone); a.grow.moveOut(mctx, l) }()
 	defer func() { stopMover(); <-moverDone }()
 
+	// A task's topic decides whether it ends delivered: no poller fires
+	// before the worked topics were listed (until then every topic would
+	// look unworked).
+	select {
+	case <-a.worked.Ready():
+	case <-ctx.Done():
+		return nil
+	}
 	p := fire.NewPoller(fire.Config{
+		Worked:       a.worked.Worked,
 		Store:        a.store,
 		Producer:     a.kafka,
 		Shard:        l.Shard,
@@ -304,8 +335,14 @@ func (a *App) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	var wg sync.WaitGroup
-	bgErr := make(chan error, 2) // the topic check only ends with bg
+	bgErr := make(chan error, 3) // the topic check only ends with bg
 	wg.Go(func() { bgErr <- a.wakes.Run(bg) })
+	wg.Go(func() {
+		// the pollers read it until they stopped: it ends with bg
+		if err := a.worked.Run(bg); err != nil {
+			bgErr <- fmt.Errorf("worked topics: %w", err)
+		}
+	})
 	wg.Go(func() { _ = a.topics.Run(bg) })
 	wg.Go(func() { bgErr <- a.srv.Run(bg) })
 	g.Go(func() error { return a.mgr.Run(gctx) })

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
@@ -20,6 +24,8 @@ import (
 	"github.com/delayq/delayq/internal/outcome"
 	"github.com/delayq/delayq/internal/pause"
 	"github.com/delayq/delayq/internal/registry"
+	"github.com/delayq/delayq/internal/retry"
+	"github.com/delayq/delayq/internal/worked"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -44,6 +50,12 @@ type App struct {
 	// hooks calls the outcome hooks (nil: none configured); not part of
 	// /readyz, see hooks.go
 	hooks *Hooks
+	// id is the process id: the worker's instance, the registry's id and
+	// the "by" of the worked topics it declares
+	id string
+	// declared counts the consumed topics known declared worked
+	// (delayq_work_topics_declared)
+	declared atomic.Int64
 }
 
 // Run is the work binary: parse args and environment, build, run until ctx
@@ -116,7 +128,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return fail(err)
 	}
-	id := registry.DefaultID() // the worker's instance and the registry's process id
+	id := registry.DefaultID() // the worker's instance, the registry's process id, the worked topics' "by"
 	var pw *pause.Watcher
 	var pv worker.PauseView // nil: nothing paused
 	if lim != nil {
@@ -216,8 +228,135 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return fail(err)
 		}
 	}
-	return &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim, pause: pw, procs: procs, topics: topics,
-		outcomes: pub, hooks: hooks}, nil
+	a := &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim, pause: pw, procs: procs, topics: topics,
+		outcomes: pub, hooks: hooks, id: id}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: admin.Namespace, Name: "work_topics_declared",
+		Help: "Topics this work process consumes that are declared worked in etcd (the rest: DQ_TOPICS not declared yet, or no etcd); a task fired to an undeclared topic ends delivered.",
+	}, func() float64 { return float64(a.declared.Load()) }))
+	if lim == nil {
+		log.Warn("no etcd (DQ_ETCD_ENDPOINTS): the consumed topics cannot be declared worked; tasks fired to them end delivered "+
+			"(not run to an outcome) unless another work process declares them; they still run when read", "topics", cfg.Topics)
+	}
+	return a, nil
+}
+
+// Worked topics (package worked): with etcd, a work process declares every
+// topic it consumes (DQ_TOPICS) in /<ns>/worked/<topic>, without a lease,
+// before it fetches its first record, so that the event processes keep the
+// tasks fired to them "fired" until a worker finishes them (a task fired
+// to an undeclared topic ends "delivered" once Kafka has it). A
+// declaration is put-if-absent: the first one (its group, since and by)
+// stays.
+//
+// At start the declaration is retried with a backoff for up to
+// declareStart. What etcd refuses (a permission missing, a TLS or
+// authentication error, a topic name it cannot be) fails the start at
+// once, and so does an etcd that accepts connections but does not take
+// the declaration within declareStart. Only when no etcd endpoint accepts
+// a connection at all (etcd down or not deployed: etcd is not needed to
+// run) does the process start consuming undeclared topics, with a
+// warning, and go on declaring them in the background (declareLater):
+// tasks fired to them meanwhile, were they undeclared, end delivered.
+const (
+	declareStart   = 10 * time.Second // all the attempts at start together
+	declareAttempt = 3 * time.Second  // one attempt (every topic)
+	declareDial    = time.Second      // the TCP check of one etcd endpoint
+)
+
+// declareTopics declares the consumed topics at start. later is true when
+// etcd could not be reached: declareLater must go on. ctx ending is no
+// error.
+func (a *App) declareTopics(ctx context.Context) (later bool, err error) {
+	sctx, cancel := context.WithTimeout(ctx, declareStart)
+	defer cancel()
+	b := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	pending := slices.Clone(a.cfg.Topics)
+	for {
+		if !etcdReachable(sctx, a.cfg.EtcdEndpoints) {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			a.log.Warn("etcd unreachable: consuming topics not declared worked yet; declaring them in the background "+
+				"(tasks fired to an undeclared topic end delivered)", "topics", pending, "endpoints", a.cfg.EtcdEndpoints)
+			return true, nil
+		}
+		pending, err = a.declare(sctx, pending)
+		if len(pending) == 0 {
+			return false, nil
+		}
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		if errors.Is(err, worked.ErrInvalidTopic) || config.Misconfigured(err) {
+			return false, fmt.Errorf("declare worked topics %s: etcd refused: %w", strings.Join(pending, ", "), err)
+		}
+		if perr := a.cfg.ProbeEtcd(sctx); perr != nil && config.Misconfigured(perr) {
+			return false, fmt.Errorf("declare worked topics %s: %w", strings.Join(pending, ", "), perr)
+		}
+		a.log.Debug("declare worked topics: retrying", "topics", pending, "err", err)
+		if !retry.Sleep(sctx, b.Next()) {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			return false, fmt.Errorf("declare worked topics %s: etcd did not take the declaration within %s: %w",
+				strings.Join(pending, ", "), declareStart, err)
+		}
+	}
+}
+
+// declareLater declares the topics not declared at start until it is done
+// or ctx ends.
+func (a *App) declareLater(ctx context.Context) {
+	b := retry.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+	pending := slices.Clone(a.cfg.Topics)
+	for {
+		var err error
+		if pending, err = a.declare(ctx, pending); len(pending) == 0 {
+			a.log.Info("consumed topics declared worked", "topics", a.cfg.Topics)
+			return
+		}
+		a.log.Debug("declare worked topics: retrying", "topics", pending, "err", err)
+		if !retry.Sleep(ctx, b.Next()) {
+			return
+		}
+	}
+}
+
+// declare declares each of topics in one attempt, and returns those it
+// could not declare with the last error.
+func (a *App) declare(ctx context.Context, topics []string) (pending []string, err error) {
+	actx, cancel := context.WithTimeout(ctx, declareAttempt)
+	defer cancel()
+	for _, t := range topics {
+		created, derr := worked.Declare(actx, a.limits.etcd, a.cfg.Namespace, t, a.cfg.Group, a.id)
+		if derr != nil {
+			pending, err = append(pending, t), derr
+			continue
+		}
+		a.declared.Add(1)
+		if created {
+			a.log.Info("topic declared worked", "topic", t, "group", a.cfg.Group)
+		}
+	}
+	return pending, err
+}
+
+// etcdReachable reports whether some etcd endpoint accepts a TCP
+// connection (or ctx ended).
+func etcdReachable(ctx context.Context, endpoints []string) bool {
+	d := net.Dialer{Timeout: declareDial}
+	for _, ep := range endpoints {
+		addr := ep
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			addr = u.Host
+		}
+		if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
+			_ = c.Close()
+			return true
+		}
+	}
+	return ctx.Err() != nil
 }
 
 // topicsReady is the Kafka topics' part of /readyz: a missing topic (or
@@ -264,6 +403,19 @@ func (a *App) Addr() string { return a.srv.Addr() }
 func (a *App) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
+		if a.limits != nil {
+			// the consumed topics are declared before the first fetch
+			later, err := a.declareTopics(gctx)
+			if err != nil {
+				return err
+			}
+			if later {
+				g.Go(func() error { a.declareLater(gctx); return nil })
+			}
+		}
+		if gctx.Err() != nil {
+			return nil
+		}
 		if err := a.worker.Run(gctx); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}

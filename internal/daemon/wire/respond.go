@@ -167,7 +167,7 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// taskView is the JSON of a task (GET /v1/tasks/{id}, dead list). The
+// taskView is the JSON of a task (GET /v1/tasks/{id}, GET /v1/tasks, dead list). The
 // payload is spliced in by AppendTask so that a JSON payload comes back
 // byte for byte as it was sent (encoding/json would compact it).
 type taskView struct {
@@ -186,6 +186,31 @@ type taskView struct {
 	Priority      int               `json:"priority"`
 	LastError     string            `json:"last_error,omitempty"`
 	DiedAt        string            `json:"died_at,omitempty"`
+	// The fire receipt: every field is there, or none (a task never
+	// fired since receipts were kept). Partition and offset 0 are real.
+	*receiptView
+}
+
+// receiptView is the fire receipt of a task (task.Receipt) in its JSON.
+type receiptView struct {
+	FiredAt      string `json:"fired_at"`      // when the record was produced
+	Partition    int32  `json:"partition"`     // of the record Kafka acknowledged
+	Offset       int64  `json:"offset"`        // of the record Kafka acknowledged
+	FiredAttempt int    `json:"fired_attempt"` // the attempt that was fired
+	FiredDueAt   string `json:"fired_due_at"`  // the due time of the fired generation
+	LateMs       int64  `json:"late_ms"`       // fired_at - fired_due_at, at least 0
+	LeaderToken  int64  `json:"leader_token"`  // the fencing token of the leader that fired it
+}
+
+// newReceiptView is r's JSON view, nil for nil.
+func newReceiptView(r *task.Receipt) *receiptView {
+	if r == nil {
+		return nil
+	}
+	return &receiptView{
+		FiredAt: FormatTime(r.FiredAt), Partition: r.Partition, Offset: r.Offset, FiredAttempt: r.Attempt,
+		FiredDueAt: FormatTime(r.DueAt), LateMs: max(r.FiredAt.Sub(r.DueAt).Milliseconds(), 0), LeaderToken: r.Token,
+	}
 }
 
 // AppendTask appends the JSON of t; diedAt is set for the dead list.
@@ -194,6 +219,7 @@ func AppendTask(b []byte, t *task.Task, diedAt time.Time) ([]byte, error) {
 		ID: t.ID, Type: t.Type, State: t.State, DueAt: FormatTime(t.DueAt), Attempt: t.Attempt,
 		Shard: t.Shard, Topic: t.Topic, Key: t.Key, Headers: t.Headers,
 		MaxAttempts: t.Attempts(), Priority: t.Priority, LastError: t.LastError,
+		receiptView: newReceiptView(t.Receipt),
 	}
 	// A payload marked JSON that is not (written by some other path) is
 	// shown as base64 rather than breaking the answer.

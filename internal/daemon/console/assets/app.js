@@ -504,6 +504,7 @@
     const shards = table('shards-table', ['Shard', 'Leader', 'Address', ['Token', 'num'], ['Pending', 'num'], ['Overdue', 'num'],
       ['Oldest overdue', 'num'], ['Paused', 'num'], ['Firing', 'num'], ['Dead', 'num']], 'shards-table');
     const procs = table('procs-table', ['Kind', 'Id', 'Version', 'Address', 'Ready', 'Reason', 'Started'], 'procs-table');
+    const workedTopics = table('worked-table', ['Topic', 'Group', 'Since'], 'worked-table');
     add(view, [
       el('h2', { text: 'Overview' }),
       errors, cards,
@@ -511,6 +512,8 @@
       el('p', { class: 'note', text: 'Fired, handled and scheduled rates come from the counters each process writes to the registry about every 5 s (GET /v1/cluster); the changes are differences between two polls of this page.' }),
       el('h3', { text: 'Shards' }), shards.table,
       el('h3', { text: 'Processes' }), procs.table,
+      el('h3', { text: 'Worked topics' }), workedTopics.table,
+      el('p', { class: 'note', text: 'Topics delayq work processes declared they consume: a task fired to one of them stays fired until a worker finishes it; a task fired to any other topic ends delivered once Kafka has it.' }),
     ]);
     let prev = null;
     const procRates = (list) => {
@@ -629,6 +632,15 @@
           el('td', { class: 'err' }, p.reason || ''),
           timeCell(p.started_at),
         )) : emptyRow(7, c ? 'no process registered' : 'the daemon does not serve /v1/cluster')));
+
+        const wts = c && Array.isArray(c.worked_topics) ? c.worked_topics : [];
+        const noTopics = !c ? 'the daemon does not serve /v1/cluster'
+          : c.etcd_error ? 'etcd could not be read'
+            : !Array.isArray(c.worked_topics) ? 'the daemon does not list worked topics'
+              : 'no worked topics: tasks fired to any topic end delivered';
+        render(workedTopics.body, { wts, noTopics }, () => (wts.length ? wts.map((w) => el('tr', { testid: 'worked-row', dataset: { topic: String(w.topic || '') } },
+          el('td', { class: 'id' }, w.topic), cell(w.group), timeCell(w.since),
+        )) : emptyRow(3, noTopics)));
       },
     };
   }
@@ -654,7 +666,7 @@
 
   // ------------------------------------------------------------- tasks
 
-  const STATES = ['', 'scheduled', 'retrying', 'paused', 'fired', 'dead', 'succeeded', 'cancelled'];
+  const STATES = ['', 'scheduled', 'retrying', 'paused', 'fired', 'dead', 'succeeded', 'cancelled', 'delivered'];
 
   // The states whose tasks a cancel takes, as the confirm names them.
   const CANCELLABLE = { '': 'waiting (scheduled + retrying)', scheduled: 'scheduled', retrying: 'retrying', paused: 'paused' };
@@ -883,6 +895,16 @@
         row('key', t.key, 'task-key');
         row('timeout', t.timeout, 'task-timeout');
         row('died at', t.died_at ? fmtTime(t.died_at) : '', 'task-died');
+        if (t.fired_at) {
+          // the fire receipt: what Kafka acknowledged for the latest copy
+          // (partition and offset 0 are real values)
+          row('fired at', fmtTime(t.fired_at), 'task-fired-at');
+          row('fired attempt', String(t.fired_attempt), 'task-fired-attempt');
+          row('late', `${t.late_ms} ms`, 'task-late');
+          row('partition', String(t.partition), 'task-partition');
+          row('offset', String(t.offset), 'task-offset');
+          row('leader token', String(t.leader_token), 'task-leader-token');
+        }
         return out;
       });
       const pv = payloadView(doc, t);
