@@ -45,6 +45,12 @@ type Spec struct {
 	// binaries ask for the primary (DQ_REDIS_SENTINEL_*), instead of one
 	// redis-server.
 	RedisSentinel bool
+	// DeferWorkers (local tier only): the work processes are set up (port,
+	// environment, webhook) but not started; the test starts each with
+	// Cluster.Start(t, Work, i). A work process declares the topics it
+	// consumes worked when it starts, so a stopped one is not "no worker
+	// yet" (TestBridge).
+	DeferWorkers bool
 }
 
 func (s Spec) count(r Role) int {

@@ -128,6 +128,13 @@ func TestConsole(t *testing.T) {
 	p.shot("tasks", true)
 	p.do(chromedp.SetValue(chromedp.CSS("#f-state"), "succeeded"), chromedp.Click(chromedp.CSS("#task-search")))
 	p.waitJS("the handled tasks listed as succeeded", p.taskRows([]string{"mail-now-0", "mail-now-1"}, "succeeded"))
+	// the delivered state: offered by the filter, its badge styled
+	p.waitJS("the state filter offers delivered", `[...document.querySelectorAll('#f-state option')].some(o => o.value === 'delivered')`)
+	p.waitJS("the delivered badge styled", `(() => {
+		const b = document.createElement('span'); b.className = 'badge delivered'; document.body.append(b);
+		const bg = getComputedStyle(b).backgroundColor; b.remove();
+		return bg === 'rgb(220, 242, 243)';
+	})()`)
 
 	// Task detail: the payload pretty-printed byte for byte (the big
 	// number is not rounded), headers, attempts.
@@ -143,6 +150,22 @@ func TestConsole(t *testing.T) {
 	if ti, err := api.Get(t.Context(), "mail-far-0"); err != nil || ti.DueAt.Before(time.Now().Add(80*time.Minute)) {
 		t.Fatalf("mail-far-0 after the console's reschedule by 90m: %+v, %v", ti, err)
 	}
+	p.waitJS("no fire receipt on a task never fired", `document.querySelector('[data-testid=task-fired-at]') === null`)
+
+	// A fired task's detail shows its fire receipt as the API has it.
+	fired, err := api.Get(t.Context(), "mail-now-0")
+	if err != nil || !fired.HasReceipt() {
+		t.Fatalf("mail-now-0 (succeeded) without a fire receipt: %+v, %v", fired, err)
+	}
+	p.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/task/mail-now-0'`))
+	p.waitJS("the fire receipt of a handled task", `(() => {
+		const f = (k) => (document.querySelector('[data-testid=' + k + ']') || {}).textContent;
+		return f('task-id') === 'mail-now-0' && f('task-fired-at') === `+jsString(fired.FiredAt.UTC().Format("2006-01-02 15:04:05.000Z"))+` &&
+			f('task-partition') === `+jsString(fmt.Sprint(fired.Partition))+` && f('task-offset') === `+jsString(fmt.Sprint(fired.Offset))+` &&
+			f('task-fired-attempt') === `+jsString(fmt.Sprint(fired.FiredAttempt))+` && f('task-late') === `+jsString(fmt.Sprintf("%d ms", fired.LateMs))+` &&
+			f('task-leader-token') === `+jsString(fmt.Sprint(fired.LeaderToken))+`;
+	})()`)
+	p.shot("task-receipt", false)
 
 	// The hostile task: every field shows as text; nothing it carries runs.
 	p.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/task/' + encodeURIComponent(` + jsString(hostileID) + `)`))

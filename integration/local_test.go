@@ -183,8 +183,12 @@ func (p localProvisioner) Start(t *testing.T, spec Spec) Cluster {
 		}
 	}
 	// Start order as in production: daemon, then event and work; each
-	// role's instances concurrently.
+	// role's instances concurrently. Deferred work processes wait for the
+	// test's Start.
 	for _, r := range Roles {
+		if r == Work && spec.DeferWorkers {
+			continue
+		}
 		var wg sync.WaitGroup
 		errs := make([]error, len(c.inst[r]))
 		for i, in := range c.inst[r] {
