@@ -4,7 +4,7 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-scale bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory chaos fuzz clean
+.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-scale bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory bench-bridge chaos fuzz clean
 
 all: build
 
@@ -101,6 +101,13 @@ bench-lag:
 # paced at 2,000 and 10,000 tasks/s (small micro-batches over the shards)
 bench-work:
 	$(GO) test ./worker -run '^$$' -bench 'BenchmarkThroughput|BenchmarkPaced' -benchtime 1x -count 1 -timeout 20m
+
+# Redis memory of a bridge (topics no work process handles, #41): 1,000,000
+# tasks (DQ_BENCH_TASKS) scheduled, fired, settled delivered, then purged
+# after a 10s retention by the takes; used_memory at each step and the
+# time the purge took (DQ_BENCH_IDLE_POLL: the pollers' idle poll, 5s).
+bench-bridge:
+	$(GO) test ./internal/redisstore -run '^$$' -bench BenchmarkBridgeMemory -benchtime 1x -count 1 -timeout 30m
 
 # The least Redis work of the take, claim and finish, next to the real ones.
 bench-floor:

@@ -57,7 +57,8 @@ import (
 //
 // Run: go test ./internal/event -run '^$' -bench BenchmarkFire -benchtime 1x
 // (DQ_BENCH_PARTS=a,b,c selects parts; DQ_BENCH_DRAIN_PROFILE=<file>
-// writes a CPU profile of the drain).
+// writes a CPU profile of the drain; DQ_BENCH_WORKED=1 declares the topics
+// worked: receipts only, not delivered; see benchWorked).
 func BenchmarkFire(b *testing.B) {
 	parts := os.Getenv("DQ_BENCH_PARTS")
 	if parts == "" {
@@ -69,6 +70,7 @@ func BenchmarkFire(b *testing.B) {
 		bt = v + " (DQ_BENCH_BATCH_TIMEOUT)"
 	}
 	say(b, "kafka-go BatchTimeout %s", bt)
+	say(b, "fire path: %s", benchFirePath())
 	say(b, "machine: %d CPUs, GOMAXPROCS %d, load average %s", runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.TrimSpace(string(load)))
 	for range b.N {
 		if strings.Contains(parts, "a") {
@@ -106,6 +108,7 @@ func benchSteady(b *testing.B) {
 		ahead    = 500 * time.Millisecond
 	)
 	w := newWorld(b, 16)
+	benchDeclare(b, w, task.DefaultTopic)
 	a := w.startAppConfig(benchConfig(w, "bench-steady"))
 	w.waitBalanced(15*time.Second, a)
 	live := startLiveLags(b, w, task.DefaultTopic)
@@ -271,6 +274,7 @@ func benchBurst(b *testing.B) {
 	}
 	w.kafka.CreateTopic(b, "bench.raw.one", 4)
 	w.kafka.CreateTopic(b, "bench.ideal", 4)
+	w.kafka.CreateTopic(b, record.DefaultOutcomesTopic, 4) // the delivered outcome records
 	// rawRate returns records/s and the CPU of this process per record
 	// (kafka-go and kfake: what the broker and client cost in both runs).
 	rawRate := func(workers int, topic string) (float64, time.Duration) {
@@ -333,6 +337,7 @@ func benchBurst(b *testing.B) {
 		}}
 		acfg := benchConfig(w, "bench-burst-"+strconv.Itoa(r))
 		acfg.DefaultTopic = "bench.drain." + strconv.Itoa(r)
+		benchDeclare(b, w, acfg.DefaultTopic)
 		a := w.startAppConfig(acfg, WithFireHooks(hooks))
 		var end time.Time
 		if !pollEvery(300*time.Second, 5*time.Millisecond, func() bool {
@@ -350,6 +355,7 @@ func benchBurst(b *testing.B) {
 		_, bc1 := commandStats(b, w.store.Client())
 		drainRate := float64(n) / drain.Seconds()
 		batches := metric(b, a.Addr(), "delayq_fire_batch_size_count")
+		rc, dl, op, od := benchSettled(b, a)
 		a.stop(b)
 		raw, rawCPU := rawRate(16, "bench.raw."+strconv.Itoa(r))
 		drains, raws = append(drains, drainRate), append(raws, raw)
@@ -361,6 +367,7 @@ func benchBurst(b *testing.B) {
 			redisBusy.Round(time.Millisecond), 100*redisBusy.Seconds()/drain.Seconds(), raw, 100*drainRate/raw)
 		say(b, "(b) round %d, CPU per task: drain %.2fus (redis-server %.2f + this process %.2f: event process, kafka-go, kfake), raw %.2fus per record (kafka-go, kfake); 50%% of raw (%.0f tasks/s) would need %.1f cores at the drain's cost (this machine: %d)",
 			r+1, us(drainCPU), us(redisBusy/n), us(procBusy/n), us(rawCPU), raw/2, cores[r], runtime.NumCPU())
+		say(b, "(b) round %d, settles at the drain's end: %.0f receipts, %.0f delivered; outcome records %.0f published, %.0f dropped", r+1, rc, dl, op, od)
 		if r == 0 {
 			say(b, "(b) round 1, redis by command: %s", commandDelta(bc0, bc1))
 		}
