@@ -15,7 +15,7 @@ if not v then return {0, '', 0} end
 if is_moving(v) then return {7, '', 0} end
 local st, gen, att, due, body = parse(v)
 if not is_waiting(st) then return {4, st, due} end
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return {4, taken_state(KEYS[3], ARGV[1]), due} end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return {4, taken_state(KEYS[3], ARGV[1], v), due} end
 unindex_parked(KEYS[1], ARGV[1], body)
 redis.call('HSET', KEYS[2], ARGV[1], record('c', gen, att, due, body))
 drop_claim(KEYS[5], ARGV[1], gen)

@@ -97,7 +97,7 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 		secs := chunks(group, func(i int) int { return s.firedShard(cs[i].ID, cs[i].Shard, cs[i].ShardSet) })
 		gc := s.packShards(secs, []any{ttl}, func(sec *chunk[int], c *shardCall) {
 			sh := sec.key
-			c.keys = append(c.keys, s.k.runs(sh), s.k.done(sh), s.k.receipts(sh))
+			c.keys = append(c.keys, s.k.runs(sh), s.k.done(sh))
 			c.args = append(c.args, len(sec.idx))
 			for _, i := range sec.idx {
 				cl := cs[i]

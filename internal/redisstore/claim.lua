@@ -8,33 +8,20 @@
 -- its own claim and succeeds again), the copy's due time in ms (-1: not
 -- checked; a record with another due time is stale, code 5)
 -- KEYS, per section: the shard's claims hash (see claim_holder in
--- common.lua), its done set, its receipts hash, and the bucket hash of
--- each of its n tasks
+-- common.lua), its done set, and the bucket hash of each of its n tasks
 -- Returns, per task in order, {code, state, record}: 1 claimed (record =
 -- the stored record), 0 not found, 5 stale generation, 6 not in a fired
 -- state (its outcome is stored), 7 held by another owner; record is ''
 -- unless claimed.
 -- The generation tells the current firing (see is_fired in common.lua);
 -- a waiting-state record whose id is in the done set succeeded (a lean
--- success, see common.lua): code 6, state S; unless it was delivered
--- (settle.lua: its receipt says 'd' for this generation): a work process
--- of its topic started after it fired, and runs it all the same. Such a
--- claim takes it out of the done set and makes its receipt 'f': it is
--- fired again, and finishes as any other.
+-- success, see common.lua): code 6, state S.
 -- Per task: one HGET of the record; the claims of a section are read
 -- with one HMGET and written with one HSET, the done set with one ZMSCORE.
 local now = now_ms()
 -- the claims' deadline, formatted once
 local dl = string.format('%d', now + tonumber(ARGV[1])) .. '|'
 local out = {}
-
--- delivered_receipt is the receipt of a delivered task (record v), nil
--- for any other
-local function delivered_receipt(rkey, id, v)
-  local r = redis.call('HGET', rkey, id)
-  if r and string.sub(r, 1, 1) == 'd' and string.sub(r, 2, 5) == string.sub(v, 2, 5) then return r end
-  return nil
-end
 
 -- claim_shard claims a section: KEYS from k, ARGV from a (its n)
 local function claim_shard(k, a, n)
@@ -50,7 +37,7 @@ local function claim_shard(k, a, n)
   for i = 1, n do
     local j = a + 4 * i - 3
     local id, g, owner, cdue = ids[i], tonumber(ARGV[j + 1]), ARGV[j + 2], tonumber(ARGV[j + 3])
-    local v = redis.call('HGET', KEYS[k + 2 + i], id)
+    local v = redis.call('HGET', KEYS[k + 1 + i], id)
     if not v then
       out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = ''
     else
@@ -60,7 +47,7 @@ local function claim_shard(k, a, n)
         out[#out + 1] = 5; out[#out + 1] = st; out[#out + 1] = ''
       elseif not is_fired(st) then
         out[#out + 1] = 6; out[#out + 1] = st; out[#out + 1] = ''
-      elseif fin[i] and is_waiting(st) and not delivered_receipt(KEYS[k + 2], id, v) then
+      elseif fin[i] and is_waiting(st) then
         out[#out + 1] = 6; out[#out + 1] = 'S'; out[#out + 1] = ''
       else
         -- a copy claimed earlier in this section holds it too
@@ -70,12 +57,6 @@ local function claim_shard(k, a, n)
           out[#out + 1] = 7; out[#out + 1] = st; out[#out + 1] = ''
         else
           mine[f] = owner
-          if fin[i] and is_waiting(st) then
-            -- delivered, claimed by a work process that started since
-            redis.call('ZREM', KEYS[k + 1], id)
-            redis.call('HSET', KEYS[k + 2], id, 'f' .. string.sub(redis.call('HGET', KEYS[k + 2], id), 2))
-            fin[i] = false
-          end
           set[#set + 1] = f
           set[#set + 1] = dl .. owner
           out[#out + 1] = 1; out[#out + 1] = st; out[#out + 1] = v
@@ -99,7 +80,7 @@ while a <= #ARGV do
   local n = tonumber(ARGV[a])
   claim_shard(k, a, n)
   sections[#sections + 1] = k
-  k, a = k + 3 + n, a + 1 + 4 * n
+  k, a = k + 2 + n, a + 1 + 4 * n
 end
 -- one section's claims hash is swept per call, picked by the microsecond
 -- of Redis' clock: a call of many small sections (a worker's micro-batch

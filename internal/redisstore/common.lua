@@ -128,19 +128,6 @@ local function lean_done(done_key, id)
   return redis.call('ZSCORE', done_key, id) ~= false
 end
 
--- taken_state is the state a by-id script answers for a waiting-state
--- record out of the due set: 'S' after a lean success, 'D' when it was
--- delivered (its receipt, in the shard's receipts hash next to the done
--- set, says 'd': settle.lua), else 'F' (fired).
-local function taken_state(done_key, id)
-  if lean_done(done_key, id) then
-    local r = redis.call('HGET', string.sub(done_key, 1, -5) .. 'rcpt', id)
-    if r and string.sub(r, 1, 1) == 'd' then return 'D' end
-    return 'S'
-  end
-  return 'F'
-end
-
 -- requeue puts a taken task back into the due set at its due time: what a
 -- settle does with a take Kafka did not confirm. The record is not
 -- touched. Only a task still in a waiting state with generation g (the
@@ -325,6 +312,38 @@ end
 -- lean success above).
 local function drop_claim(runs_key, id, g)
   redis.call('HDEL', runs_key, claim_field(id, string.format('%d', g)))
+end
+
+-- Delivered (settle.lua): a waiting-state record out of the due set and
+-- out of the done set whose receipt (the shard's receipts hash, prefix ..
+-- 'rcpt') says 'd' for the record's generation, and no claim of that
+-- generation exists: a claim means a work process of its topic runs it
+-- (fired), and its outcome then decides (a lean success puts it into the
+-- done set: succeeded). Nothing is written to make a task delivered but
+-- its receipt; the settle keeps the take's lease key as the purge list of
+-- its tasks (delivered_list), under the retention's expiry in the shard's
+-- delivered index (prefix .. 'dlx').
+local function delivered_list(prefix, seq)
+  return prefix .. 'dl:' .. seq
+end
+
+-- is_delivered tells whether record v of id, waiting-state and out of the
+-- due and done sets (the caller checked), is delivered.
+local function is_delivered(prefix, id, v)
+  local r = redis.call('HGET', prefix .. 'rcpt', id)
+  if not r or string.sub(r, 1, 1) ~= 'd' or string.sub(r, 2, 5) ~= string.sub(v, 2, 5) then return false end
+  local g = string.format('%d', struct.unpack('>I4', v, 2))
+  return redis.call('HEXISTS', prefix .. 'runs', claim_field(id, g)) == 0
+end
+
+-- taken_state is the state a by-id script answers for a waiting-state
+-- record v of id out of the due set: 'S' after a lean success, 'D' when
+-- it was delivered (is_delivered), else 'F' (fired). The shard's key
+-- prefix is done_key's.
+local function taken_state(done_key, id, v)
+  if lean_done(done_key, id) then return 'S' end
+  if is_delivered(string.sub(done_key, 1, -5), id, v) then return 'D' end
+  return 'F'
 end
 
 -- claim_holder is the owner of a claim value that is still held at now,

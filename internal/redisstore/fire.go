@@ -121,7 +121,7 @@ func (s *Store) TakeAhead(ctx context.Context, shard int, token int64, limit int
 		args = append(args, task.Millis(fault.Now()))
 	}
 	v, err := s.run(ctx, takeScript,
-		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard), s.k.leaseSeq(shard), s.k.receipts(shard)},
+		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard), s.k.leaseSeq(shard), s.k.receipts(shard), s.k.delivered(shard)},
 		args...)
 	if err != nil {
 		return Taken{}, fmt.Errorf("take shard %d: %w", shard, err)
@@ -198,32 +198,32 @@ func (s *Store) Settle(ctx context.Context, shard int, token int64, lease string
 // Settled is what SettleAcks did.
 type Settled struct {
 	Fired, Released int
-	// Delivered tells, per Ack that asked for it (in order, the others
-	// skipped), whether the task ended delivered.
-	Delivered []bool
+	// Stored says the receipts were written (and the Acks that asked for
+	// it made their tasks delivered): the lease was still this take's.
+	Stored bool
 }
 
 // SettleAcks is Settle that also stores the fire receipt of each copy
-// Kafka acknowledged (acks), and ends delivered the tasks whose Ack asks
-// for it, unless a worker claimed, finished or retried them since the
-// take (settle.lua). A take settled or re-claimed already stores nothing.
+// Kafka acknowledged (acks): a task whose Ack says Delivered is delivered
+// from then on, unless a worker claims it (see is_delivered in
+// common.lua). A take settled or re-claimed already stores nothing.
 func (s *Store) SettleAcks(ctx context.Context, shard int, token int64, lease string, failed []Fired, acks []Ack) (Settled, error) {
-	args := make([]any, 0, 5+2*len(failed)+4*len(acks))
-	args = append(args, token, s.k.prefix[shard], lease, s.retention.Milliseconds(), len(failed))
+	args := make([]any, 0, 6+2*len(failed)+2*len(acks))
+	delivered := 0
+	for _, a := range acks {
+		if a.Delivered {
+			delivered++
+		}
+	}
+	args = append(args, token, s.k.prefix[shard], lease, s.retention.Milliseconds(), len(failed), delivered)
 	for _, f := range failed {
 		args = append(args, f.ID, f.Gen)
 	}
-	asked := 0
 	for _, a := range acks {
-		bkey := ""
-		if a.Delivered {
-			bkey = s.k.bucket(shard, a.ID)
-			asked++
-		}
-		args = append(args, a.ID, a.Gen, a.pack(), bkey)
+		args = append(args, a.ID, a.pack())
 	}
 	v, err := s.run(ctx, settleScript, []string{s.k.inflight(shard), s.k.due(shard), s.k.fence(shard), s.k.done(shard),
-		s.k.runs(shard), s.k.receipts(shard)}, args...)
+		s.k.receipts(shard), s.k.delivered(shard)}, args...)
 	if err != nil {
 		return Settled{}, fmt.Errorf("settle shard %d: %w", shard, err)
 	}
@@ -236,15 +236,8 @@ func (s *Store) SettleAcks(ctx context.Context, shard int, token int64, lease st
 	}
 	f, _ := a[0].(int64)
 	r, _ := a[1].(int64)
-	marks, _ := a[2].(string)
-	out := Settled{Fired: int(f), Released: int(r)}
-	if asked > 0 {
-		out.Delivered = make([]bool, asked)
-		for i := range min(len(marks), asked) {
-			out.Delivered[i] = marks[i] == '1'
-		}
-	}
-	return out, nil
+	stored, _ := a[2].(int64)
+	return Settled{Fired: int(f), Released: int(r), Stored: stored == 1}, nil
 }
 
 // adoptLeasesPerCall bounds one adopt call: it rewrites one in-flight

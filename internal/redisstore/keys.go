@@ -62,6 +62,11 @@ func (k keys) runs(shard int) string { return k.prefix[shard] + "runs" }
 // task's latest fired copy (receipt.go).
 func (k keys) receipts(shard int) string { return k.prefix[shard] + "rcpt" }
 
+// delivered is the shard's delivered index: the purge lists of delivered
+// tasks (a settled take's lease key, renamed deliveredList) -> the
+// retention's expiry (ms). See settle.lua.
+func (k keys) delivered(shard int) string { return k.prefix[shard] + "dlx" }
+
 func claimField(id string, gen uint64) string { return id + ":" + strconv.FormatUint(gen, 10) }
 
 // bucket is the hash that holds the record of id. The Lua scripts compute

@@ -128,9 +128,9 @@ func decodeCursor(s string, q ListQuery, f uint64) (listCursor, error) {
 		return c, fmt.Errorf("%w: bucket %d", ErrBadCursor, c.B)
 	case len(c.ID) > task.MaxIDLen || math.IsNaN(c.Sc) || math.IsInf(c.Sc, 0):
 		return c, fmt.Errorf("%w: position", ErrBadCursor)
-	case q.State == task.StateFired && (c.At || c.Sc != 0):
+	case bucketWalk(q.State) && (c.At || c.Sc != 0):
 		return c, fmt.Errorf("%w: position", ErrBadCursor)
-	case q.State != task.StateFired && (c.B != 0 || c.C != 0 || !c.At && (c.ID != "" || c.Sc != 0)):
+	case !bucketWalk(q.State) && (c.B != 0 || c.C != 0 || !c.At && (c.ID != "" || c.Sc != 0)):
 		return c, fmt.Errorf("%w: position", ErrBadCursor)
 	}
 	return c, nil
@@ -208,6 +208,12 @@ type walk struct {
 	dead   bool // the set's score is the time the task died
 }
 
+// bucketWalk tells the states listed by walking the bucket hashes (see
+// fired): those of tasks in no sorted set.
+func bucketWalk(st task.State) bool {
+	return st == task.StateFired || st == task.StateDelivered
+}
+
 func (s *Store) walkOf(q ListQuery) (walk, error) {
 	lo, hi := math.Inf(-1), math.Inf(1)
 	if !q.DueAfter.IsZero() {
@@ -238,10 +244,12 @@ func (s *Store) walkOf(q ListQuery) (walk, error) {
 		return w, nil
 	case task.StateDead:
 		return walk{set: s.k.dead, lo: math.Inf(-1), hi: math.Inf(1), accept: is(task.StateDead), dead: true}, nil
-	case task.StateSucceeded, task.StateCancelled, task.StateDelivered:
+	case task.StateSucceeded, task.StateCancelled:
 		return walk{set: s.k.done, lo: math.Inf(-1), hi: math.Inf(1), accept: is(q.State), done: true}, nil
-	case task.StateFired:
-		return walk{accept: is(task.StateFired)}, nil
+	case task.StateFired, task.StateDelivered:
+		// neither is in a sorted set: a delivered task is a fired one
+		// whose receipt says so (see is_delivered in common.lua)
+		return walk{accept: is(q.State)}, nil
 	}
 	return walk{}, fmt.Errorf("list: state %q cannot be listed", q.State)
 }
@@ -513,8 +521,8 @@ func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (boo
 		return false, err
 	}
 	ev, ds, rv := errs.Val(), done.Val(), rcpts.Val()
+	ts := make([]*task.Task, len(cand))
 	for i, r := range cand {
-		c.ID = r.id
 		var le, rc string
 		if i < len(ev) {
 			le, _ = ev[i].(string)
@@ -524,11 +532,16 @@ func (l *lister) firedPage(ctx context.Context, c *listCursor, kv []string) (boo
 		}
 		score, serr := scores[i].Result()
 		inDone := i < len(ds) && ds[i] != 0
-		t, err := readRecord(l.m, c.Sh, r.id, r.v, score, serr == nil, inDone, le, rc)
-		if err != nil {
-			continue
+		if t, err := readRecord(l.m, c.Sh, r.id, r.v, score, serr == nil, inDone, le, rc); err == nil {
+			ts[i] = t
 		}
-		if l.keep(t, time.Time{}) {
+	}
+	if err := l.s.unlessClaimed(ctx, c.Sh, ts); err != nil {
+		return false, err
+	}
+	for i, r := range cand {
+		c.ID = r.id
+		if ts[i] != nil && l.keep(ts[i], time.Time{}) {
 			return true, nil
 		}
 	}

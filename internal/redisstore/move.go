@@ -116,10 +116,10 @@ func (s *Store) finishMoves(ctx context.Context, o int, byDest map[int][]movingT
 	calls := make([]*shardCall, 0, len(byDest))
 	var all []movingTask
 	for n, ts := range byDest {
-		keys := make([]string, 0, 5+len(ts))
-		keys = append(keys, s.k.due(n), s.k.done(n), s.k.dead(n), s.k.errs(n), s.k.receipts(n))
-		args := make([]any, 0, 2+4*len(ts))
-		args = append(args, s.k.wake, n)
+		keys := make([]string, 0, 7+len(ts))
+		keys = append(keys, s.k.due(n), s.k.done(n), s.k.dead(n), s.k.errs(n), s.k.receipts(n), s.k.leaseSeq(n), s.k.delivered(n))
+		args := make([]any, 0, 3+4*len(ts))
+		args = append(args, s.k.wake, n, s.retention.Milliseconds())
 		for _, t := range ts {
 			keys = append(keys, s.k.bucket(n, t.id))
 			args = append(args, t.id, t.value, t.err, t.receipt)

@@ -13,8 +13,9 @@
 -- ARGV[1] token, ARGV[1+i] id of task i
 -- Returns {-1, stored token} when fenced, else per id {code, moving value
 -- or false, last error or false, fire receipt or false}: 1 moving (now or
--- already), 0 gone, 3 in flight. A delivered task (settle.lua) moves as a
--- finished one, with its receipt.
+-- already), 0 gone, 3 in flight. A delivered task (is_delivered in
+-- common.lua) moves with its receipt (kind 'v'): no worker would finish
+-- it, so a growth must not wait for it.
 local stale = fence(KEYS[5], tonumber(ARGV[1]))
 if stale then return {-1, stale} end
 local out = {}
@@ -38,6 +39,9 @@ for i = 2, #ARGV do
         if score then
           kind = 'o'
           redis.call('ZREM', KEYS[2], id)
+        elseif is_delivered(string.sub(KEYS[7], 1, -5), id, v) then
+          -- its old shard's purge list then finds it gone
+          kind, score = 'v', '0'
         end
       end
     elseif st == 'S' or st == 'c' then

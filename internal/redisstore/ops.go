@@ -139,7 +139,38 @@ func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*
 	}
 	score, serr := due.Result()
 	le, _ := lastErr.Result()
-	return readRecord(m, sh, id, v, score, serr == nil, done.Err() == nil, le, rcpt.Val())
+	t, err := readRecord(m, sh, id, v, score, serr == nil, done.Err() == nil, le, rcpt.Val())
+	if err != nil {
+		return t, err
+	}
+	return t, s.unlessClaimed(ctx, sh, []*task.Task{t})
+}
+
+// unlessClaimed makes fired the tasks of ts (read from shard sh) that
+// readRecord found delivered but whose generation a worker holds a claim
+// of (see is_delivered in common.lua): one HMGET for all of them.
+func (s *Store) unlessClaimed(ctx context.Context, sh int, ts []*task.Task) error {
+	var fields []string
+	var idx []int
+	for i, t := range ts {
+		if t != nil && t.State == task.StateDelivered {
+			fields = append(fields, claimField(t.ID, t.Gen))
+			idx = append(idx, i)
+		}
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	vs, err := s.rdb.HMGet(ctx, s.k.runs(sh), fields...).Result()
+	if err != nil {
+		return err
+	}
+	for j, v := range vs {
+		if v != nil {
+			ts[idx[j]].State = task.StateFired
+		}
+	}
+	return nil
 }
 
 // readRecord turns a record read from shard sh into a task as Get answers
@@ -163,12 +194,14 @@ func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue, inDo
 	t.Receipt = unpackReceipt(rcpt)
 	if t.State == task.StateScheduled || t.State == task.StateRetrying {
 		switch {
-		case !inDue && inDone && t.Receipt != nil && t.Receipt.Delivered && t.Receipt.Gen == t.Gen:
-			// fired to a topic no work process handles (settle.lua)
-			t.State = task.StateDelivered
 		case !inDue && inDone:
 			// a success recorded in the done set alone (a lean success)
 			t.State = task.StateSucceeded
+		case !inDue && t.Receipt != nil && t.Receipt.Delivered && t.Receipt.Gen == t.Gen:
+			// fired to a topic no work process handles (settle.lua),
+			// unless a worker claims it: the caller checks that
+			// (Store.unlessClaimed)
+			t.State = task.StateDelivered
 		case !inDue:
 			// A take leaves the record as it is and only drops it from
 			// the due set (see common.lua).

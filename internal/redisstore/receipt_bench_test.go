@@ -120,10 +120,8 @@ func benchSettleReceipts(b *testing.B, batch int, mode string) (takeUS, settleUS
 			b.Fatal(err)
 		}
 		fired += res.Fired
-		for _, ok := range res.Delivered {
-			if ok {
-				delivered++
-			}
+		if res.Stored && mode == "delivered" {
+			delivered += len(acks)
 		}
 	}
 	cpu2, cs2 := testenv.RedisCPU(b, rdb), testenv.CommandStats(b, rdb)
@@ -133,16 +131,17 @@ func benchSettleReceipts(b *testing.B, batch int, mode string) (takeUS, settleUS
 	if want := map[string]int{"delivered": n}[mode]; delivered != want {
 		b.Fatalf("%d delivered, want %d", delivered, want)
 	}
-	var rcpts, done int64
+	var rcpts, done, lists int64
 	for sh := range shards {
 		rcpts += rdb.HLen(ctx, s.k.receipts(sh)).Val()
 		done += rdb.ZCard(ctx, s.k.done(sh)).Val()
+		lists += rdb.ZCard(ctx, s.k.delivered(sh)).Val()
 	}
 	if want := map[string]int64{"worked": n, "delivered": n}[mode]; rcpts != want {
 		b.Fatalf("%d receipts stored, want %d", rcpts, want)
 	}
-	if want := map[string]int64{"delivered": n}[mode]; done != want {
-		b.Fatalf("%d tasks in the done sets, want %d", done, want)
+	if want := map[string]int64{"delivered": int64(len(all))}[mode]; done != 0 || lists != want {
+		b.Fatalf("%d tasks in the done sets, %d purge lists, want 0 and %d", done, lists, want)
 	}
 	takeUS = float64((cpu1 - cpu0).Microseconds()) / n
 	settleUS = float64((cpu2 - cpu1).Microseconds()) / n
@@ -248,7 +247,7 @@ func BenchmarkBridgeMemory(b *testing.B) {
 		cpu1 = testenv.RedisCPU(b, rdb)
 		for sh := range shards {
 			wg.Go(func() {
-				held := rdb.ZCard(ctx, s.k.done(sh)).Val()
+				held := rdb.HLen(ctx, s.k.receipts(sh)).Val()
 				for ctx.Err() == nil {
 					t, err := s.Take(ctx, sh, 1, batch, time.Minute)
 					if err != nil {
@@ -260,11 +259,11 @@ func BenchmarkBridgeMemory(b *testing.B) {
 						b.Errorf("shard %d: a take after the drain took %d tasks", sh, len(t.Tasks))
 						return
 					}
-					left := rdb.ZCard(ctx, s.k.done(sh)).Val()
+					left := rdb.HLen(ctx, s.k.receipts(sh)).Val()
 					if left < held && first[sh].IsZero() {
 						first[sh] = time.Now() // this shard's first purge
 					}
-					if left == 0 && rdb.HLen(ctx, s.k.receipts(sh)).Val() == 0 {
+					if left == 0 && rdb.ZCard(ctx, s.k.delivered(sh)).Val() == 0 {
 						cleared[sh] = time.Now()
 						return
 					}
@@ -325,7 +324,7 @@ func BenchmarkBridgeMemory(b *testing.B) {
 		perPending := float64(m1.used-m0.used) / float64(n)
 		perDelivered := float64(m2.used-m0.used) / float64(max(done, 1))
 		left, clean := m3.used-m0.used, m4.used-m0.used
-		fmt.Printf("  per task: %.0f bytes pending, %.0f bytes delivered (record + done set + receipt); after the purge %+d bytes (%+.2f%% of the baseline), %+d bytes (%+.2f%%) without the clients and the slow log\n",
+		fmt.Printf("  per task: %.0f bytes pending, %.0f bytes delivered (record + receipt + purge list); after the purge %+d bytes (%+.2f%% of the baseline), %+d bytes (%+.2f%%) without the clients and the slow log\n",
 			perPending, perDelivered, left, 100*float64(left)/float64(m0.used), clean, 100*float64(clean)/float64(m0.used))
 		b.ReportMetric(float64(m0.used), "base-bytes")
 		b.ReportMetric(float64(m1.used), "scheduled-bytes")
@@ -375,11 +374,9 @@ func bridgeDrain(b *testing.B, s *Store, shards, batch int) time.Time {
 					b.Error(err)
 					return
 				}
-				for _, ok := range res.Delivered {
-					if !ok {
-						b.Errorf("shard %d: a task did not end delivered", sh)
-						return
-					}
+				if !res.Stored {
+					b.Errorf("shard %d: a settle stored nothing", sh)
+					return
 				}
 				now, err := s.rdb.Time(ctx).Result()
 				if err != nil {
@@ -431,13 +428,19 @@ func samplePeak(ctx context.Context, rdb *redis.Client) (stop func(), peak *int6
 	return func() { close(done); wg.Wait() }, peak
 }
 
-// bridgeLeft counts the done sets' members and the receipts of s.
-func bridgeLeft(b *testing.B, s *Store, shards int) (done, rcpt int64) {
+// bridgeLeft counts the delivered tasks (their receipts of kind 'd') and
+// the receipts of s.
+func bridgeLeft(b *testing.B, s *Store, shards int) (delivered, rcpt int64) {
 	for sh := range shards {
-		done += s.rdb.ZCard(b.Context(), s.k.done(sh)).Val()
-		rcpt += s.rdb.HLen(b.Context(), s.k.receipts(sh)).Val()
+		rs := s.rdb.HVals(b.Context(), s.k.receipts(sh)).Val()
+		rcpt += int64(len(rs))
+		for _, r := range rs {
+			if len(r) > 0 && r[0] == receiptDelivered {
+				delivered++
+			}
+		}
 	}
-	return done, rcpt
+	return delivered, rcpt
 }
 
 // memStats is a few fields of INFO memory and the key count.

@@ -96,7 +96,7 @@ func TestDeliveredAndReceipts(t *testing.T) {
 		s := newStore(t, rdb, Options{})
 		tk, f := fire1(t, s, "w")
 		a := ack(f, false, 41)
-		if r := settle(t, s, tk, a); r.Fired != 1 || len(r.Delivered) != 0 {
+		if r := settle(t, s, tk, a); r.Fired != 1 || !r.Stored {
 			t.Fatalf("settle: %+v", r)
 		}
 		got := get(t, s, "w")
@@ -115,7 +115,7 @@ func TestDeliveredAndReceipts(t *testing.T) {
 	t.Run("AnUnworkedTopicsTaskEndsDeliveredListedThenPurged", func(t *testing.T) {
 		s := newStore(t, rdb, Options{Retention: 300 * time.Millisecond})
 		tk, f := fire1(t, s, "d")
-		if r := settle(t, s, tk, ack(f, true, 7)); len(r.Delivered) != 1 || !r.Delivered[0] {
+		if r := settle(t, s, tk, ack(f, true, 7)); !r.Stored {
 			t.Fatalf("settle: %+v", r)
 		}
 		got := get(t, s, "d")
@@ -187,12 +187,13 @@ func TestDeliveredAndReceipts(t *testing.T) {
 		for _, c := range cases {
 			tk, f := fire1(t, s, c.id)
 			c.do(t, f)
-			if r := settle(t, s, tk, ack(f, true, 1)); len(r.Delivered) != 1 || r.Delivered[0] {
-				t.Fatalf("%s: settle made it delivered: %+v", c.id, r)
-			}
+			settle(t, s, tk, ack(f, true, 1))
 			got := get(t, s, c.id)
-			if got.State != c.want || got.Receipt == nil || got.Receipt.Delivered {
-				t.Fatalf("%s: %s %+v, want %s with a fired receipt", c.id, got.State, got.Receipt, c.want)
+			if got.State != c.want || got.Receipt == nil || got.Receipt.Offset != 1 {
+				t.Fatalf("%s: %s %+v, want %s with its receipt", c.id, got.State, got.Receipt, c.want)
+			}
+			if l := listed(t, s, task.StateDelivered); l[c.id] {
+				t.Fatalf("%s listed as delivered", c.id)
 			}
 		}
 	})
@@ -205,7 +206,7 @@ func TestDeliveredAndReceipts(t *testing.T) {
 		if r := claim(t, s, "late", f.Gen, "o"); r.Code != Claimed {
 			t.Fatalf("claim of a delivered task: %+v", r)
 		}
-		if got := get(t, s, "late"); got.State != task.StateFired || got.Receipt == nil || got.Receipt.Delivered {
+		if got := get(t, s, "late"); got.State != task.StateFired || got.Receipt == nil {
 			t.Fatalf("claimed: %s %+v", got.State, got.Receipt)
 		}
 		// a second worker's copy finds it held, the owner's retry of the
@@ -222,6 +223,74 @@ func TestDeliveredAndReceipts(t *testing.T) {
 		}
 		if r := claim(t, s, "late", f.Gen, "o2"); r.Code == Claimed {
 			t.Fatalf("a succeeded task claimed again: %+v", r)
+		}
+	})
+
+	// ?state=delivered walks the bucket hashes: its cursor pages through
+	t.Run("DeliveredTasksArePaged", func(t *testing.T) {
+		s := newStore(t, rdb, Options{Shards: 2})
+		want := map[string]bool{}
+		for i := range 30 {
+			id := fmt.Sprintf("pg-%02d", i)
+			tk, f := fire1(t, s, id)
+			settle(t, s, tk, ack(f, true, int64(i)))
+			want[id] = true
+		}
+		got := map[string]int{}
+		q := ListQuery{State: task.StateDelivered, Limit: 7}
+		for pages := 0; ; pages++ {
+			if pages > 20 {
+				t.Fatal("more than 20 pages")
+			}
+			p, err := s.List(t.Context(), q)
+			if err != nil {
+				t.Fatalf("page %d: %v", pages, err)
+			}
+			for _, l := range p.Tasks {
+				got[l.Task.ID]++
+			}
+			if p.Next == "" {
+				break
+			}
+			q.Cursor = p.Next
+		}
+		for id := range want {
+			if got[id] != 1 {
+				t.Errorf("%s listed %d times", id, got[id])
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("listed %d tasks, want %d", len(got), len(want))
+		}
+	})
+
+	// a work process that claimed a delivered task runs it: its purge list
+	// leaves it alone, and its outcome decides
+	t.Run("AClaimedDeliveredTaskOutlivesItsPurgeList", func(t *testing.T) {
+		s := newStore(t, rdb, Options{Retention: 200 * time.Millisecond})
+		tk, f := fire1(t, s, "run")
+		settle(t, s, tk, ack(f, true, 5))
+		claim(t, s, "run", f.Gen, "o")
+		time.Sleep(300 * time.Millisecond)
+		for range 2 * purgeEvery {
+			mustTake(t, s, s.Shard("run"), 1)
+		}
+		if got := get(t, s, "run"); got.State != task.StateFired {
+			t.Fatalf("after its purge list's retention: %s, want fired (a worker runs it)", got.State)
+		}
+		if n, _ := s.rdb.ZCard(t.Context(), s.k.delivered(s.Shard("run"))).Result(); n != 0 {
+			t.Fatalf("%d purge lists left", n)
+		}
+		finish(t, s, Finish{ID: "run", Gen: f.Gen, Kind: Succeeded, Owner: "o"})
+		if got := get(t, s, "run"); got.State != task.StateSucceeded || got.Receipt == nil {
+			t.Fatalf("finished: %s %+v", got.State, got.Receipt)
+		}
+		time.Sleep(300 * time.Millisecond)
+		for range 2 * purgeEvery {
+			mustTake(t, s, s.Shard("run"), 1)
+		}
+		if _, err := s.Get(t.Context(), "run"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("after the success's retention: %v", err)
 		}
 	})
 
@@ -246,18 +315,18 @@ func TestDeliveredAndReceipts(t *testing.T) {
 			for k, f := range tk.Tasks {
 				acks[k] = ack(f, true, int64(k))
 			}
-			if r := settle(t, s, tk, acks...); len(r.Delivered) != 500 {
-				t.Fatalf("settle: %d delivered", len(r.Delivered))
+			if r := settle(t, s, tk, acks...); !r.Stored || r.Fired != 500 {
+				t.Fatalf("settle: %+v", r)
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 		takes := 0
 		for ; takes < 20; takes++ {
-			done, err := s.rdb.ZCard(t.Context(), s.k.done(0)).Result()
+			left, err := s.rdb.HLen(t.Context(), s.k.receipts(0)).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if done == 0 {
+			if left == 0 {
 				break
 			}
 			mustTake(t, s, 0, 1)

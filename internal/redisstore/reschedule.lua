@@ -21,7 +21,7 @@ if not v then return {0, '', 0} end
 if is_moving(v) then return {7, '', 0} end
 local st, gen, att, odue, body = parse(v)
 if not is_waiting(st) then return {4, st, odue} end
-if taken(KEYS[1], ARGV[1], st) then return {4, taken_state(KEYS[4], ARGV[1]), odue} end
+if taken(KEYS[1], ARGV[1], st) then return {4, taken_state(KEYS[4], ARGV[1], v), odue} end
 local due
 if string.sub(ARGV[2], 1, 1) == '+' then
   due = now_ms() + tonumber(string.sub(ARGV[2], 2))

@@ -70,7 +70,7 @@ local function schedule_shard(k, a, n)
       body = body or string.sub(rec, 14)
       local st, gen, att, odue, obody = parse(cur)
       -- (an id written earlier in this call is not in the due set yet)
-      if not queued[id] and taken(due_key, id, st) then st = taken_state(KEYS[k + 2], id) end
+      if not queued[id] and taken(due_key, id, st) then st = taken_state(KEYS[k + 2], id, cur) end
       state = st
       if confirm then
         code, due = 2, odue

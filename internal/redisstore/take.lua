@@ -2,7 +2,7 @@
 -- tasks of leases that ran out. Fenced.
 -- KEYS[1] due, KEYS[2] inflight (lease member -> deadline ms), KEYS[3] fence,
 -- KEYS[4] done, KEYS[5] err, KEYS[6] lease sequence (a counter), KEYS[7]
--- receipts hash
+-- receipts hash, KEYS[8] delivered index (see delivered_list)
 -- ARGV[1] token, ARGV[2] max tasks, ARGV[3] lease ms, ARGV[4] key prefix,
 -- ARGV[5] max finished records to purge (0: no purge this time),
 -- ARGV[6] ahead ms: when nothing is due yet and the head of the due set is
@@ -58,6 +58,43 @@ if purge > 0 then
   end
   if #old > 0 then redis.call('ZREM', KEYS[4], unpack(old)) end
   if #old == purge then purge_full = 1 end
+  -- delivered tasks: the purge lists whose retention ended (settle.lua),
+  -- whole lists, while the budget lasts. A task of a list that is no
+  -- longer delivered (a worker claimed it, finished it or retried it; it
+  -- moved) is left alone: its outcome's own purge, or none, applies.
+  local left = purge - #old
+  if left > 0 then
+    local lists = redis.call('ZRANGE', KEYS[8], '-inf', now, 'BYSCORE', 'LIMIT', 0, 16)
+    local seen = {}
+    for _, seq in ipairs(lists) do
+      if left <= 0 then
+        purge_full = 1
+        break
+      end
+      seen[#seen + 1] = seq
+      local lkey = delivered_list(prefix, seq)
+      local val = redis.call('GET', lkey) or ''
+      redis.call('DEL', lkey)
+      local pos, n = 1, #val
+      while pos <= n do
+        local sp = string.find(val, ' ', pos, true)
+        if not sp then break end
+        local id = string.sub(val, pos, sp - 1)
+        local bkey = bucket(prefix, id)
+        local v = redis.call('HGET', bkey, id)
+        if v and string.sub(v, 2, 5) == string.sub(val, sp + 1, sp + 4) and taken(KEYS[1], id, string.sub(v, 1, 1))
+            and not lean_done(KEYS[4], id) and is_delivered(prefix, id, v) then
+          redis.call('HDEL', bkey, id)
+          redis.call('HDEL', KEYS[5], id)
+          gone[#gone + 1] = id
+        end
+        left = left - 1
+        pos = sp + 5
+      end
+    end
+    if #seen > 0 then redis.call('ZREM', KEYS[8], unpack(seen)) end
+    if #lists == 16 and #seen == 16 then purge_full = 1 end
+  end
   if #gone > 0 then redis.call('HDEL', KEYS[7], unpack(gone)) end
 end
 

@@ -663,17 +663,15 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 			"failed", len(rels), "of", len(tasks), "err", firstRetriable(errs, settled))
 	}
 	r := batchResult{failed: retriable}
-	var delivered []bool
-	delivered, r.err = p.settle(sctx, taken, rels, acks)
-	if m != nil && r.err == nil {
-		m.Receipts.Add(float64(len(acks)))
-	}
-	for j, ok := range delivered {
-		if ok {
-			if m != nil {
-				m.Delivered.Inc()
-			}
-			p.publishDelivered(tasks[deliv[j]], msgs[deliv[j]], firedAt)
+	var stored bool
+	stored, r.err = p.settle(sctx, taken, rels, acks)
+	if stored {
+		if m != nil {
+			m.Receipts.Add(float64(len(acks)))
+			m.Delivered.Add(float64(len(deliv)))
+		}
+		for _, i := range deliv {
+			p.publishDelivered(tasks[i], msgs[i], firedAt)
 		}
 	}
 	if r.err == nil && len(deadMsgs) > 0 {
@@ -877,15 +875,15 @@ func firstRetriable(errs []error, settled []bool) error {
 // the take fired (Store.Settle: one script call), retrying a little while
 // Redis is unreachable; claims it could not settle come back when their
 // lease runs out (a later take re-claims them: Taken.Reclaimed).
-func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []redisstore.Fired, acks []redisstore.Ack) ([]bool, error) {
+func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []redisstore.Fired, acks []redisstore.Ack) (stored bool, err error) {
 	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		r, err := p.cfg.Store.SettleAcks(ctx, p.cfg.Shard, p.cfg.Token, taken.Lease, failed, acks)
 		if err == nil {
-			return r.Delivered, nil
+			return r.Stored, nil
 		}
 		if errors.Is(err, redisstore.ErrFenced) {
-			return nil, fmt.Errorf("settle: %w", err)
+			return false, fmt.Errorf("settle: %w", err)
 		}
 		if m := p.cfg.Metrics; m != nil {
 			m.StoreErrors.Inc()
@@ -893,7 +891,7 @@ func (p *Poller) settle(ctx context.Context, taken redisstore.Taken, failed []re
 		if ctx.Err() != nil || !retry.Sleep(ctx, bo.Next()) {
 			p.log.Error("could not settle claims; they fire again when their lease ends",
 				"tasks", len(taken.Tasks), "released", len(failed), "err", err, "lease", p.cfg.Lease)
-			return nil, nil
+			return false, nil
 		}
 	}
 }
