@@ -108,6 +108,21 @@ func (a *testApp) scheduleMany(prefix, typ string, n int, due time.Time) []strin
 func fireDue(t *testing.T, st *redisstore.Store) map[string]uint64 {
 	t.Helper()
 	gens := make(map[string]uint64)
+	takeDue(t, st, func(sh int, tk redisstore.Taken) {
+		for _, f := range tk.Fired() {
+			gens[f.ID] = f.Gen
+		}
+		if _, _, err := st.Settle(t.Context(), sh, 1, tk.Lease, nil); err != nil {
+			t.Fatalf("settle: %v", err)
+		}
+	})
+	return gens
+}
+
+// takeDue takes every due task of every shard, 500 at a time, and hands
+// each take to settle.
+func takeDue(t *testing.T, st *redisstore.Store, settle func(sh int, tk redisstore.Taken)) {
+	t.Helper()
 	for sh := range st.Shards() {
 		for {
 			tk, err := st.Take(t.Context(), sh, 1, 500, time.Minute)
@@ -117,15 +132,9 @@ func fireDue(t *testing.T, st *redisstore.Store) map[string]uint64 {
 			if len(tk.Tasks) == 0 {
 				break
 			}
-			for _, f := range tk.Fired() {
-				gens[f.ID] = f.Gen
-			}
-			if _, _, err := st.Settle(t.Context(), sh, 1, tk.Lease, nil); err != nil {
-				t.Fatalf("settle: %v", err)
-			}
+			settle(sh, tk)
 		}
 	}
-	return gens
 }
 
 // killAll fires the due tasks and makes each dead (as a worker would after
@@ -1001,26 +1010,17 @@ func TestHostileOperator(t *testing.T) {
 func deliverDue(t *testing.T, st *redisstore.Store) []string {
 	t.Helper()
 	var ids []string
-	for sh := range st.Shards() {
-		for {
-			tk, err := st.Take(t.Context(), sh, 1, 500, time.Minute)
-			if err != nil {
-				t.Fatalf("take shard %d: %v", sh, err)
-			}
-			if len(tk.Tasks) == 0 {
-				break
-			}
-			acks := make([]redisstore.Ack, len(tk.Tasks))
-			for i, f := range tk.Tasks {
-				acks[i] = redisstore.Ack{ID: f.ID, Gen: f.Gen, Attempt: f.Attempt, DueAt: f.DueAt, FiredAt: tk.Now,
-					Partition: 0, Offset: int64(len(ids)), Token: 1, Delivered: true}
-				ids = append(ids, f.ID)
-			}
-			if _, err := st.SettleAcks(t.Context(), sh, 1, tk.Lease, nil, acks); err != nil {
-				t.Fatalf("settle: %v", err)
-			}
+	takeDue(t, st, func(sh int, tk redisstore.Taken) {
+		acks := make([]redisstore.Ack, len(tk.Tasks))
+		for i, f := range tk.Tasks {
+			acks[i] = redisstore.Ack{ID: f.ID, Gen: f.Gen, Attempt: f.Attempt, DueAt: f.DueAt, FiredAt: tk.Now,
+				Partition: 0, Offset: int64(len(ids)), Token: 1, Delivered: true}
+			ids = append(ids, f.ID)
 		}
-	}
+		if _, err := st.SettleAcks(t.Context(), sh, 1, tk.Lease, nil, acks); err != nil {
+			t.Fatalf("settle: %v", err)
+		}
+	})
 	return ids
 }
 

@@ -154,14 +154,9 @@ local function lease_key(prefix, member)
   return prefix .. 'lease:' .. string.match(member, '^[^:]+')
 end
 
--- drop_lease removes a lease (its in-flight member and its key), then
--- calls f(id, bkey, record, gen bytes) for each of its tasks whose record
--- still exists: what a re-claim (take) and an adopt do with it.
-local function drop_lease(inflight_key, prefix, member, f)
-  local lkey = lease_key(prefix, member)
-  local val = redis.call('GET', lkey)
-  redis.call('DEL', lkey)
-  redis.call('ZREM', inflight_key, member)
+-- lease_entries calls f(id, bkey, record, gen bytes) for each task of a
+-- lease's value val (nil: none) whose record still exists.
+local function lease_entries(prefix, val, f)
   if not val then return end
   local pos, n = 1, #val
   while pos <= n do
@@ -173,6 +168,17 @@ local function drop_lease(inflight_key, prefix, member, f)
     if v then f(id, bkey, v, string.sub(val, sp + 1, sp + 4)) end
     pos = sp + 5
   end
+end
+
+-- drop_lease removes a lease (its in-flight member and its key), then
+-- calls f(id, bkey, record, gen bytes) for each of its tasks whose record
+-- still exists: what a re-claim (take) and an adopt do with it.
+local function drop_lease(inflight_key, prefix, member, f)
+  local lkey = lease_key(prefix, member)
+  local val = redis.call('GET', lkey)
+  redis.call('DEL', lkey)
+  redis.call('ZREM', inflight_key, member)
+  lease_entries(prefix, val, f)
 end
 
 -- fence checks a leader's token against the shard's highest one, raising it.

@@ -46,7 +46,7 @@ if purge > 0 then
     if v then
       local st = string.sub(v, 1, 1)
       -- succeeded (S, or a lean success: waiting state, out of the due
-      -- set), delivered (the same, see settle.lua) or cancelled
+      -- set) or cancelled
       if st == 'S' or st == 'c' or taken(KEYS[1], id, st) then
         redis.call('HDEL', bkey, id)
         redis.call('HDEL', KEYS[5], id)
@@ -73,24 +73,17 @@ if purge > 0 then
       end
       seen[#seen + 1] = seq
       local lkey = delivered_list(prefix, seq)
-      local val = redis.call('GET', lkey) or ''
+      local val = redis.call('GET', lkey)
       redis.call('DEL', lkey)
-      local pos, n = 1, #val
-      while pos <= n do
-        local sp = string.find(val, ' ', pos, true)
-        if not sp then break end
-        local id = string.sub(val, pos, sp - 1)
-        local bkey = bucket(prefix, id)
-        local v = redis.call('HGET', bkey, id)
-        if v and string.sub(v, 2, 5) == string.sub(val, sp + 1, sp + 4) and taken(KEYS[1], id, string.sub(v, 1, 1))
+      lease_entries(prefix, val, function(id, bkey, v, g)
+        left = left - 1
+        if string.sub(v, 2, 5) == g and taken(KEYS[1], id, string.sub(v, 1, 1))
             and not lean_done(KEYS[4], id) and is_delivered(prefix, id, v) then
           redis.call('HDEL', bkey, id)
           redis.call('HDEL', KEYS[5], id)
           gone[#gone + 1] = id
         end
-        left = left - 1
-        pos = sp + 5
-      end
+      end)
     end
     if #seen > 0 then redis.call('ZREM', KEYS[8], unpack(seen)) end
     if #lists == 16 and #seen == 16 then purge_full = 1 end

@@ -683,38 +683,37 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 // publishDead hands the "dead" outcome record of t, made dead at fire
 // time for reason, to Config.Outcomes.
 func (p *Poller) publishDead(t *task.Task, reason string) {
-	if p.cfg.Outcomes == nil {
-		return
-	}
-	var hs map[string]string
-	if len(t.Headers) > 0 {
-		hs = t.Headers
-	}
-	p.cfg.Outcomes.Publish(record.OutcomeRecord{
-		ID: t.ID, Type: t.Type, Outcome: record.OutcomeDead,
-		Attempt: max(t.Attempt, 1), MaxAttempts: t.Attempts(),
-		Error: reason, DueAt: t.DueAt, FinishedAt: time.Now().UTC(),
-		Shard: p.cfg.Shard, Headers: hs,
-	})
+	o := p.outcomeOf(t, record.OutcomeDead, time.Now().UTC())
+	o.Error = reason
+	p.publish(o)
 }
 
 // publishDelivered hands the "delivered" outcome record of t, whose
 // record msg Kafka acknowledged at firedAt, to Config.Outcomes.
 func (p *Poller) publishDelivered(t *task.Task, msg kafka.Message, firedAt time.Time) {
-	if p.cfg.Outcomes == nil {
-		return
-	}
+	o := p.outcomeOf(t, record.OutcomeDelivered, firedAt)
+	o.FiredAt, o.Partition, o.Offset = firedAt, int32(msg.Partition), msg.Offset
+	p.publish(o)
+}
+
+// outcomeOf is the outcome record of t that the event process publishes.
+func (p *Poller) outcomeOf(t *task.Task, outcome string, at time.Time) record.OutcomeRecord {
 	var hs map[string]string
 	if len(t.Headers) > 0 {
 		hs = t.Headers
 	}
-	p.cfg.Outcomes.Publish(record.OutcomeRecord{
-		ID: t.ID, Type: t.Type, Outcome: record.OutcomeDelivered,
+	return record.OutcomeRecord{
+		ID: t.ID, Type: t.Type, Outcome: outcome,
 		Attempt: max(t.Attempt, 1), MaxAttempts: t.Attempts(),
-		DueAt: t.DueAt, FinishedAt: firedAt,
-		Shard: p.cfg.Shard, Headers: hs,
-		FiredAt: firedAt, Partition: int32(msg.Partition), Offset: msg.Offset,
-	})
+		DueAt: t.DueAt, FinishedAt: at, Shard: p.cfg.Shard, Headers: hs,
+	}
+}
+
+// publish hands o to Config.Outcomes, if any.
+func (p *Poller) publish(o record.OutcomeRecord) {
+	if p.cfg.Outcomes != nil {
+		p.cfg.Outcomes.Publish(o)
+	}
 }
 
 // topicExister is what a Producer may offer to check a topic without its
