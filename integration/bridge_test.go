@@ -220,7 +220,8 @@ func bridgeNoWorker(t *testing.T) {
 // on: 100 more tasks go fired -> succeeded, none delivered.
 func bridgeWorkerLater(t *testing.T) {
 	rec := newRecorder(nil)
-	c := localProvisioner{}.Start(t, Spec{Daemons: 1, Events: 1, Workers: 1, Webhook: rec, DeferWorkers: true})
+	c := localProvisioner{}.Start(t, Spec{Daemons: 1, Events: 1, Workers: 1, Webhook: rec, DeferWorkers: true,
+		Env: map[string]string{"DQ_OUTCOMES_DELIVERED": "true"}})
 	lc := c.(*localCluster)
 	kl := watchKafka(t, c, "dq.tasks")
 	outs := watchKafka(t, c, record.DefaultOutcomesTopic)

@@ -308,9 +308,11 @@ func (a *App) lead(ctx context.Context, l leader.Lead) error {
 		ValidUntil:   l.ValidUntil,
 		PoisonGrace:  a.cfg.PoisonGrace,
 		Outcomes:     a.outcomes,
-		Metrics:      a.fm,
-		Log:          a.log,
-		Hooks:        a.hooks,
+		// delivered outcome records only when asked (DQ_OUTCOMES_DELIVERED)
+		DeliveredOutcomes: a.cfg.OutcomesDelivered,
+		Metrics:           a.fm,
+		Log:               a.log,
+		Hooks:             a.hooks,
 	})
 	return p.Run(ctx)
 }

@@ -53,6 +53,12 @@ type Config struct {
 	// receives a "dead" outcome record for every task made dead at fire
 	// time, best effort (created by KafkaAutoCreate).
 	OutcomesTopic string
+	// OutcomesDelivered (DQ_OUTCOMES_DELIVERED, default false) publishes a
+	// "delivered" outcome record for every task that ends delivered: off
+	// by default, because a bridge's consumers read the task's own record,
+	// and a burst would double the writes to Kafka (and overflow the
+	// publisher's bounded queue: records dropped).
+	OutcomesDelivered bool
 }
 
 // bind registers every setting on b.
@@ -73,6 +79,7 @@ func (c *Config) bind(b *config.Binder) {
 	b.Int(&c.Partitions, "partitions", "DQ_PARTITIONS", 8, "partitions of topics created by kafka-auto-create")
 	b.Int(&c.Replication, "replication", "DQ_REPLICATION", 1, "replication factor of topics created by kafka-auto-create")
 	b.Duration(&c.PoisonGrace, "fire-poison-grace", "DQ_FIRE_POISON_GRACE", 30*time.Second, "how long a task Kafka refuses for good (missing topic, record too large, ...) is fired again before it is made dead")
+	b.Bool(&c.OutcomesDelivered, "outcomes-delivered", "DQ_OUTCOMES_DELIVERED", false, `publish a "delivered" outcome record (with the fire receipt) for every task that ends delivered, best effort`)
 	b.Bool(&c.Scheduler, "scheduler", "DQ_SCHEDULER", true, "campaign for the schedule scheduler (periodic tasks): its leader materializes the ticks of every schedule")
 	b.Duration(&c.SchedulerLookahead, "scheduler-lookahead", "DQ_SCHEDULER_LOOKAHEAD", 5*time.Second, "how far ahead of their time schedule ticks become tasks; an outage of the scheduler longer than this misses ticks (see the schedules' catchup)")
 	b.Duration(&c.SchedulerInterval, "scheduler-interval", "DQ_SCHEDULER_INTERVAL", 500*time.Millisecond, "time between two passes of the scheduler leader (a schedule change starts one at once)")

@@ -9,9 +9,10 @@ import (
 
 // BenchmarkFire's fire path (issue #41): without DQ_BENCH_WORKED the
 // topics it fires to are worked by no work process, so every task ends
-// delivered at settle (receipt, the delivered checks, the done set, a
-// "delivered" outcome record); DQ_BENCH_WORKED=1 declares them worked
-// first (worked.Declare), so the settle stores the receipts alone.
+// delivered at settle (a receipt of kind 'd', the take's lease kept as
+// its purge list, a "delivered" outcome record); DQ_BENCH_WORKED=1
+// declares them worked first (worked.Declare), so the settle stores the
+// receipts alone.
 func benchWorked() bool { return os.Getenv("DQ_BENCH_WORKED") == "1" }
 
 // benchFirePath names the fire path BenchmarkFire measures.

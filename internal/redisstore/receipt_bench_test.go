@@ -29,8 +29,9 @@ import (
 //	worked     SettleAcks, every copy acknowledged to a worked topic: one
 //	           receipt per task (HSET per 500)
 //	delivered  SettleAcks, every copy to a topic no worker handles: the
-//	           checks (ZMSCORE due, ZMSCORE done, HMGET claims, HGET of the
-//	           record) and the done set's ZADD besides the receipt
+//	           same receipts (kind 'd'); per take, the lease key renamed
+//	           to the take's purge list and one ZADD into the shard's
+//	           delivered index (nothing per task besides the receipt)
 //
 // redis-server's own CPU (INFO cpu, used_cpu_user + used_cpu_sys) is read
 // around the takes and around the settles; the settles' script time (INFO
@@ -160,10 +161,11 @@ func benchSettleReceipts(b *testing.B, batch int, mode string) (takeUS, settleUS
 // retention ended, every shard is taken as its poller takes an idle shard
 // (a take purges on every 8th call, and again within PurgeAgain while its
 // purge was full; otherwise the next take comes after the idle poll,
-// DQ_BENCH_IDLE_POLL, default the event process' 5s) until its done set
-// and its receipts are empty. It prints INFO memory used_memory before
-// scheduling (the scripts loaded), after scheduling, at the drain's end,
-// its peak (sampled every 50ms during the drain), after the purge (and
+// DQ_BENCH_IDLE_POLL, default the event process' 5s) until its receipts
+// and its delivered index (the purge lists) are empty. It prints INFO
+// memory used_memory before scheduling (the scripts loaded), after
+// scheduling, at the drain's end, its peak (sampled every 50ms during
+// the drain), after the purge (and
 // again without the workload's connections and the slow log, both bounded
 // whatever the task count), how long after the retention the purge ended,
 // and, when memory did not return to within 3% of the baseline, what
@@ -231,10 +233,10 @@ func BenchmarkBridgeMemory(b *testing.B) {
 		drainDur := time.Since(t1)
 		m2 := memInfo(b, mc)
 		stopPeak()
-		done, rcpt := bridgeLeft(b, s, shards)
+		dl, rcpt := bridgeLeft(b, s, shards)
 		ended := lastSettle.Add(retention) // Redis' clock: every expiry is <= this
-		fmt.Printf("  drain: %d tasks taken and settled delivered in %v; redis-server CPU %.2f us/task; at its end %d in the done sets, %d receipts (the rest purged already); retention ends %v after the last settle\n",
-			n, drainDur.Round(time.Millisecond), float64(drainCPU.Microseconds())/float64(n), done, rcpt, retention)
+		fmt.Printf("  drain: %d tasks taken and settled delivered in %v; redis-server CPU %.2f us/task; at its end %d delivered (receipts of kind d), %d receipts (the rest purged already); retention ends %v after the last settle\n",
+			n, drainDur.Round(time.Millisecond), float64(drainCPU.Microseconds())/float64(n), dl, rcpt, retention)
 		fmt.Printf("  peak used_memory sampled during the drain: %d bytes\n", max(*peak, m2.used))
 
 		// the pollers of an idle bridge: a take per IdlePoll, PurgeAgain
@@ -319,10 +321,10 @@ func BenchmarkBridgeMemory(b *testing.B) {
 		} {
 			fmt.Printf("  %-46s %12d %12d %12d %12d %8d %8d\n", row.name, row.m.used, row.m.dataset, row.m.clients, row.m.scripts, row.m.keys, row.m.slowlog)
 		}
-		fmt.Printf("  purge: done sets and receipts empty %v after the retention ended; the last shard's first purge came %v after it (a take purges on every %dth call: up to %d idle polls); %d takes over 16 shards (idle poll %v, PurgeAgain %v); redis-server CPU of those takes %.2f us per purged task (%d purged)\n",
-			purgeDur.Round(time.Millisecond), firstLast.Sub(ended).Round(time.Millisecond), purgeEvery, purgeEvery, total, idle, PurgeAgain, float64(purgeCPU.Microseconds())/float64(max(done, 1)), done)
+		fmt.Printf("  purge: receipts and purge lists empty %v after the retention ended; the last shard's first purge came %v after it (a take purges on every %dth call: up to %d idle polls); %d takes over 16 shards (idle poll %v, PurgeAgain %v); redis-server CPU of those takes %.2f us per purged task (%d purged)\n",
+			purgeDur.Round(time.Millisecond), firstLast.Sub(ended).Round(time.Millisecond), purgeEvery, purgeEvery, total, idle, PurgeAgain, float64(purgeCPU.Microseconds())/float64(max(dl, 1)), dl)
 		perPending := float64(m1.used-m0.used) / float64(n)
-		perDelivered := float64(m2.used-m0.used) / float64(max(done, 1))
+		perDelivered := float64(m2.used-m0.used) / float64(max(dl, 1))
 		left, clean := m3.used-m0.used, m4.used-m0.used
 		fmt.Printf("  per task: %.0f bytes pending, %.0f bytes delivered (record + receipt + purge list); after the purge %+d bytes (%+.2f%% of the baseline), %+d bytes (%+.2f%%) without the clients and the slow log\n",
 			perPending, perDelivered, left, 100*float64(left)/float64(m0.used), clean, 100*float64(clean)/float64(m0.used))

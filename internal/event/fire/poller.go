@@ -95,9 +95,12 @@ type Config struct {
 	// made dead at fire time, once SettlePoison stored it (best effort: it
 	// must not block; *outcome.Publisher, nil-safe, is one).
 	Outcomes OutcomePublisher
-	Metrics  *Metrics
-	Log      *slog.Logger
-	Hooks    *Hooks
+	// DeliveredOutcomes makes Outcomes receive a "delivered" outcome
+	// record (with the receipt) for every task that ends delivered.
+	DeliveredOutcomes bool
+	Metrics           *Metrics
+	Log               *slog.Logger
+	Hooks             *Hooks
 }
 
 // OutcomePublisher takes outcome records without blocking.
@@ -670,8 +673,10 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 			m.Receipts.Add(float64(len(acks)))
 			m.Delivered.Add(float64(len(deliv)))
 		}
-		for _, i := range deliv {
-			p.publishDelivered(tasks[i], msgs[i], firedAt)
+		if p.cfg.DeliveredOutcomes {
+			for _, i := range deliv {
+				p.publishDelivered(tasks[i], msgs[i], firedAt)
+			}
 		}
 	}
 	if r.err == nil && len(deadMsgs) > 0 {

@@ -2,9 +2,12 @@ package fire
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
 )
@@ -66,5 +69,65 @@ func TestPollerStoresReceiptsAndDeliversUnworkedTopics(t *testing.T) {
 	}
 	if got := metricValue(f.m.Delivered); got != n/2 {
 		t.Errorf("fire_delivered_total = %v, want %d", got, n/2)
+	}
+}
+
+// capture is an OutcomePublisher that keeps what it is given.
+type capture struct {
+	mu   sync.Mutex
+	recs []record.OutcomeRecord
+}
+
+func (c *capture) Publish(o record.OutcomeRecord) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recs = append(c.recs, o)
+	return true
+}
+
+func (c *capture) get() []record.OutcomeRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.recs)
+}
+
+// A "delivered" outcome record, with the receipt, only when asked
+// (DQ_OUTCOMES_DELIVERED): shard 0's poller is asked, shard 1's is not.
+func TestPollerPublishesDeliveredOutcomesWhenAsked(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 2)
+	recs := f.kafka.Collect(t, otherTopic)
+	pubs := []*capture{{}, {}}
+	for s := range 2 {
+		c := f.config(s, int64(300+s))
+		c.Worked = func(string) bool { return false }
+		c.Outcomes, c.DeliveredOutcomes = pubs[s], s == 0
+		runPoller(t, NewPoller(c))
+	}
+	var tasks []*task.Task
+	for i := range 40 {
+		tasks = append(tasks, &task.Task{ID: fmt.Sprintf("do-%02d", i), Type: "t", Topic: otherTopic})
+	}
+	schedule(t, f.store, 0, tasks...)
+	testenv.WaitFor(t, 15*time.Second, "every task delivered", func() bool { return metricValue(f.m.Delivered) >= 40 })
+	if n := len(pubs[1].get()); n != 0 {
+		t.Errorf("shard 1 (not asked) published %d delivered outcomes", n)
+	}
+	want := 0
+	for _, tk := range tasks {
+		if f.store.Shard(tk.ID) == 0 {
+			want++
+		}
+	}
+	got := pubs[0].get()
+	if len(got) != want {
+		t.Fatalf("shard 0 published %d delivered outcomes, want %d", len(got), want)
+	}
+	for _, o := range got {
+		rs := recs.Get(o.ID)
+		if o.Outcome != record.OutcomeDelivered || len(rs) != 1 || o.Partition != rs[0].Partition || o.Offset != rs[0].Offset ||
+			!o.FiredAt.Equal(rs[0].Timestamp.Truncate(time.Millisecond)) {
+			t.Errorf("%s: outcome %+v, record %v", o.ID, o, rs)
+		}
 	}
 }
