@@ -63,7 +63,7 @@ func (k keys) runs(shard int) string { return k.prefix[shard] + "runs" }
 func (k keys) receipts(shard int) string { return k.prefix[shard] + "rcpt" }
 
 // delivered is the shard's delivered index: the purge lists of delivered
-// tasks (a settled take's lease key, renamed deliveredList) -> the
+// tasks (a settled take's lease value, copied to deliveredList) -> the
 // retention's expiry (ms). See settle.lua.
 func (k keys) delivered(shard int) string { return k.prefix[shard] + "dlx" }
 

@@ -29,7 +29,7 @@ import (
 //	worked     SettleAcks, every copy acknowledged to a worked topic: one
 //	           receipt per task (HSET per 500)
 //	delivered  SettleAcks, every copy to a topic no worker handles: the
-//	           same receipts (kind 'd'); per take, the lease key renamed
+//	           same receipts (kind 'd'); per take, the lease key copied
 //	           to the take's purge list and one ZADD into the shard's
 //	           delivered index (nothing per task besides the receipt)
 //

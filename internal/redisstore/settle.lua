@@ -39,7 +39,10 @@ for i = 7 + 2 * nf, #ARGV, 1000 do
 end
 if tonumber(ARGV[6]) > 0 then
   local seq = string.match(ARGV[3], '^[^:]+')
-  redis.call('RENAME', lkey, delivered_list(ARGV[2], seq))
+  -- GET, SET and DEL rather than RENAME: a least-privilege ACL user of an
+  -- earlier version may run this script (internal/acl)
+  redis.call('SET', delivered_list(ARGV[2], seq), redis.call('GET', lkey))
+  redis.call('DEL', lkey)
   redis.call('ZADD', KEYS[6], string.format('%d', now_ms() + tonumber(ARGV[4])), seq)
 else
   redis.call('DEL', lkey)
