@@ -9,7 +9,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/delayq/delayq/internal/fault"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/retry"
@@ -161,7 +160,7 @@ func (w *Worker) claimItems(ctx context.Context, items []*item) (ready, held []*
 				Shard: it.cl.shard, ShardSet: it.cl.shard >= 0})
 		}
 		res, _ := w.store.ClaimMany(ctx, cs) // per-record errors in res
-		fault.Point("after-claim")
+		faultPoint("after-claim")
 		if ctx.Err() != nil {
 			for _, it := range items {
 				w.claims.release(context.WithoutCancel(ctx), it.cl) // if an answer was lost
@@ -428,7 +427,7 @@ func (w *Worker) runItem(ctx context.Context, r *runner, it *item) {
 		started = time.Now()
 	}
 	ran, herr := w.execute(ctx, r.ht, log, job, started, it.lease)
-	fault.Point("after-handle")
+	faultPoint("after-handle")
 	stopRenew()
 	if l := w.cfg.Limiter; l != nil {
 		l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/delayq/delayq/internal/fault"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
 )
@@ -126,7 +125,7 @@ func (c *finisher) run(ctx context.Context, stop <-chan struct{}) {
 			for i, r := range reqs {
 				fs[i] = *r.f
 			}
-			fault.Point("before-finish")
+			faultPoint("before-finish")
 			res, _ := c.store.FinishMany(ctx, fs) // per-task errors in res
 			<-slots                               // the answers are handed out after the round trip
 			for i, r := range reqs {
