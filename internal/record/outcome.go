@@ -59,7 +59,7 @@ const (
 
 // OutcomeTimeLayout is how outcome records write times: RFC 3339 in UTC
 // with milliseconds, as the daemon's API does.
-const OutcomeTimeLayout = "2006-01-02T15:04:05.000Z07:00"
+const OutcomeTimeLayout = task.TimeLayout
 
 // OutcomeRecord is the value of an outcome record. JSON:
 //

@@ -1,5 +1,9 @@
 package task
 
+// TimeLayout is how delayq writes times (the API, outcome records, etcd
+// values): RFC 3339 with milliseconds.
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
 // RFC3339Offset reports whether an RFC 3339 time (that time.Parse
 // accepted) ends with a valid offset: "Z" or ±hh:mm with hh <= 23 and
 // mm <= 59. time.Parse takes "+24:00" (which no encoder writes back:

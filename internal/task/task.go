@@ -295,8 +295,8 @@ func (t *Task) ValidateStored() error {
 
 // validateFields checks the producer-set fields but the id and the type.
 func (t *Task) validateFields() error {
-	if len(t.Topic) > MaxTopicLen || !validTopic(t.Topic) {
-		return invalid("topic", "must be up to %d characters of [a-zA-Z0-9._-]", MaxTopicLen)
+	if err := ValidateTopic(t.Topic); err != nil {
+		return err
 	}
 	if len(t.Key) > MaxIDLen {
 		return invalid("key", "longer than %d bytes", MaxIDLen)
@@ -346,6 +346,16 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// ValidateTopic checks a task's topic (empty: the default topic): up to
+// MaxTopicLen characters of [a-zA-Z0-9._-], not "." or "..". The error is
+// a *FieldError naming "topic".
+func ValidateTopic(topic string) error {
+	if len(topic) > MaxTopicLen || !validTopic(topic) {
+		return invalid("topic", "must be up to %d characters of [a-zA-Z0-9._-]", MaxTopicLen)
+	}
+	return nil
 }
 
 func validTopic(s string) bool {

@@ -21,20 +21,15 @@ import (
 // name that is not a valid one (bad input: an API maps it to 422).
 var ErrInvalidTopic = errors.New("invalid topic")
 
-// ValidateTopic checks a worked topic's name: not empty, and the rule of
-// a task's topic (task.Task.Validate: up to task.MaxTopicLen characters of
-// [a-zA-Z0-9._-], not "." or ".."). The error wraps ErrInvalidTopic and
-// its message starts with "topic:".
+// ValidateTopic checks a worked topic's name: not empty, and a task's
+// topic rule (task.ValidateTopic). The error wraps ErrInvalidTopic and its
+// message starts with "topic:".
 func ValidateTopic(topic string) error {
 	if topic == "" {
 		return fmt.Errorf("%w: %w", ErrInvalidTopic, &task.FieldError{Field: "topic", Reason: "must not be empty"})
 	}
-	// the one owner of the rule is the task's validation: a task carrying
-	// the topic, every other field valid
-	probe := task.Task{ID: "worked", Type: "worked", Topic: topic, DueAt: time.UnixMilli(0)}
-	var fe *task.FieldError
-	if err := probe.Validate(); errors.As(err, &fe) && fe.Field == "topic" {
-		return fmt.Errorf("%w: %w", ErrInvalidTopic, fe)
+	if err := task.ValidateTopic(topic); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidTopic, err)
 	}
 	return nil
 }
@@ -44,9 +39,6 @@ func Prefix(ns string) string { return "/" + ns + "/worked/" }
 
 // Key is the etcd key that declares topic worked in namespace ns.
 func Key(ns, topic string) string { return Prefix(ns) + topic }
-
-// timeLayout is RFC 3339 with milliseconds, the API's time format.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // Topic is one worked topic: which consumer group declared it first,
 // when, and which process did.
@@ -70,7 +62,7 @@ type topicJSON struct {
 func (t Topic) MarshalJSON() ([]byte, error) {
 	v := topicJSON{Topic: t.Topic, Group: t.Group, By: t.By}
 	if !t.Since.IsZero() {
-		v.Since = t.Since.UTC().Format(timeLayout)
+		v.Since = t.Since.UTC().Format(task.TimeLayout)
 	}
 	return json.Marshal(v)
 }

@@ -15,7 +15,7 @@ import (
 // appended by hand: no reflection, one buffer per response.
 
 // TimeLayout is RFC 3339 with milliseconds; times are written in UTC.
-const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+const TimeLayout = task.TimeLayout
 
 // FormatTime writes t in TimeLayout, in UTC.
 func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
