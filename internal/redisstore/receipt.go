@@ -52,24 +52,12 @@ func (a Ack) pack() string {
 	}
 	binary.BigEndian.PutUint32(b[1:], uint32(a.Gen))
 	binary.BigEndian.PutUint16(b[5:], uint16(a.Attempt))
-	put48(b[7:], uint64(max(task.Millis(a.FiredAt), 0)))
-	put48(b[13:], uint64(max(task.Millis(a.DueAt), 0)))
+	putUint48(b[7:], uint64(max(task.Millis(a.FiredAt), 0)))
+	putUint48(b[13:], uint64(max(task.Millis(a.DueAt), 0)))
 	binary.BigEndian.PutUint32(b[19:], uint32(a.Partition))
 	binary.BigEndian.PutUint64(b[23:], uint64(a.Offset))
 	binary.BigEndian.PutUint64(b[31:], uint64(a.Token))
 	return string(b)
-}
-
-func put48(b []byte, v uint64) {
-	b[0], b[1], b[2], b[3], b[4], b[5] = byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
-}
-
-func get48(b string) int64 {
-	var v uint64
-	for i := range 6 {
-		v = v<<8 | uint64(b[i])
-	}
-	return int64(v)
 }
 
 // unpackReceipt reads a receipt value; nil when v is not one.
@@ -77,14 +65,15 @@ func unpackReceipt(v string) *task.Receipt {
 	if len(v) != receiptLen || (v[0] != receiptDelivered && v[0] != receiptFired) {
 		return nil
 	}
+	b := []byte(v)
 	return &task.Receipt{
-		Delivered: v[0] == receiptDelivered,
-		Gen:       uint64(binary.BigEndian.Uint32([]byte(v[1:5]))),
-		Attempt:   int(binary.BigEndian.Uint16([]byte(v[5:7]))),
-		FiredAt:   task.FromMillis(get48(v[7:13])),
-		DueAt:     task.FromMillis(get48(v[13:19])),
-		Partition: int32(binary.BigEndian.Uint32([]byte(v[19:23]))),
-		Offset:    int64(binary.BigEndian.Uint64([]byte(v[23:31]))),
-		Token:     int64(binary.BigEndian.Uint64([]byte(v[31:39]))),
+		Delivered: b[0] == receiptDelivered,
+		Gen:       uint64(binary.BigEndian.Uint32(b[1:5])),
+		Attempt:   int(binary.BigEndian.Uint16(b[5:7])),
+		FiredAt:   task.FromMillis(uint48(b[7:13])),
+		DueAt:     task.FromMillis(uint48(b[13:19])),
+		Partition: int32(binary.BigEndian.Uint32(b[19:23])),
+		Offset:    int64(binary.BigEndian.Uint64(b[23:31])),
+		Token:     int64(binary.BigEndian.Uint64(b[31:39])),
 	}
 }

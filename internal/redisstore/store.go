@@ -232,7 +232,7 @@ func decodeRecord(id, rec string, shard int) (*task.Task, error) {
 	b := []byte(rec)
 	gen := binary.BigEndian.Uint32(b[1:5])
 	att := binary.BigEndian.Uint16(b[5:7])
-	due := int64(binary.BigEndian.Uint16(b[7:9]))<<32 | int64(binary.BigEndian.Uint32(b[9:13]))
+	due := uint48(b[7:13])
 	t := &task.Task{ID: id, State: st, Gen: uint64(gen), Attempt: int(att), DueAt: task.FromMillis(due), Shard: shard}
 	if err := task.DecodeBodyOwned(b[recordHeader:], t); err != nil {
 		return t, fmt.Errorf("record of %s: %w", id, err)
@@ -284,9 +284,19 @@ func newRecord(ms int64, t *task.Task) []byte {
 	rec := make([]byte, 13, 13+64+len(t.Payload))
 	rec[0] = 's'
 	binary.BigEndian.PutUint16(rec[5:7], 1)
-	binary.BigEndian.PutUint16(rec[7:9], uint16(ms>>32))
-	binary.BigEndian.PutUint32(rec[9:13], uint32(ms))
+	putUint48(rec[7:13], uint64(ms))
 	return task.AppendBody(rec, t)
+}
+
+// putUint48 and uint48 write and read the 6-byte big-endian integers of
+// records and receipts (times in unix ms; struct's I6 in the scripts).
+func putUint48(b []byte, v uint64) {
+	binary.BigEndian.PutUint16(b, uint16(v>>32))
+	binary.BigEndian.PutUint32(b[2:], uint32(v))
+}
+
+func uint48(b []byte) int64 {
+	return int64(binary.BigEndian.Uint16(b))<<32 | int64(binary.BigEndian.Uint32(b[2:]))
 }
 
 func conflict(id string, r reply) error {
