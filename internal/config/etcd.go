@@ -73,6 +73,28 @@ func (e Etcd) EtcdClient(ctx context.Context) (*clientv3.Client, error) {
 	return cli, err
 }
 
+// EtcdReachable reports whether some etcd endpoint accepts a TCP
+// connection within timeout (or ctx ended): whether etcd is there at all,
+// whatever it then answers.
+func (e Etcd) EtcdReachable(ctx context.Context, timeout time.Duration) bool {
+	d := net.Dialer{Timeout: timeout}
+	for _, ep := range e.EtcdEndpoints {
+		if c, err := d.DialContext(ctx, "tcp", endpointAddr(ep)); err == nil {
+			_ = c.Close()
+			return true
+		}
+	}
+	return ctx.Err() != nil
+}
+
+// endpointAddr is the host:port of an etcd endpoint (a URL or host:port).
+func endpointAddr(ep string) string {
+	if u, err := url.Parse(ep); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return ep
+}
+
 // ProbeEtcd dials the endpoints with the TLS settings and reports the
 // first failed handshake, naming the endpoint: etcd's client retries such
 // a failure silently, and its requests only time out. Nil without TLS or
@@ -84,10 +106,7 @@ func (e Etcd) ProbeEtcd(ctx context.Context) error {
 	}
 	var first error
 	for _, ep := range e.EtcdEndpoints {
-		addr := ep
-		if u, err := url.Parse(ep); err == nil && u.Host != "" {
-			addr = u.Host
-		}
+		addr := endpointAddr(ep)
 		t = t.Clone()
 		t.NextProtos = []string{"h2"} // gRPC servers refuse a handshake without it
 		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: t}

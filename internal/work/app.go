@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -273,7 +271,7 @@ func (a *App) declareTopics(ctx context.Context) (later bool, err error) {
 	b := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	pending := slices.Clone(a.cfg.Topics)
 	for {
-		if !etcdReachable(sctx, a.cfg.EtcdEndpoints) {
+		if !a.cfg.EtcdReachable(sctx, declareDial) {
 			if ctx.Err() != nil {
 				return false, nil
 			}
@@ -340,23 +338,6 @@ func (a *App) declare(ctx context.Context, topics []string) (pending []string, e
 		}
 	}
 	return pending, err
-}
-
-// etcdReachable reports whether some etcd endpoint accepts a TCP
-// connection (or ctx ended).
-func etcdReachable(ctx context.Context, endpoints []string) bool {
-	d := net.Dialer{Timeout: declareDial}
-	for _, ep := range endpoints {
-		addr := ep
-		if u, err := url.Parse(ep); err == nil && u.Host != "" {
-			addr = u.Host
-		}
-		if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
-			_ = c.Close()
-			return true
-		}
-	}
-	return ctx.Err() != nil
 }
 
 // topicsReady is the Kafka topics' part of /readyz: a missing topic (or
