@@ -298,14 +298,19 @@ func suite(t *testing.T, rdb redis.UniversalClient) {
 		due := now.Add(300 * time.Millisecond).Truncate(time.Millisecond)
 		r := schedule1(t, s, mk("soon", due))
 		tk := mustTake(t, s, r.Shard, 1)
-		if len(tk.Tasks) != 0 {
+		// a machine slower than the 300 ms margin (the race detector, a
+		// replicated cluster's WAIT) takes it at once: then it must be due
+		if len(tk.Tasks) != 0 && tk.Now.Before(due) {
 			t.Fatalf("taken %v early (now %v)", tk.Tasks[0].DueAt, tk.Now)
 		}
-		if !tk.NextDue.Equal(due) {
+		if len(tk.Tasks) == 0 && !tk.NextDue.Equal(due) {
 			t.Fatalf("next due %v, want %v", tk.NextDue, due)
 		}
-		var got []*task.Task
+		got := tk.Tasks
 		testenv.WaitFor(t, 5*time.Second, "task taken once due", func() bool {
+			if len(got) == 1 {
+				return true
+			}
 			tk = mustTake(t, s, r.Shard, 1)
 			got = tk.Tasks
 			if len(got) == 0 && !tk.Now.Before(due) {
