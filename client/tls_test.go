@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/client"
-	"github.com/delayq/delayq/internal/devcert"
+	"github.com/delayq/delayq/internal/cli/devcert"
 )
 
 // tlsDaemon is an https server with a certificate of a private CA that

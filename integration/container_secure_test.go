@@ -21,8 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/delayq/delayq/deploy/compose"
-	"github.com/delayq/delayq/internal/acl"
-	"github.com/delayq/delayq/internal/devcert"
+	"github.com/delayq/delayq/internal/cli/acl"
+	"github.com/delayq/delayq/internal/cli/devcert"
 )
 
 // TestContainersSecure runs the delivery scenario against the container

@@ -19,9 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delayq/delayq/client"
-	"github.com/delayq/delayq/internal/acl"
+	"github.com/delayq/delayq/internal/cli/acl"
+	"github.com/delayq/delayq/internal/cli/devcert"
 	"github.com/delayq/delayq/internal/config"
-	"github.com/delayq/delayq/internal/devcert"
 	"github.com/delayq/delayq/internal/testenv"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/delayq/delayq/internal/kafkaread"
+	"github.com/delayq/delayq/internal/work/kafkaread"
 )
 
 // abandonGrace bounds how long Run waits for handlers after cancelling their

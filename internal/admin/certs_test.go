@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/cli/devcert"
 	"github.com/delayq/delayq/internal/config"
-	"github.com/delayq/delayq/internal/devcert"
 )
 
 // testPoll is the certificate watch interval of the tests.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/delayq/delayq/internal/acl"
+	"github.com/delayq/delayq/internal/cli/acl"
 	"github.com/delayq/delayq/internal/config"
 )
 

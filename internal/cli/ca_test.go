@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/cli/devcert"
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/daemon"
-	"github.com/delayq/delayq/internal/devcert"
 	"github.com/delayq/delayq/internal/testenv"
 )
 

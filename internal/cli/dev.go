@@ -19,9 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/delayq/delayq/internal/acl"
+	"github.com/delayq/delayq/internal/cli/acl"
+	"github.com/delayq/delayq/internal/cli/devcert"
 	"github.com/delayq/delayq/internal/config"
-	"github.com/delayq/delayq/internal/devcert"
 )
 
 // runDev is dq dev: the whole system in one process, or one piece of it.

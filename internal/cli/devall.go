@@ -28,9 +28,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/delayq/delayq/client"
-	"github.com/delayq/delayq/internal/acl"
+	"github.com/delayq/delayq/internal/cli/acl"
+	"github.com/delayq/delayq/internal/cli/devcert"
 	"github.com/delayq/delayq/internal/config"
-	"github.com/delayq/delayq/internal/devcert"
 )
 
 // devOptions configures dq dev.

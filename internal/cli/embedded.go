@@ -25,8 +25,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/delayq/delayq/internal/acl"
-	"github.com/delayq/delayq/internal/kfakefix"
+	"github.com/delayq/delayq/internal/cli/acl"
+	"github.com/delayq/delayq/internal/cli/kfakefix"
 )
 
 // EtcdOptions configures StartEtcd.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delayq/delayq/internal/cli/devcert"
 	"github.com/delayq/delayq/internal/config"
-	"github.com/delayq/delayq/internal/devcert"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/testenv"
 )

@@ -49,7 +49,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/delayq/delayq/internal/kfakefix"
+	"github.com/delayq/delayq/internal/cli/kfakefix"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )

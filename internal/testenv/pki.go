@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"testing"
 
-	"github.com/delayq/delayq/internal/devcert"
+	"github.com/delayq/delayq/internal/cli/devcert"
 )
 
 // PKI is a throwaway CA with a server certificate (127.0.0.1, localhost)

@@ -6,7 +6,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/delayq/delayq/internal/acl"
+	"github.com/delayq/delayq/internal/cli/acl"
 )
 
 // EtcdOptions configures StartEtcdWith and StartEtcdClusterWith.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delayq/delayq/internal/acl"
+	"github.com/delayq/delayq/internal/cli/acl"
 )
 
 // RedisUser is an ACL user created when the server starts: "user <Name> on

@@ -12,11 +12,11 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delayq/delayq/internal/config"
-	"github.com/delayq/delayq/internal/kafkaread"
 	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/lograte"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/retry"
+	"github.com/delayq/delayq/internal/work/kafkaread"
 	"github.com/delayq/delayq/worker"
 )
 

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/delayq/delayq/internal/cli/devcert"
 	"github.com/delayq/delayq/internal/config"
-	"github.com/delayq/delayq/internal/devcert"
 	"github.com/delayq/delayq/worker"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/delayq/delayq/internal/etcdlease"
+	"github.com/delayq/delayq/internal/event/etcdlease"
 	"github.com/delayq/delayq/internal/retry"
 )
 

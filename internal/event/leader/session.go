@@ -3,7 +3,7 @@ package leader
 import (
 	"context"
 
-	"github.com/delayq/delayq/internal/etcdlease"
+	"github.com/delayq/delayq/internal/event/etcdlease"
 )
 
 // session is the process's etcd session with the time of etcd's last

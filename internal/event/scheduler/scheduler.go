@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/delayq/delayq/internal/etcdlease"
+	"github.com/delayq/delayq/internal/event/etcdlease"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/retry"
 	"github.com/delayq/delayq/internal/schedule"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delayq/delayq/internal/acl"
+	"github.com/delayq/delayq/internal/cli/acl"
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
