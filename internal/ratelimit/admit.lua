@@ -6,20 +6,19 @@
 -- limit; the first that fails stops the admission, so the tasks that run
 -- are a prefix. Only tasks that run consume quota, tokens and slots.
 -- KEYS[1] window hash, KEYS[2] bucket hash, KEYS[3] running zset
--- ARGV[1] shift ms (0 outside tests)
--- ARGV[2] window limit (0: no quota), ARGV[3] window ms
--- ARGV[4] rate per second (0: no bucket), ARGV[5] burst, ARGV[6] reserve
--- ARGV[7] concurrency limit (0: none), ARGV[8] slot ttl ms
--- ARGV[9] n, ARGV[10] h, ARGV[11] slot id prefix (slot of the i-th task: prefix .. i)
+-- ARGV[1] window limit (0: no quota), ARGV[2] window ms
+-- ARGV[3] rate per second (0: no bucket), ARGV[4] burst, ARGV[5] reserve
+-- ARGV[6] concurrency limit (0: none), ARGV[7] slot ttl ms
+-- ARGV[8] n, ARGV[9] h, ARGV[10] slot id prefix (slot of the i-th task: prefix .. i)
 -- Returns {now ms, window start ms, window count, tokens (string), running,
 --          earliest slot expiry ms or -1, admitted, reason high, reason low}
 -- where a reason is what holds back the next task of that class:
 -- 0 nothing, 1 window quota, 2 token bucket, 3 concurrency.
-local now = now_ms(tonumber(ARGV[1]))
-local wlimit, win = tonumber(ARGV[2]), tonumber(ARGV[3])
-local rate, burst, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local climit, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
-local n, h = tonumber(ARGV[9]), tonumber(ARGV[10])
+local now = now_ms()
+local wlimit, win = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rate, burst, reserve = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local climit, ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
+local n, h = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local big = n + 1 -- "no limit"
 local wstart, wcount, wroom = 0, 0, big
@@ -66,7 +65,7 @@ if take > 0 then
     bucket_save(KEYS[2], tokens, ts, rate, burst)
   end
   if climit > 0 then
-    local expiry, prefix, zargs = int(now + ttl), ARGV[11], {}
+    local expiry, prefix, zargs = int(now + ttl), ARGV[10], {}
     for i = 1, take do
       zargs[2 * i - 1] = expiry
       zargs[2 * i] = prefix .. i

@@ -90,7 +90,7 @@ func TestDeferralsWithinMaxDue(t *testing.T) {
 		check(t, "low", 0, limit) // a billion tokens of reserve at one a day
 	})
 	t.Run("near MaxDue", func(t *testing.T) {
-		l.shift.Store(task.MaxDueMillis - 1000 - redisMillis(t, rdb))
+		shiftOf(t, l).Store(task.MaxDueMillis - 1000 - redisMillis(t, rdb))
 		for _, typ := range []string{"tiny", "low", "window", "conc"} {
 			check(t, typ, 0, task.MaxDueMillis)
 		}

@@ -8,14 +8,15 @@
 --   running zset  member = slot id, score = slot expiry (ms); expired members
 --                 are removed before every count
 --
--- "now" is Redis TIME in ms plus ARGV shift (always 0 outside tests, which
--- use it to jump to the next window), so every worker shares one clock.
+-- "now" is Redis TIME in ms, so every worker shares one clock (the tests
+-- that jump to the next window run a variant with a shifted clock:
+-- clock_test.go).
 -- Integers are written with '%d': Lua numbers are doubles and would
 -- otherwise be formatted with an exponent.
 
-local function now_ms(shift)
+local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + shift
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 local function int(x) return string.format('%d', x) end

@@ -49,7 +49,10 @@ var refreshLua string
 //go:embed usage.lua
 var usageLua string
 
-func script(src string) *redis.Script { return redis.NewScript(commonLua + "\n" + src) }
+// scriptSource is a script as it runs: common.lua, then src.
+func scriptSource(src string) string { return commonLua + "\n" + src }
+
+func script(src string) *redis.Script { return redis.NewScript(scriptSource(src)) }
 
 var (
 	admitScript   = script(admitLua)
@@ -78,9 +81,8 @@ type Limiter struct {
 	retry time.Duration
 	m     *metrics
 
-	id    string        // random per Limiter: slot ids are id-seq
-	seq   atomic.Uint64 // slot id counter
-	shift atomic.Int64  // ms added to Redis TIME; set by tests only
+	id  string        // random per Limiter: slot ids are id-seq
+	seq atomic.Uint64 // slot id counter
 }
 
 // NewLimiter returns a limiter on rdb whose rules come from rules (nil: no
@@ -216,12 +218,11 @@ func (l *Limiter) Admit(ctx context.Context, items []Item) ([]Decision, error) {
 	if len(groups) == 0 {
 		return out, nil
 	}
-	shift := l.shift.Load()
 	sent := time.Now() // before the request: the slots' local lease starts no later than Redis' (see HeldUntil)
 	var calls []*call
 	for _, g := range groups {
 		for first := 0; first < len(g.idx); first += maxScriptItems {
-			c := l.admitCall(g, first, min(first+maxScriptItems, len(g.idx)), shift)
+			c := l.admitCall(g, first, min(first+maxScriptItems, len(g.idx)))
 			g.calls = append(g.calls, c)
 			calls = append(calls, c)
 		}
@@ -284,10 +285,9 @@ func (l *Limiter) group(items []Item) []*group {
 
 // admitCall builds the admit script for the items at positions
 // [from, to) of g.idx.
-func (l *Limiter) admitCall(g *group, from, to int, shift int64) *call {
+func (l *Limiter) admitCall(g *group, from, to int) *call {
 	c := &call{script: admitScript, keys: g.keys, first: from, n: to - from}
-	args := make([]any, 0, 11)
-	args = append(args, shift)
+	args := make([]any, 0, 10)
 	if q := g.rule.WindowQuota; q != nil {
 		args = append(args, q.Limit, q.Window.D().Milliseconds())
 	} else {
@@ -535,8 +535,7 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 		return true, nil // no limit any more: nothing to hold
 	}
 	keys := typeKeys(l.ns, it.Type)
-	v, err := refreshScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], l.shift.Load(),
-		d.slotTTL.Milliseconds(), d.slot).Int64()
+	v, err := refreshScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], d.slotTTL.Milliseconds(), d.slot).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh slot %s: %w", it.Type, err)
 	}
@@ -561,7 +560,6 @@ func (l *Limiter) Usage(ctx context.Context, typ string, rule Rule) (Usage, erro
 
 // UsageOf reads the usage of several types in one round trip.
 func (l *Limiter) UsageOf(ctx context.Context, rules map[string]Rule) (map[string]Usage, error) {
-	shift := l.shift.Load()
 	types := make([]string, 0, len(rules))
 	calls := make([]*call, 0, len(rules))
 	for typ, rule := range rules {
@@ -574,7 +572,7 @@ func (l *Limiter) UsageOf(ctx context.Context, rules map[string]Rule) (map[strin
 			rate, burst = strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst
 		}
 		types = append(types, typ)
-		calls = append(calls, &call{script: usageScript, keys: typeKeys(l.ns, typ), args: []any{shift, win, rate, burst}})
+		calls = append(calls, &call{script: usageScript, keys: typeKeys(l.ns, typ), args: []any{win, rate, burst}})
 	}
 	out := make(map[string]Usage, len(rules))
 	if len(calls) == 0 {

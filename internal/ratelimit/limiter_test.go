@@ -23,7 +23,7 @@ func TestAdmitWindowPartial(t *testing.T) {
 	l := newLimiter(t, rdb, testNS(t), StaticRules{"mail": {WindowQuota: &q}}, Options{})
 	alignShift(t, rdb, time.Hour, l)
 	w := time.Hour.Milliseconds()
-	start := (redisMillis(t, rdb) + l.shift.Load()) / w * w // the window start the shift aligned to
+	start := (redisMillis(t, rdb) + shiftOf(t, l).Load()) / w * w // the window start the shift aligned to
 
 	steps := []struct{ n, want int }{{7, 7}, {7, 3}, {1, 0}}
 	for _, s := range steps {
@@ -45,7 +45,7 @@ func TestAdmitWindowPartial(t *testing.T) {
 		t.Fatalf("usage %+v %v, want window_count 10 (only the admitted part counts)", u, err)
 	}
 	// the next window starts from zero
-	l.shift.Add(time.Hour.Milliseconds())
+	shiftOf(t, l).Add(time.Hour.Milliseconds())
 	if ds, err := l.Admit(ctx, items("mail", 4, 0)); err != nil || countRun(ds) != 4 {
 		t.Fatalf("next window admitted %d %v, want 4", countRun(ds), err)
 	}
@@ -70,7 +70,7 @@ func TestAdmitPartialBatch(t *testing.T) {
 	l := newLimiter(t, rdb, testNS(t), rules, Options{})
 	alignShift(t, rdb, time.Hour, l)
 	w := time.Hour.Milliseconds()
-	windowEnd := (redisMillis(t, rdb)+l.shift.Load())/w*w + w
+	windowEnd := (redisMillis(t, rdb)+shiftOf(t, l).Load())/w*w + w
 
 	var batch []Item
 	for i := range 15 {
@@ -213,7 +213,7 @@ func TestTokenBucketReserveUnit(t *testing.T) {
 	}
 
 	// the bucket never holds more than burst
-	l.shift.Add(time.Hour.Milliseconds())
+	shiftOf(t, l).Add(time.Hour.Milliseconds())
 	if u, _ := l.Usage(ctx, "api", Rule{TokenBucket: &b}); u.Tokens != 20 {
 		t.Fatalf("after an hour the bucket holds %v, want burst 20", u.Tokens)
 	}
@@ -563,7 +563,7 @@ func TestAdmitCombined(t *testing.T) {
 	// 3: next window 0/5, tokens 5, running 2/3 (step 2 not released): one
 	// high takes the last slot; lows are below the reserve (5-1-1 < 4), so
 	// tokens hold them back before concurrency does
-	l.shift.Add(time.Hour.Milliseconds())
+	shiftOf(t, l).Add(time.Hour.Milliseconds())
 	b = mk(3, 3)
 	ds, err = l.Admit(ctx, b)
 	if err != nil {
@@ -574,7 +574,7 @@ func TestAdmitCombined(t *testing.T) {
 	// a group larger than one script call: still one round trip
 	big := StaticRules{"big": {WindowQuota: &WindowQuota{Limit: 1000, Window: dur(time.Hour)}}}
 	l2 := newLimiter(t, rdb, l.ns, big, Options{})
-	l2.shift.Store(l.shift.Load())
+	shiftOf(t, l2).Store(shiftOf(t, l).Load())
 	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Ping(ctx).Err() }); err != nil {
 		t.Fatal(err) // a connection for pipelines is set up (HELLO) outside the count
 	}

@@ -90,7 +90,7 @@ func alignShift(tb testing.TB, rdb redis.UniversalClient, win time.Duration, lim
 	w := win.Milliseconds()
 	shift := (now/w+1)*w + 1 - now
 	for _, l := range lims {
-		l.shift.Store(shift)
+		shiftOf(tb, l).Store(shift)
 	}
 	return shift
 }

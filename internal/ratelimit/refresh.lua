@@ -1,9 +1,9 @@
 -- refresh: push a held slot's expiry to now + ttl (long handlers).
 -- KEYS[1] running zset
--- ARGV[1] shift ms, ARGV[2] slot ttl ms, ARGV[3] slot id
+-- ARGV[1] slot ttl ms, ARGV[2] slot id
 -- Returns 1 when the slot was held, 0 when it had expired or was released.
-local now = now_ms(tonumber(ARGV[1]))
-local ttl, slot = tonumber(ARGV[2]), ARGV[3]
+local now = now_ms()
+local ttl, slot = tonumber(ARGV[1]), ARGV[2]
 local exp = tonumber(redis.call('ZSCORE', KEYS[1], slot))
 if exp == nil then return 0 end
 if exp <= now then

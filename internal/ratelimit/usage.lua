@@ -1,9 +1,9 @@
 -- usage: read a type's current usage without changing anything.
 -- KEYS[1] window hash, KEYS[2] bucket hash, KEYS[3] running zset
--- ARGV[1] shift ms, ARGV[2] window ms (0: no quota), ARGV[3] rate (0: no bucket), ARGV[4] burst
+-- ARGV[1] window ms (0: no quota), ARGV[2] rate (0: no bucket), ARGV[3] burst
 -- Returns {window count, tokens (string), running (unexpired slots), now ms}
-local now = now_ms(tonumber(ARGV[1]))
-local win, rate, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = now_ms()
+local win, rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local count = 0
 if win > 0 then
   local _

@@ -3,14 +3,9 @@ package redisstore
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/shardmap"
 	"github.com/delayq/delayq/internal/task"
@@ -112,22 +107,8 @@ func (s *Store) ClaimMany(ctx context.Context, cs []Claim) ([]ClaimResult, error
 		calls = append(calls, gc...)
 	}
 	s.execCalls(ctx, claimScript, calls)
-	var firstErr error
-	for _, c := range calls {
-		err := c.err
-		if err == nil {
-			err = s.fillClaims(res, c.idx, c.shards, cs, c.val)
-		}
-		if err != nil {
-			err = fmt.Errorf("claim on %s: %w", c.where(), err)
-			for _, i := range c.idx {
-				res[i] = ClaimResult{Err: err}
-			}
-			if firstErr == nil {
-				firstErr = err
-			}
-		}
-	}
+	firstErr := fanOut(calls, "claim", func(c *shardCall) error { return s.fillClaims(res, c.idx, c.shards, cs, c.val) },
+		func(i int, err error) { res[i] = ClaimResult{Err: err} })
 	// A copy fired from a shard that a growth has since moved the task
 	// off (it moves once finished or waiting again: movestart.lua) finds
 	// nothing there: it is asked again on the shard the map routes its id
@@ -253,234 +234,10 @@ func (s *Store) ExtendClaim(ctx context.Context, c Claim) (bool, error) {
 	return n == 1, nil
 }
 
-// FinishResult is the answer for one Finish of FinishMany.
-type FinishResult struct {
-	State task.State
-	// Err is what Finish would return: ErrNotFound, ErrStale, a
-	// *StateError, or a Redis error (IsUnavailable: outcome unknown, retry).
-	Err error
-}
-
-// FinishMany stores many outcomes (and gives up the execution claims of
-// those with an Owner): one finish script call for the shards of one
-// redis-server (one per shard on a Redis Cluster; at most maxPerCall
-// outcomes a call, see packCalls), all in one pipeline. Results are in the
-// order of fs. The error is the first Redis error (not ErrStale,
-// ErrNotFound or a conflict, which are per task); the tasks of a call that
-// failed carry it too.
-func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
-	res := make([]FinishResult, len(fs))
-	secs := chunks(indexes(len(fs)), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) })
-	calls := s.packShards(secs, []any{s.retention.Milliseconds(), s.k.wake}, func(sec *chunk[int], c *shardCall) {
-		sh := sec.key
-		c.keys = append(c.keys, s.k.runs(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
-		c.args = append(c.args, sh, s.k.prefix[sh], len(sec.idx))
-		for _, i := range sec.idx {
-			f := fs[i]
-			// a success needs four values; the other outcomes their due
-			// time and error text too (see finish.lua)
-			c.args = append(c.args, f.ID, f.Gen, f.Owner, string(f.Kind))
-			if f.Kind != Succeeded {
-				due := ""
-				if f.Kind != Dead {
-					due = dueArg(f.Due, f.Delay, f.Relative)
-				}
-				c.args = append(c.args, due, task.Clip(f.Error, 2048))
-			}
-		}
-	})
-	s.execCalls(ctx, finishScript, calls)
-	var firstErr error
-	for _, c := range calls {
-		err := c.err
-		var a []any
-		if err == nil {
-			var ok bool
-			if a, ok = c.val.([]any); !ok || len(a) != 3*len(c.idx) {
-				err = fmt.Errorf("unexpected finish reply %v", c.val)
-			}
-		}
-		if err != nil {
-			err = fmt.Errorf("finish on %s: %w", c.where(), err)
-			for _, i := range c.idx {
-				res[i].Err = err
-			}
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		for j, i := range c.idx {
-			f := fs[i]
-			r, err := parseReply(a, 3*j)
-			if err != nil {
-				res[i].Err = err
-				continue
-			}
-			res[i].State = r.state
-			switch r.code {
-			case 1:
-			case 0:
-				res[i].Err = ErrNotFound
-			case 5:
-				res[i].Err = fmt.Errorf("finish %s gen %d: %w", f.ID, f.Gen, ErrStale)
-			default:
-				res[i].Err = conflict(f.ID, r)
-			}
-		}
-	}
-	return res, firstErr
-}
-
-// shardCall is one script call over the items of one shard (of several
-// for schedule: shards then holds each item's).
-type shardCall struct {
-	shard  int
-	idx    []int
-	shards []int
-	keys   []string
-	args   []any
-	cmd    *redis.Cmd
-	val    any
-	err    error
-}
-
-// where names the call's shard, or shards, for an error.
-func (c *shardCall) where() string {
-	seen := slices.Compact(slices.Sorted(slices.Values(c.shards)))
-	if len(seen) <= 1 {
-		return fmt.Sprintf("shard %d", c.shard)
-	}
-	return fmt.Sprintf("shards %v", seen)
-}
-
-// chunk is items of one key, at most maxPerCall of them.
-type chunk[K comparable] struct {
-	key K
-	idx []int
-}
-
-// chunks groups items (indexes into the caller's slice) by key, at most
-// maxPerCall per chunk, in order of first appearance.
-func chunks[K comparable](items []int, key func(i int) K) []*chunk[K] {
-	var out []*chunk[K]
-	open := make(map[K]*chunk[K])
-	for _, i := range items {
-		k := key(i)
-		c := open[k]
-		if c == nil || len(c.idx) == maxPerCall {
-			c = &chunk[K]{key: k}
-			open[k] = c
-			out = append(out, c)
-		}
-		c.idx = append(c.idx, i)
-	}
-	return out
-}
-
-// indexes is 0..n-1, the items of a whole slice of n (see chunks).
-func indexes(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
-}
-
-// packCalls puts sections (one shard's items each) into script calls:
-// with single (a client of one redis-server, see Store.single), as many
-// sections as fit maxPerCall items share a call, since the per-call cost
-// of a script is about twice an item's; with any other client (a Redis
-// Cluster's), each section is a call of its own, as a script's keys share
-// one slot there. Every call's arguments start with head; section appends
-// one section's keys and arguments to c. The calls' idx and shards list
-// their items in order.
-func packCalls[K comparable](single bool, secs []*chunk[K], shardOf func(K) int, head []any, section func(sec *chunk[K], c *shardCall)) []*shardCall {
-	var calls []*shardCall
-	var c *shardCall
-	for _, sec := range secs {
-		sh := shardOf(sec.key)
-		if c == nil || !single || len(c.idx)+len(sec.idx) > maxPerCall {
-			c = &shardCall{shard: sh, args: slices.Clone(head)}
-			calls = append(calls, c)
-		}
-		section(sec, c)
-		c.idx = append(c.idx, sec.idx...)
-		for range sec.idx {
-			c.shards = append(c.shards, sh)
-		}
-	}
-	return calls
-}
-
-// packShards is packCalls for sections keyed by their shard (claims,
-// finishes, releases, parks).
-func (s *Store) packShards(secs []*chunk[int], head []any, section func(sec *chunk[int], c *shardCall)) []*shardCall {
-	return packCalls(s.pack, secs, func(sh int) int { return sh }, head, section)
-}
-
-// execCalls sends every call in one pipeline (EVALSHA), re-sending a call
-// with EVAL after NOSCRIPT, and stores each call's reply or error. On Redis
-// Cluster each call goes alone instead (execEach, migrating.go).
-func (s *Store) execCalls(ctx context.Context, sc *redis.Script, calls []*shardCall) {
-	if s.execEach(ctx, sc, calls) { // a durable script waits in runScript
-		return
-	}
-	if s.waits(sc) {
-		s.execWaited(ctx, sc, calls) // durable.go
-		return
-	}
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range calls {
-			c.cmd = sc.EvalSha(ctx, p, c.keys, c.args...)
-		}
-		return nil
-	})
-	for _, c := range calls {
-		c.val, c.err = c.cmd.Result()
-		if isNoScript(c.err) {
-			c.val, c.err = sc.Run(ctx, s.rdb, c.keys, c.args...).Result()
-		}
-		if errors.Is(c.err, redis.Nil) {
-			c.val, c.err = nil, nil
-		}
-	}
-}
-
 // firedShard is the shard a claim or finish goes to (see Claim.Shard).
 func (s *Store) firedShard(id string, sh int, set bool) int {
 	if set && sh >= 0 && sh < shardmap.MaxShards {
 		return sh
 	}
 	return s.Shard(id)
-}
-
-// ClaimHolder reads the execution claim of generation gen of task id (for
-// tests and tools that look at a claim directly): the owner that holds it
-// and the time left until it expires, by Redis' clock; "" when nobody
-// holds it (never claimed, released, or expired).
-func (s *Store) ClaimHolder(ctx context.Context, id string, gen uint64) (owner string, left time.Duration, err error) {
-	var now *redis.TimeCmd
-	var val *redis.StringCmd
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		key := s.k.runs(s.Shard(id))
-		now, val = p.Time(ctx), p.HGet(ctx, key, claimField(id, gen))
-		return nil
-	})
-	if errors.Is(err, redis.Nil) {
-		return "", 0, nil
-	}
-	if err != nil {
-		return "", 0, fmt.Errorf("claim of %s gen %d: %w", id, gen, err)
-	}
-	dl, who, ok := strings.Cut(val.Val(), "|")
-	ms, perr := strconv.ParseInt(dl, 10, 64)
-	if !ok || perr != nil {
-		return "", 0, fmt.Errorf("claim of %s gen %d: unreadable value %q", id, gen, val.Val())
-	}
-	left = task.FromMillis(ms).Sub(now.Val())
-	if left <= 0 {
-		return "", 0, nil
-	}
-	return who, left, nil
 }

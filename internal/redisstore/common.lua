@@ -64,7 +64,8 @@ end
 -- wake tells pollers that shard's earliest due time moved earlier. It
 -- runs after a write that added members to the due set (added: a table
 -- whose keys are their ids) and publishes when the set's first member is
--- one of them: due, the earliest added due time, is the message. The
+-- one of them: due, the earliest added due time, is the message
+-- ("<shard>:<due ms>", read by ParseWake in wake.go). The
 -- head is read by member, without its score: a score reply is a double
 -- that Redis prints (%.17g) and Lua parses back, and those two cost more
 -- than the rest of a one-task section of a schedule (3.5 against 0.5 µs

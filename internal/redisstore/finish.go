@@ -78,6 +78,76 @@ func (s *Store) Finish(ctx context.Context, f Finish) (task.State, error) {
 	return res[0].State, res[0].Err
 }
 
+// FinishResult is the answer for one Finish of FinishMany.
+type FinishResult struct {
+	State task.State
+	// Err is what Finish would return: ErrNotFound, ErrStale, a
+	// *StateError, or a Redis error (IsUnavailable: outcome unknown, retry).
+	Err error
+}
+
+// FinishMany stores many outcomes (and gives up the execution claims of
+// those with an Owner): one finish script call for the shards of one
+// redis-server (one per shard on a Redis Cluster; at most maxPerCall
+// outcomes a call, see packCalls), all in one pipeline. Results are in the
+// order of fs. The error is the first Redis error (not ErrStale,
+// ErrNotFound or a conflict, which are per task); the tasks of a call that
+// failed carry it too.
+func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, error) {
+	res := make([]FinishResult, len(fs))
+	secs := chunks(indexes(len(fs)), func(i int) int { return s.firedShard(fs[i].ID, fs[i].Shard, fs[i].ShardSet) })
+	calls := s.packShards(secs, []any{s.retention.Milliseconds(), s.k.wake}, func(sec *chunk[int], c *shardCall) {
+		sh := sec.key
+		c.keys = append(c.keys, s.k.runs(sh), s.k.due(sh), s.k.done(sh), s.k.dead(sh), s.k.errs(sh))
+		c.args = append(c.args, sh, s.k.prefix[sh], len(sec.idx))
+		for _, i := range sec.idx {
+			f := fs[i]
+			// a success needs four values; the other outcomes their due
+			// time and error text too (see finish.lua)
+			c.args = append(c.args, f.ID, f.Gen, f.Owner, string(f.Kind))
+			if f.Kind != Succeeded {
+				due := ""
+				if f.Kind != Dead {
+					due = dueArg(f.Due, f.Delay, f.Relative)
+				}
+				c.args = append(c.args, due, task.Clip(f.Error, 2048))
+			}
+		}
+	})
+	s.execCalls(ctx, finishScript, calls)
+	err := fanOut(calls, "finish", func(c *shardCall) error { return fillFinishes(res, fs, c) },
+		func(i int, err error) { res[i].Err = err })
+	return res, err
+}
+
+// fillFinishes reads one finish call's reply into the results of its
+// tasks: {code, state, due} per task (finish.lua).
+func fillFinishes(res []FinishResult, fs []Finish, c *shardCall) error {
+	a, ok := c.val.([]any)
+	if !ok || len(a) != 3*len(c.idx) {
+		return fmt.Errorf("unexpected finish reply %v", c.val)
+	}
+	for j, i := range c.idx {
+		f := fs[i]
+		r, err := parseReply(a, 3*j)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		res[i].State = r.state
+		switch r.code {
+		case 1:
+		case 0:
+			res[i].Err = ErrNotFound
+		case 5:
+			res[i].Err = fmt.Errorf("finish %s gen %d: %w", f.ID, f.Gen, ErrStale)
+		default:
+			res[i].Err = conflict(f.ID, r)
+		}
+	}
+	return nil
+}
+
 // Redrive schedules a dead task again now with a fresh set of attempts.
 func (s *Store) Redrive(ctx context.Context, id string) (time.Time, error) {
 	v, err := s.byID(ctx, id, func(m shardmap.Map, sh int) (any, error) {

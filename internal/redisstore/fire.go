@@ -4,10 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/delayq/delayq/internal/fault"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -25,19 +23,10 @@ var adoptLua string
 var settleLua string
 
 var (
-	takeScript   = script(plantLocalClock(takeLua))
+	takeScript   = script(takeLua)
 	adoptScript  = script(adoptLua)
 	settleScript = script(settleLua)
 )
-
-// plantLocalClock is a planted bug (test builds only): the take trusts the
-// process clock (ARGV[7], fault.Now) instead of Redis TIME.
-func plantLocalClock(src string) string {
-	if fault.Plant("localclock") {
-		return strings.Replace(src, "local now = now_ms()", "local now = tonumber(ARGV[7])", 1)
-	}
-	return src
-}
 
 // purgePerTake bounds how many expired finished records one take removes;
 // a shard's take looks for them once every purgeEvery calls, so an idle
@@ -117,9 +106,7 @@ func (s *Store) Take(ctx context.Context, shard int, token int64, limit int, lea
 // millisecond now: the caller must not fire them before Taken.FireAt.
 func (s *Store) TakeAhead(ctx context.Context, shard int, token int64, limit int, lease, ahead time.Duration) (Taken, error) {
 	args := []any{token, limit, lease.Milliseconds(), s.k.prefix[shard], s.purgeBudget(shard), max(ahead.Milliseconds(), 0)}
-	if fault.Plant("localclock") {
-		args = append(args, task.Millis(fault.Now()))
-	}
+	args = plantTakeArgs(args) // a dqplant build's localclock (plant_on.go); nothing otherwise
 	v, err := s.run(ctx, takeScript,
 		[]string{s.k.due(shard), s.k.inflight(shard), s.k.fence(shard), s.k.done(shard), s.k.errs(shard), s.k.leaseSeq(shard), s.k.receipts(shard), s.k.delivered(shard)},
 		args...)

@@ -256,13 +256,10 @@ func (s *Store) SetGrowProgress(ctx context.Context, m shardmap.Map, o int, rema
 	return nil
 }
 
-var progressScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'moved', 0)
-end
-redis.call('HSET', KEYS[1], 'remaining', ARGV[2])
-return 1`)
+//go:embed progress.lua
+var progressLua string
+
+var progressScript = redis.NewScript(progressLua)
 
 // EstimateForeign estimates how many records of old shard o belong to
 // other shards under m: its waiting, finished and dead tasks times the

@@ -3,13 +3,9 @@ package redisstore
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/shardmap"
 	"github.com/delayq/delayq/internal/task"
@@ -19,10 +15,6 @@ import (
 var scheduleLua string
 
 var scheduleScript = script(scheduleLua)
-
-// maxPerCall bounds the tasks one script call handles (Redis runs scripts
-// one at a time; long ones stall every other client).
-const maxPerCall = 200
 
 // Submit is one task to schedule. With Relative, the due time is Redis'
 // clock + Delay when the script runs (so no process clock is involved);
@@ -221,19 +213,4 @@ func (s *Store) fillSchedule(res []Result, idx []int, v any) error {
 		}
 	}
 	return nil
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
-
-// run runs a script with EVALSHA, falling back to EVAL when Redis lost its
-// script cache, and sends it again while its Redis Cluster slot migrates
-// (see migrating.go).
-func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
-	v, err := s.runScript(ctx, sc, keys, args...) // retries a migrating slot's refusals: migrating.go
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	return v, err
 }

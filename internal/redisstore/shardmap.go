@@ -145,7 +145,10 @@ func (s *Store) StampShards(ctx context.Context, m shardmap.Map, shards []int) e
 	return nil
 }
 
-var stampScript = script("check_map(KEYS[1], ARGV[1])\nreturn 1")
+//go:embed stamp.lua
+var stampLua string
+
+var stampScript = script(stampLua)
 
 // ReloadMap reads the mirror and adopts it when newer.
 func (s *Store) ReloadMap(ctx context.Context) error {

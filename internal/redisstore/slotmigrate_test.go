@@ -32,7 +32,7 @@ import (
 // does: then every key a take declares exists, so that Redis would run a
 // take on the source of a half-moved slot (where some bucket hashes are
 // gone, and where it cannot create its lease key) if the slot guard did
-// not make it refuse (see migrating.go).
+// not make it refuse (see call.go).
 func TestSlotMigrationUnderLoad(t *testing.T) {
 	const (
 		shards   = 16
@@ -71,7 +71,7 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 			errs = append(errs, err)
 		}
 	}
-	retriesBefore := MigratingRetries()
+	retriesBefore := s.MigratingRetries()
 
 	// the producer: a batch every batch/rate, each sent on its own so that
 	// a slow call (a slot refusing it for a while) does not lower the rate;
@@ -235,7 +235,7 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 	mu.Lock() // the leaders are gone; the lock is for the race detector's sake
 	defer mu.Unlock()
 
-	retries := MigratingRetries() - retriesBefore
+	retries := s.MigratingRetries() - retriesBefore
 	t.Logf("%d tasks scheduled over %v (%.0f/s); %d fired over %v (%.0f/s), the last %v after the last schedule (due up to %v after it)",
 		total, produce, float64(total)/produce.Seconds(), len(fired), last.Sub(first).Round(time.Millisecond),
 		float64(len(fired))/last.Sub(first).Seconds(), drained.Round(time.Millisecond), maxDelay)
@@ -417,13 +417,13 @@ func TestSlotGuardRefusesAHalfMovedSlot(t *testing.T) {
 
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	before := MigratingRetries()
+	before := s.MigratingRetries()
 	_, err = s.Take(short, 0, 1, 10, time.Minute)
 	// refused whole until the deadline (unguarded: "non local key")
 	if !isMigrating(err) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("take on a half-moved slot: %v, want TRYAGAIN or the deadline", err)
 	}
-	if MigratingRetries() == before {
+	if s.MigratingRetries() == before {
 		t.Fatal("the refused take was not retried")
 	}
 	if n := src.ZCard(ctx, s.k.due(0)).Val(); n != 1 {
@@ -469,7 +469,7 @@ func TestPrefixScriptsAreGuarded(t *testing.T) {
 			continue
 		}
 		found++
-		if h := script(plantLocalClock(string(src))).Hash(); !guarded[h] {
+		if h := script(string(src)).Hash(); !guarded[h] {
 			t.Errorf("%s reaches keys it does not declare but is not in prefixScripts", f)
 		}
 	}

@@ -2,18 +2,15 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delayq/delayq/internal/fault"
 	"github.com/delayq/delayq/internal/shardmap"
 	"github.com/delayq/delayq/internal/task"
 )
@@ -70,17 +67,9 @@ type Store struct {
 	acks       int
 	ackTimeout time.Duration
 	waitAOF    bool
-}
-
-//go:embed common.lua
-var commonLua string
-
-func script(src string) *redis.Script {
-	if fault.Plant("nofence") {
-		// planted bug (test builds only): the fence never refuses
-		src = strings.Replace(src, "local stale = fence(", "local stale = nil and fence(", 1)
-	}
-	return redis.NewScript(prelude(commonDefs, src) + "\n" + src)
+	// migratingRetries counts the calls sent again while their slot
+	// migrated (retryMigrating, call.go)
+	migratingRetries atomic.Int64
 }
 
 // New opens the store of a namespace. The first process of a namespace
@@ -196,10 +185,6 @@ func (s *Store) Shards() int { return s.Map().Count }
 // Shard is the shard a new task of this id goes to (while the map grows,
 // an existing one may still live on its old shard: see Map.Old).
 func (s *Store) Shard(id string) int { return s.Map().Shard(id) }
-
-// WakeChannel is the pub/sub channel on which scripts announce that a
-// shard's earliest due time moved earlier ("<shard>:<due ms>").
-func (s *Store) WakeChannel() string { return s.k.wake }
 
 // Client is the underlying Redis client.
 func (s *Store) Client() redis.UniversalClient { return s.rdb }

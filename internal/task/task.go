@@ -25,11 +25,6 @@ const (
 	StateDelivered State = "delivered" // fired to a topic no delayq work process handles, and Kafka acknowledged it
 )
 
-// Terminal reports whether no further transition but redrive can happen.
-func (s State) Terminal() bool {
-	return s == StateSucceeded || s == StateDead || s == StateCancelled || s == StateDelivered
-}
-
 // Limits and defaults shared by every entry point.
 const (
 	MaxIDLen           = 200

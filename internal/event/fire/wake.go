@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/redisstore"
 )
 
 // Mailbox wakes one shard's poller. The poller arms it with the Redis time
@@ -50,7 +50,7 @@ func (m *Mailbox) Kick() {
 }
 
 // Wakeups is the process' one Redis SUBSCRIBE on the store's wake channel,
-// dispatching "<shard>:<due ms>" messages to the shards' mailboxes.
+// dispatching its messages (redisstore.ParseWake) to the shards' mailboxes.
 type Wakeups struct {
 	rdb     redis.UniversalClient
 	channel string
@@ -135,13 +135,8 @@ func (w *Wakeups) Run(ctx context.Context) error {
 }
 
 func (w *Wakeups) dispatch(payload string) {
-	a, b, ok := strings.Cut(payload, ":")
-	if !ok {
-		return
-	}
-	shard, err1 := strconv.Atoi(a)
-	due, err2 := strconv.ParseInt(b, 10, 64)
-	if err1 != nil || err2 != nil || shard < 0 || shard >= len(w.boxes) {
+	shard, due, ok := redisstore.ParseWake(payload)
+	if !ok || shard >= len(w.boxes) {
 		return
 	}
 	w.boxes[shard].Wake(due)
