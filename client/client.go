@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/delayq/delayq/api"
 )
 
 // Client talks to one delayq daemon. It is safe for concurrent use.
@@ -210,19 +212,9 @@ type TaskInfo struct {
 // Partition, Offset, FiredAttempt, FiredDueAt, LateMs, LeaderToken).
 func (t TaskInfo) HasReceipt() bool { return !t.FiredAt.IsZero() }
 
-// Duration is a time.Duration that decodes from a Go duration string.
-type Duration time.Duration
-
-// UnmarshalJSON parses "1m30s".
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	v, err := time.ParseDuration(s)
-	*d = Duration(v)
-	return err
-}
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("1m30s"): the daemon's wire type, declared once in package api.
+type Duration = api.Duration
 
 // DeadTask is a task in the dead set.
 type DeadTask struct {
@@ -230,30 +222,14 @@ type DeadTask struct {
 	DiedAt time.Time `json:"died_at"`
 }
 
-// ShardStats are one shard's figures.
-type ShardStats struct {
-	Shard       int        `json:"shard"`
-	Scheduled   int64      `json:"scheduled"`
-	Firing      int64      `json:"firing"`
-	Dead        int64      `json:"dead"`
-	EarliestDue *time.Time `json:"earliest_due"`
-	LeaderToken int64      `json:"leader_token"`
-}
-
-// Stats are the daemon's figures (GET /v1/stats).
-type Stats struct {
-	Namespace    string `json:"namespace"`
-	ShardCount   int    `json:"shard_count"`
-	RedisUp      bool   `json:"redis_up"`
-	RedisError   string `json:"redis_error"`
-	JournalDepth int    `json:"journal_depth"`
-	Totals       struct {
-		Scheduled int64 `json:"scheduled"`
-		Firing    int64 `json:"firing"`
-		Dead      int64 `json:"dead"`
-	} `json:"totals"`
-	Shards []ShardStats `json:"shards"`
-}
+// The daemon's figures (GET /v1/stats): its wire types, declared once in
+// package api.
+type (
+	// ShardStats are one shard's figures.
+	ShardStats = api.ShardStats
+	// Stats are the daemon's figures.
+	Stats = api.Stats
+)
 
 // Sentinels for errors.Is on an *APIError.
 var (

@@ -42,4 +42,9 @@
 // Errors from the API are *APIError values with the HTTP status and the
 // API's error code; errors.Is(err, ErrNotFound) and errors.Is(err,
 // ErrConflict) test the common cases.
+//
+// The answers that the daemon and this client share are declared once, in
+// package api (LimitRule, ShardMap, Cluster, Stats and their parts are
+// aliases of its types), so the two cannot drift; the client imports
+// nothing else of delayq.
 package client

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -10,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/delayq/delayq/api"
 )
 
 // The operator API: list and search tasks, act on many at once, pause a
@@ -339,14 +340,9 @@ func (c *Client) DeleteDeadTasks(ctx context.Context, s Selection) (int, error) 
 
 // TypeInfo is a task type as GET /v1/types lists it: the types paused,
 // with a rate limit, with parked tasks, or scheduled through this daemon
-// since it started.
-type TypeInfo struct {
-	Type     string     `json:"type"`
-	Paused   bool       `json:"paused"`
-	PausedAt time.Time  `json:"paused_at"` // zero while running
-	Parked   int64      `json:"parked"`    // tasks waiting for a resume
-	Limit    *LimitRule `json:"limit"`     // nil: no rate limit
-}
+// since it started. It is the daemon's wire type, declared once in
+// package api.
+type TypeInfo = api.TypeInfo
 
 // TypeState is the daemon's answer to a pause or a resume.
 type TypeState struct {
@@ -361,9 +357,7 @@ type TypeState struct {
 
 // Types lists the task types the daemon knows of (GET /v1/types).
 func (c *Client) Types(ctx context.Context) ([]TypeInfo, error) {
-	var r struct {
-		Types []TypeInfo `json:"types"`
-	}
+	var r api.Types
 	err := c.do(ctx, http.MethodGet, "/v1/types", nil, &r)
 	return r.Types, err
 }
@@ -394,92 +388,23 @@ func (c *Client) typeAction(ctx context.Context, typ, action string) (*TypeState
 	return &s, nil
 }
 
-// Cluster is the state of the whole system as the daemon sees it (GET
-// /v1/cluster). Parts it could not read are empty and named in
-// RedisError or EtcdError.
-type Cluster struct {
-	Namespace    string         `json:"namespace"`
-	ShardCount   int            `json:"shard_count"`
-	Shards       []ClusterShard `json:"shards"`
-	Processes    []Process      `json:"processes"`
-	WorkedTopics []WorkedTopic  `json:"worked_topics"`
-	JournalDepth int            `json:"journal_depth"`
-	RedisUp      bool           `json:"redis_up"`
-	RedisError   string         `json:"redis_error"`
-	EtcdError    string         `json:"etcd_error"`
-}
-
-// ClusterShard is one shard in Cluster.
-type ClusterShard struct {
-	Shard       int     `json:"shard"`
-	Leader      *Leader `json:"leader"` // nil: no process leads the shard
-	LeaderToken int64   `json:"leader_token"`
-	Pending     int64   `json:"pending"` // tasks waiting to fire
-	Overdue     int64   `json:"overdue"` // of those, due in the past
-	// OldestOverdueSeconds is how late the earliest overdue task is; 0
-	// when none is.
-	OldestOverdueSeconds float64 `json:"oldest_overdue_seconds"`
-	Paused               int64   `json:"paused"` // parked tasks of paused types
-	Firing               int64   `json:"firing"`
-	Dead                 int64   `json:"dead"`
-}
-
-// OldestOverdue is OldestOverdueSeconds as a duration.
-func (s ClusterShard) OldestOverdue() time.Duration {
-	return time.Duration(s.OldestOverdueSeconds * float64(time.Second))
-}
-
-// Leader is the process leading a shard.
-type Leader struct {
-	ID   string `json:"id"`
-	Addr string `json:"addr"`
-}
-
-// Process is one running daemon, event or work process.
-type Process struct {
-	ID        string    `json:"id"`
-	Kind      string    `json:"kind"` // daemon, event or work
-	Version   string    `json:"version"`
-	Addr      string    `json:"addr"` // its admin HTTP address
-	Ready     bool      `json:"ready"`
-	Reason    string    `json:"reason"` // why it is not ready
-	StartedAt time.Time `json:"started_at"`
-}
-
-// WorkedTopic is a Kafka topic that delayq work processes declared they
-// consume (in Cluster): a task fired to it stays fired until a worker
-// finishes it, while a task fired to any other topic ends "delivered" once
-// Kafka acknowledged its record. The declaration outlives the processes;
-// ForgetWorkedTopic removes it.
-type WorkedTopic struct {
-	Topic string    `json:"topic"`
-	Group string    `json:"group"` // the consumer group of the first declaration
-	Since time.Time `json:"since"` // when it was first declared; zero when unknown
-	By    string    `json:"by"`    // the process id of the first declaration
-}
-
-// UnmarshalJSON reads since, which is empty when unknown.
-func (w *WorkedTopic) UnmarshalJSON(b []byte) error {
-	var v struct {
-		Topic string `json:"topic"`
-		Group string `json:"group"`
-		Since string `json:"since"`
-		By    string `json:"by"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	out := WorkedTopic{Topic: v.Topic, Group: v.Group, By: v.By}
-	if v.Since != "" {
-		t, err := time.Parse(time.RFC3339Nano, v.Since)
-		if err != nil {
-			return fmt.Errorf("worked topic %q: since: %w", v.Topic, err)
-		}
-		out.Since = t
-	}
-	*w = out
-	return nil
-}
+// The cluster view (GET /v1/cluster): the daemon's wire types, declared
+// once in package api.
+type (
+	// Cluster is the state of the whole system as the daemon sees it.
+	// Parts it could not read are empty and named in RedisError or
+	// EtcdError.
+	Cluster = api.Cluster
+	// ClusterShard is one shard in Cluster.
+	ClusterShard = api.ClusterShard
+	// Leader is the process leading a shard.
+	Leader = api.Leader
+	// Process is one running daemon, event or work process.
+	Process = api.Process
+	// WorkedTopic is a Kafka topic that delayq work processes declared
+	// they consume (ForgetWorkedTopic removes it).
+	WorkedTopic = api.WorkedTopic
+)
 
 // Cluster reads the state of the shards, processes and worked topics (GET
 // /v1/cluster).
@@ -502,66 +427,38 @@ func (c *Client) ForgetWorkedTopic(ctx context.Context, topic string) (forgotten
 	if topic == "" {
 		return false, errors.New("delayq: forget worked topic: the topic is empty")
 	}
-	var r struct {
-		Forgotten bool `json:"forgotten"`
-	}
+	var r api.ForgottenTopic
 	if err := c.do(ctx, http.MethodDelete, "/v1/cluster/worked/"+segment(topic), nil, &r); err != nil {
 		return false, err
 	}
 	return r.Forgotten, nil
 }
 
-// LimitRule is the rate limit of a task type: any of the three kinds, at
-// least one.
-type LimitRule struct {
-	WindowQuota *WindowQuota `json:"window_quota,omitempty"`
-	TokenBucket *TokenBucket `json:"token_bucket,omitempty"`
-	Concurrency *Concurrency `json:"concurrency,omitempty"`
-}
-
-// WindowQuota admits at most Limit tasks per fixed Window.
-type WindowQuota struct {
-	Limit  int64    `json:"limit"`
-	Window Duration `json:"window"`
-}
-
-// TokenBucket admits Rate tasks per second on average with bursts of up to
-// Burst; below Reserve tokens only tasks with a priority of at least
-// MinPriority are admitted.
-type TokenBucket struct {
-	Rate        float64 `json:"rate"`
-	Burst       int64   `json:"burst"`
-	Reserve     int64   `json:"reserve,omitempty"`
-	MinPriority int     `json:"min_priority,omitempty"`
-}
-
-// Concurrency admits at most Limit tasks running at once; a slot a crashed
-// worker holds frees itself after SlotTTL (0: the daemon's default, 5m).
-type Concurrency struct {
-	Limit   int64    `json:"limit"`
-	SlotTTL Duration `json:"slot_ttl,omitempty"`
-}
-
-// LimitUsage is a rule's live usage.
-type LimitUsage struct {
-	WindowCount int64   `json:"window_count"` // admitted in the current window
-	Tokens      float64 `json:"tokens"`       // in the bucket now
-	Running     int64   `json:"running"`      // concurrency slots held
-}
-
-// TypeLimit is the rate limit of one type with its usage.
-type TypeLimit struct {
-	Type       string      `json:"type"`
-	Rule       LimitRule   `json:"rule"`
-	Usage      *LimitUsage `json:"usage"`       // nil when UsageError is set
-	UsageError string      `json:"usage_error"` // why usage could not be read (Redis)
-}
+// The rate limits (/v1/limits): the daemon's wire types, declared once
+// in package api.
+type (
+	// LimitRule is the rate limit of a task type: any of the three kinds,
+	// at least one.
+	LimitRule = api.LimitRule
+	// WindowQuota admits at most Limit tasks per fixed Window.
+	WindowQuota = api.WindowQuota
+	// TokenBucket admits Rate tasks per second on average with bursts of
+	// up to Burst; below Reserve tokens only tasks with a priority of at
+	// least MinPriority are admitted.
+	TokenBucket = api.TokenBucket
+	// Concurrency admits at most Limit tasks running at once; a slot a
+	// crashed worker holds frees itself after SlotTTL (0: the daemon's
+	// default, 5m).
+	Concurrency = api.Concurrency
+	// LimitUsage is a rule's live usage.
+	LimitUsage = api.LimitUsage
+	// TypeLimit is the rate limit of one type with its usage.
+	TypeLimit = api.TypeLimit
+)
 
 // Limits lists every rate limit with its usage (GET /v1/limits).
 func (c *Client) Limits(ctx context.Context) ([]TypeLimit, error) {
-	var r struct {
-		Limits []TypeLimit `json:"limits"`
-	}
+	var r api.Limits
 	err := c.do(ctx, http.MethodGet, "/v1/limits", nil, &r)
 	return r.Limits, err
 }
@@ -606,9 +503,4 @@ func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 	var b rawBody
 	err := c.do(ctx, http.MethodGet, "/v1/openapi.yaml", nil, &b)
 	return b, err
-}
-
-// MarshalJSON writes d as a Go duration string ("1m30s").
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return strconv.AppendQuote(nil, time.Duration(d).String()), nil
 }

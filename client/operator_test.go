@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +19,7 @@ import (
 
 	"github.com/delayq/delayq/client"
 	"github.com/delayq/delayq/internal/daemon"
-	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/election"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/testenv"
@@ -513,7 +514,7 @@ func TestClusterAndOpenAPI(t *testing.T) {
 	if _, err := ec.Put(ctx, registry.Key(ns, "event", "event-x"), string(proc), clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ec.Put(ctx, leader.ElectionPrefix(ns, 3)+fmt.Sprintf("%x", int64(lease.ID)), "event-x", clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := ec.Put(ctx, election.CandidateKey(ns, 3, int64(lease.ID)), "event-x", clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
 	scheduleN(t, c, "soon", "t", 4, time.Now().Add(time.Hour))
@@ -544,7 +545,7 @@ func TestClusterAndOpenAPI(t *testing.T) {
 		t.Errorf("shard 3 leader: %+v", l)
 	}
 	i := slices.IndexFunc(cl.Processes, func(p client.Process) bool { return p.ID == "event-x" })
-	if i < 0 || cl.Processes[i] != (client.Process{ID: "event-x", Kind: "event", Version: "v9", Addr: "127.0.0.1:9091", Ready: false, Reason: "kafka down", StartedAt: started}) {
+	if i < 0 || !reflect.DeepEqual(cl.Processes[i], client.Process{ID: "event-x", Kind: "event", Version: "v9", Addr: "127.0.0.1:9091", Ready: false, Reason: "kafka down", StartedAt: started}) {
 		t.Errorf("processes: %+v", cl.Processes)
 	}
 

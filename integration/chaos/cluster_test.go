@@ -20,7 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/election"
 	"github.com/delayq/delayq/internal/testenv"
 )
 
@@ -306,7 +306,7 @@ func (c *cluster) waitHealthy(timeout time.Duration) {
 func (c *cluster) leaders(ctx context.Context) (map[int]string, map[string]clientv3.LeaseID, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	resp, err := c.etcdc.Get(ctx, leader.ShardsPrefix(c.ns), clientv3.WithPrefix())
+	resp, err := c.etcdc.Get(ctx, election.ShardsPrefix(c.ns), clientv3.WithPrefix())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -314,7 +314,7 @@ func (c *cluster) leaders(ctx context.Context) (map[int]string, map[string]clien
 	out := map[int]string{}
 	leases := map[string]clientv3.LeaseID{}
 	for _, kv := range resp.Kvs {
-		shard, ok := leader.ParseElectionKey(c.ns, string(kv.Key))
+		shard, ok := election.ParseElectionKey(c.ns, string(kv.Key))
 		if !ok {
 			continue
 		}

@@ -124,12 +124,11 @@ func TestScheduleJournaledWhileDraining(t *testing.T) {
 	}
 	// The compensator is not running yet: the journal cannot drain.
 	old := &task.Task{ID: "o1", Type: "x", Payload: []byte(`"old"`), PayloadJSON: true, DueAt: time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)}
-	app.appendJournal(t.Context(), []redisstore.Submit{{Task: old}}, []int{0}, []uint8{whyUnavailable}, make([]wire.Scheduled, 1), true)
+	app.core.appendJournal(t.Context(), []redisstore.Submit{{Task: old}}, []int{0}, []uint8{whyUnavailable}, make([]wire.Scheduled, 1), true)
 
 	req := httptest.NewRequest("POST", "/v1/tasks", strings.NewReader(`{"id":"o1","type":"x","payload":"new","delay":"1h"}`))
 	req.Header.Set("Content-Type", "application/json")
-	w := httptest.NewRecorder()
-	app.Handler().ServeHTTP(w, req)
+	w := serveRecorded(app.Handler(), req)
 	if w.Code != http.StatusAccepted {
 		t.Fatalf("schedule while draining: %d %s", w.Code, w.Body)
 	}

@@ -8,8 +8,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/daemon/wire"
-	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/election"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/worked"
@@ -22,61 +23,20 @@ import (
 // it cannot read is named in redis_error or etcd_error, and the rest is
 // still shown (an operator looks here most when something is down).
 
-type clusterLeader struct {
-	ID   string `json:"id"`
-	Addr string `json:"addr"`
-}
-
-type clusterShard struct {
-	Shard                int            `json:"shard"`
-	Leader               *clusterLeader `json:"leader"`
-	LeaderToken          int64          `json:"leader_token"`
-	Pending              int64          `json:"pending"`
-	Overdue              int64          `json:"overdue"`
-	OldestOverdueSeconds float64        `json:"oldest_overdue_seconds"`
-	Paused               int64          `json:"paused"`
-	Firing               int64          `json:"firing"`
-	Dead                 int64          `json:"dead"`
-}
-
-type clusterProc struct {
-	ID        string `json:"id"`
-	Kind      string `json:"kind"`
-	Version   string `json:"version"`
-	Addr      string `json:"addr"`
-	Ready     bool   `json:"ready"`
-	Reason    string `json:"reason,omitempty"`
-	StartedAt string `json:"started_at,omitempty"`
-	// Counters and AsOf: see registry.Proc (the process's own totals as of
-	// its last registry write, about every 5 s).
-	Counters map[string]float64 `json:"counters,omitempty"`
-	AsOf     string             `json:"as_of,omitempty"`
-}
-
-type clusterResponse struct {
-	Namespace    string         `json:"namespace"`
-	ShardCount   int            `json:"shard_count"`
-	Shards       []clusterShard `json:"shards"`
-	Processes    []clusterProc  `json:"processes"`
-	WorkedTopics []worked.Topic `json:"worked_topics"`
-	JournalDepth int            `json:"journal_depth"`
-	RedisUp      bool           `json:"redis_up"`
-	RedisError   string         `json:"redis_error,omitempty"`
-	EtcdError    string         `json:"etcd_error,omitempty"`
-}
+// The answer is api.Cluster, the wire type the Go client reads.
 
 func (a *App) handleCluster(c *call) (int, any, *wire.Error) {
-	n := a.shardCount()
-	resp := clusterResponse{Namespace: a.cfg.Namespace, ShardCount: n, Processes: []clusterProc{}, WorkedTopics: []worked.Topic{}}
-	resp.Shards = make([]clusterShard, n)
+	n := a.core.shardCount()
+	resp := api.Cluster{Namespace: a.cfg.Namespace, ShardCount: n, Processes: []api.Process{}, WorkedTopics: []api.WorkedTopic{}}
+	resp.Shards = make([]api.ClusterShard, n)
 	for i := range resp.Shards {
 		resp.Shards[i].Shard = i
 	}
-	if st, e := a.storeFor(); e != nil {
+	if st, e := a.core.storeFor(); e != nil {
 		resp.RedisError = e.Message
 	} else {
 		var stats []redisstore.ShardStats
-		err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+		err := a.core.inStore(c.Context(), func(ctx context.Context) (err error) {
 			stats, err = st.Stats(ctx)
 			return err
 		})
@@ -99,14 +59,14 @@ func (a *App) handleCluster(c *call) (int, any, *wire.Error) {
 	} else if msg := a.clusterEtcd(c.Context(), cli, &resp); msg != "" {
 		resp.EtcdError = msg
 	}
-	resp.JournalDepth = a.jr.Len()
+	resp.JournalDepth = a.core.journalDepth()
 	return http.StatusOK, resp, nil
 }
 
 // clusterEtcd fills in the shard leaders, the processes and the worked
 // topics from etcd; it returns what it could not read ("" when all went
 // well).
-func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *clusterResponse) string {
+func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *api.Cluster) string {
 	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
 	procs, err := registry.List(ctx, cli, a.cfg.Namespace)
@@ -116,16 +76,14 @@ func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *clust
 	addrs := make(map[string]string, len(procs))
 	for _, p := range procs {
 		addrs[p.ID] = p.Addr
-		cp := clusterProc{ID: p.ID, Kind: p.Kind, Version: p.Version, Addr: p.Addr, Ready: p.Ready, Reason: p.Reason}
-		if !p.StartedAt.IsZero() {
-			cp.StartedAt = wire.FormatTime(p.StartedAt)
-		}
+		cp := api.Process{ID: p.ID, Kind: p.Kind, Version: p.Version, Addr: p.Addr, Ready: p.Ready, Reason: p.Reason,
+			StartedAt: p.StartedAt}
 		if !p.AsOf.IsZero() {
-			cp.Counters, cp.AsOf = p.Counters, wire.FormatTime(p.AsOf)
+			cp.Counters, cp.AsOf = p.Counters, p.AsOf
 		}
 		resp.Processes = append(resp.Processes, cp)
 	}
-	slices.SortFunc(resp.Processes, func(x, y clusterProc) int {
+	slices.SortFunc(resp.Processes, func(x, y api.Process) int {
 		if c := strings.Compare(x.Kind, y.Kind); c != 0 {
 			return c
 		}
@@ -135,19 +93,21 @@ func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *clust
 	if err != nil {
 		return etcdError(err).Message
 	}
-	resp.WorkedTopics = append(resp.WorkedTopics, wts...)
+	for _, w := range wts {
+		resp.WorkedTopics = append(resp.WorkedTopics, api.WorkedTopic{Topic: w.Topic, Group: w.Group, Since: w.Since, By: w.By})
+	}
 	// Every shard's candidates in one read. In an election the candidate
 	// with the lowest create revision leads (concurrency.Election); its
 	// value is what Campaign was given: the process id.
 	ns := a.cfg.Namespace
-	er, err := cli.Get(ctx, leader.ShardsPrefix(ns), clientv3.WithPrefix())
+	er, err := cli.Get(ctx, election.ShardsPrefix(ns), clientv3.WithPrefix())
 	if err != nil {
 		return etcdError(err).Message
 	}
 	lowest := make([]int64, len(resp.Shards))
 	for _, kv := range er.Kvs {
-		i, ok := leader.ParseElectionKey(ns, string(kv.Key))
-		if !ok || i >= len(resp.Shards) || !strings.HasPrefix(string(kv.Key), leader.ElectionPrefix(ns, i)) {
+		i, ok := election.ParseElectionKey(ns, string(kv.Key))
+		if !ok || i >= len(resp.Shards) || !strings.HasPrefix(string(kv.Key), election.ElectionPrefix(ns, i)) {
 			continue
 		}
 		if lowest[i] != 0 && kv.CreateRevision >= lowest[i] {
@@ -155,7 +115,7 @@ func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *clust
 		}
 		lowest[i] = kv.CreateRevision
 		id := string(kv.Value)
-		resp.Shards[i].Leader = &clusterLeader{ID: id, Addr: addrs[id]}
+		resp.Shards[i].Leader = &api.Leader{ID: id, Addr: addrs[id]}
 	}
 	return ""
 }
@@ -166,11 +126,6 @@ func (a *App) clusterEtcd(ctx context.Context, cli *clientv3.Client, resp *clust
 // consumes it declares it again when it starts. 200 {"topic",
 // "forgotten"} (false: it was not worked); 422 naming topic for a bad
 // name; 503 when etcd is not configured or does not answer.
-
-type forgetTopicResult struct {
-	Topic     string `json:"topic"`
-	Forgotten bool   `json:"forgotten"`
-}
 
 func (a *App) handleForgetWorkedTopic(c *call) (int, any, *wire.Error) {
 	topic := c.PathValue("topic")
@@ -190,5 +145,5 @@ func (a *App) handleForgetWorkedTopic(c *call) (int, any, *wire.Error) {
 	if existed {
 		a.log.Info("worked topic forgotten", "topic", topic)
 	}
-	return http.StatusOK, forgetTopicResult{Topic: topic, Forgotten: existed}, nil
+	return http.StatusOK, api.ForgottenTopic{Topic: topic, Forgotten: existed}, nil
 }

@@ -29,7 +29,7 @@ import (
 // requests that overlap in time have no order between them anyway. Before
 // Run and after it returned, a caller schedules alone.
 type coalescer struct {
-	app *App
+	core *core
 
 	mu       sync.Mutex
 	running  bool          // between Run's start and its end
@@ -52,8 +52,8 @@ type coalesced struct {
 	done chan struct{}
 }
 
-func newCoalescer(a *App) *coalescer {
-	return &coalescer{app: a}
+func newCoalescer(co *core) *coalescer {
+	return &coalescer{core: co}
 }
 
 // schedule schedules one task, grouped with concurrent ones.
@@ -61,7 +61,7 @@ func (c *coalescer) schedule(ctx context.Context, sub redisstore.Submit) wire.Sc
 	c.mu.Lock()
 	if !c.running {
 		c.mu.Unlock()
-		return c.app.schedule(ctx, []redisstore.Submit{sub})[0]
+		return c.core.schedule(ctx, []redisstore.Submit{sub})[0]
 	}
 	req := &coalesced{sub: sub}
 	if c.inflight < coalesceInflight {
@@ -88,9 +88,9 @@ func (c *coalescer) lead(ctx context.Context, group []*coalesced) {
 	for i, r := range group {
 		subs[i] = r.sub
 	}
-	c.app.m.groups.Observe(float64(len(subs)))
+	c.core.m.groups.Observe(float64(len(subs)))
 	// one caller's end does not cancel the others' call
-	out := c.app.schedule(context.WithoutCancel(ctx), subs)
+	out := c.core.schedule(context.WithoutCancel(ctx), subs)
 	for i, r := range group {
 		r.res = out[i]
 		if i > 0 { // group[0] is this goroutine's own caller

@@ -86,7 +86,7 @@ func TestCoalescerServesQueuedCallersAtShutdown(t *testing.T) {
 	// every caller is in a store call or queued behind one
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		c := app.coalesce
+		c := app.core.coalesce
 		c.mu.Lock()
 		queued, inflight := len(c.queue), c.inflight
 		c.mu.Unlock()

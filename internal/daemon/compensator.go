@@ -68,12 +68,12 @@ const passGap = 50 * time.Millisecond
 // content) or one that cannot be decoded is removed and logged at warn
 // with its id: nothing loops forever on a poison entry.
 type compensator struct {
-	app *App
+	core *core
 }
 
 // Run replays until ctx ends; it finishes the page in progress first.
 func (c *compensator) Run(ctx context.Context) error {
-	a := c.app
+	a := c.core
 	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second, NoJitter: true}
 	for ctx.Err() == nil {
 		if a.jr.Len() == 0 {
@@ -114,8 +114,8 @@ func (c *compensator) backoff(ctx context.Context, d time.Duration) {
 			return
 		case <-t.C:
 			return
-		case <-c.app.kick:
-			if c.app.redisUp.Load() && c.app.store.Load() != nil {
+		case <-c.core.kick:
+			if c.core.redisUp.Load() && c.core.store.Load() != nil {
 				return
 			}
 		}
@@ -127,14 +127,14 @@ func (c *compensator) idle(ctx context.Context) {
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-	case <-c.app.kick:
+	case <-c.core.kick:
 	case <-t.C:
 	}
 }
 
 // replayPass is one pass over the journal.
 type replayPass struct {
-	app     *App
+	core    *core
 	st      *redisstore.Store
 	m       shardmap.Map        // routes the pass' decisions, whatever the map does meanwhile
 	blocked map[int]bool        // failure domains with an entry kept in this pass
@@ -151,8 +151,8 @@ type replayPass struct {
 // pass replays what it can of the journal. It stops at a page's end when
 // ctx ends; the entries appended meanwhile are for the next pass.
 func (c *compensator) pass(ctx context.Context, st *redisstore.Store) *replayPass {
-	a := c.app
-	p := &replayPass{app: a, st: st, m: st.Map(), blocked: make(map[int]bool), held: make(map[string]bool)}
+	a := c.core
+	p := &replayPass{core: a, st: st, m: st.Map(), blocked: make(map[int]bool), held: make(map[string]bool)}
 	budget := a.jr.Len() + replayBatch
 	for after := uint64(0); budget > 0 && ctx.Err() == nil; {
 		entries, err := a.jr.PeekAfter(ctx, after, min(replayBatch, budget))
@@ -179,7 +179,7 @@ func (c *compensator) pass(ctx context.Context, st *redisstore.Store) *replayPas
 
 // domain is the failure domain of id's entries: its shard on a cluster.
 func (p *replayPass) domain(id string) int {
-	if !p.app.cluster {
+	if !p.core.cluster {
 		return 0
 	}
 	return p.m.Shard(id)
@@ -205,8 +205,19 @@ func (p *replayPass) hold(e journal.Entry) {
 
 // page replays one page and reports whether the pass goes on.
 func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
-	a := p.app
 	p.done, p.subs, p.sent, p.written = p.done[:0], p.subs[:0], p.sent[:0], p.written[:0]
+	p.sort(ctx, entries)
+	if len(p.subs) > 0 {
+		p.replay(ctx)
+	}
+	return p.commit(ctx)
+}
+
+// sort sorts a page's entries: dropped (superseded by a later entry of
+// their id, or unreadable), kept (their domain is blocked or their shard
+// known down), or to replay (subs, sent).
+func (p *replayPass) sort(ctx context.Context, entries []journal.Entry) {
+	a := p.core
 	now := a.now()
 	for _, e := range entries {
 		if a.lanes.shared(e.ID) && a.supersededIn(ctx, e) {
@@ -229,44 +240,60 @@ func (p *replayPass) page(ctx context.Context, entries []journal.Entry) bool {
 		p.subs = append(p.subs, redisstore.Submit{Task: t, Confirm: written})
 		p.sent = append(p.sent, e)
 	}
-	if len(p.subs) > 0 {
-		octx, cancel := a.opContext(ctx)
-		res, err := p.st.Schedule(octx, p.subs)
-		cancel()
-		a.noteResults(p.m, res, err)
-		for i := range res {
-			r, e := &res[i], p.sent[i]
-			kept := true
-			switch {
-			case p.blocked[p.domain(e.ID)]:
-				// an earlier entry of its domain stays: this one is
-				// applied again after it
-				p.keep(e)
-			case errors.Is(r.Err, redisstore.ErrNotReplicated), p.held[e.ID]:
-				p.hold(e)
-			case r.Outcome == redisstore.Rejected:
-				kept = false
-				a.log.Warn("journal entry rejected by the store; dropped", "task_id", r.ID,
-					"state", r.State, "journaled_at", e.At, "error", r.Err)
-				p.done = append(p.done, e)
-			case r.Err != nil:
-				p.keep(e)
-				if !a.cluster || !redisstore.IsUnavailable(r.Err) {
-					p.failed = r.Err // a shard known down waits for its probe instead
-				}
-			default:
-				kept = false
-				p.done = append(p.done, e)
-			}
-			if kept && !p.subs[i].Confirm && mayHaveRun(r.Err) {
-				// it reached Redis, or may have (a timeout, a reset):
-				// confirmed from now on, never written again over a
-				// change made meanwhile (journalrecord.go)
-				p.written = append(p.written, journal.Entry{Seq: e.Seq, Data: encodeJournalData(p.subs[i].Task, true)})
-			}
-		}
+}
 
+// replay schedules the page's subs in one store call and settles each
+// entry: done, kept or held; one that reached Redis, or may have, is
+// marked written (journalrecord.go).
+func (p *replayPass) replay(ctx context.Context) {
+	a := p.core
+	octx, cancel := a.opContext(ctx)
+	res, err := p.st.Schedule(octx, p.subs)
+	cancel()
+	a.noteResults(p.m, res, err)
+	for i := range res {
+		r, e := &res[i], p.sent[i]
+		if p.settle(r, e) && !p.subs[i].Confirm && mayHaveRun(r.Err) {
+			// it reached Redis, or may have (a timeout, a reset):
+			// confirmed from now on, never written again over a change
+			// made meanwhile (journalrecord.go)
+			p.written = append(p.written, journal.Entry{Seq: e.Seq, Data: encodeJournalData(p.subs[i].Task, true)})
+		}
 	}
+}
+
+// settle decides what becomes of entry e after the store's result r; it
+// reports whether e stays in the journal.
+func (p *replayPass) settle(r *redisstore.Result, e journal.Entry) (kept bool) {
+	a := p.core
+	switch {
+	case p.blocked[p.domain(e.ID)]:
+		// an earlier entry of its domain stays: this one is applied
+		// again after it
+		p.keep(e)
+	case errors.Is(r.Err, redisstore.ErrNotReplicated), p.held[e.ID]:
+		p.hold(e)
+	case r.Outcome == redisstore.Rejected:
+		a.log.Warn("journal entry rejected by the store; dropped", "task_id", r.ID,
+			"state", r.State, "journaled_at", e.At, "error", r.Err)
+		p.done = append(p.done, e)
+		return false
+	case r.Err != nil:
+		p.keep(e)
+		if !a.cluster || !redisstore.IsUnavailable(r.Err) {
+			p.failed = r.Err // a shard known down waits for its probe instead
+		}
+	default:
+		p.done = append(p.done, e)
+		return false
+	}
+	return true
+}
+
+// commit marks the page's written entries and removes its done ones; it
+// reports whether the pass goes on.
+func (p *replayPass) commit(ctx context.Context) bool {
+	a := p.core
 	if err := a.jr.Rewrite(ctx, p.written...); err != nil {
 		// they stay unwritten: the next pass writes them again
 		a.log.Error("journal rewrite failed", "error", err)
@@ -303,7 +330,7 @@ func mayHaveRun(err error) bool {
 
 // supersededIn reports whether a later entry of e's id is in the journal
 // (a bbolt read: called only when e's lane holds more than one entry).
-func (a *App) supersededIn(ctx context.Context, e journal.Entry) bool {
-	latest, ok, err := a.jr.Lookup(ctx, e.ID)
+func (co *core) supersededIn(ctx context.Context, e journal.Entry) bool {
+	latest, ok, err := co.jr.Lookup(ctx, e.ID)
 	return err == nil && ok && latest.Seq > e.Seq
 }

@@ -3,19 +3,32 @@
 // and keeps accepting schedules while Redis is unreachable by writing them
 // to a durable local journal that it replays later (compensating writes).
 //
-// Components (each one Run(ctx), started and stopped by App.Run):
+// Layout: App (app.go) is wiring. Below it the ingest core (core.go) owns
+// the write path and everything it knows of Redis; above it the HTTP
+// surface calls the core and nothing else of Redis or the journal.
 //
-//   - the HTTP server (api.go): /v1 API, /healthz, /readyz, /metrics;
-//     each endpoint is a function from the request to its answer,
-//     adapted by handle; package wire decodes the bodies and encodes
-//     the answers;
+//   - the ingest core (core.go, ingest.go): scheduleOne/scheduleMany
+//     (the topic and record-size checks, then Redis or the journal), the
+//     store for the operations that cannot be journaled (storeFor,
+//     writable, ... answering 503 while Redis is down), Redis' and the
+//     shards' health (health.go, shardhealth.go), /readyz; its
+//     components, each one Run(ctx), started and stopped by App.Run:
 //   - the store keeper (storekeeper.go): opens the Redis store, retrying
 //     while Redis is down, then pings it to keep delayq_redis_up honest
-//     and, on a Redis Cluster, probes the shards known down
-//     (shardhealth.go);
+//     and, on a Redis Cluster, probes the shards known down;
 //   - the compensator (compensator.go): replays the journal into Redis;
 //   - the coalescer (coalescer.go): groups concurrent single-task
-//     schedules into one store call (group commit, no added wait).
+//     schedules into one store call (group commit, no added wait);
+//   - the HTTP surface (api.go: routing, the guard of every /v1 request,
+//     metrics, the handler adapter handle): each endpoint is a function
+//     from the request to its answer, one file per resource (tasks.go,
+//     dead.go, stats.go, operator.go, types.go, cluster.go, shards.go,
+//     schedules.go, limits.go); package wire decodes the bodies and
+//     encodes the answers, with the one error vocabulary of the API
+//     (wire/error.go); package api declares the answers the Go client
+//     reads;
+//   - an embedded producer (package embedded) enters at App.ScheduleFields
+//     and App.ScheduleFieldsBatch: the core's schedule path without JSON.
 //
 // # API
 //

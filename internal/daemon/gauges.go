@@ -145,8 +145,8 @@ func (g *shardGauges) read() ([]redisstore.ShardStats, error) {
 }
 
 // statsReader is the store for the shard gauges, nil until Redis answered.
-func (a *App) statsReader() statsReader {
-	if st := a.store.Load(); st != nil {
+func (co *core) statsReader() statsReader {
+	if st := co.store.Load(); st != nil {
 		return st
 	}
 	return nil

@@ -97,97 +97,6 @@ func redisAnswered(err error) bool {
 	return errors.As(err, &re) || errors.Is(err, redisstore.ErrNotReplicated)
 }
 
-// noteMisconfig records whether a Redis error says that delayq's settings
-// are wrong (a TLS handshake or a login refused, a permission missing):
-// that does not heal by waiting, so /readyz says not ready until an
-// operation succeeds again.
-func (a *App) noteMisconfig(err error) {
-	if err == nil {
-		if old := a.misconfig.Swap(nil); old != nil {
-			a.log.Info("redis accepts delayq's settings again")
-		}
-		return
-	}
-	if !config.Misconfigured(err) {
-		return
-	}
-	what := redisCondition(err)
-	if old := a.misconfig.Swap(&what); old == nil || *old != what {
-		a.log.Error("redis refuses delayq's settings; schedules are journaled until they are fixed", "reason", what, "error", err)
-	}
-}
-
-// noteWrite records the outcome of a write (a schedule or a replay): a
-// refusal while Redis answers makes it not writable until a write
-// succeeds.
-func (a *App) noteWrite(err error) {
-	switch {
-	case err == nil:
-		if old := a.refused.Swap(nil); old != nil {
-			a.log.Info("redis accepts writes again", "refused_since", old.since)
-			a.wake()
-		}
-	case redisstore.IsUnavailable(err) && redisAnswered(err):
-		reason, what := classifyRedis(err)
-		a.m.refusals.WithLabelValues(reason).Inc()
-		if a.refused.Load() == nil {
-			a.refused.Store(&refusal{what: what, since: a.now()})
-			a.log.Warn("redis refuses writes; schedules go to the journal until it accepts them", "reason", what, "error", err)
-		}
-	}
-}
-
-// redisWritable reports whether Redis takes writes as far as the daemon
-// knows.
-func (a *App) redisWritable() bool {
-	return a.store.Load() != nil && a.redisUp.Load() && a.refused.Load() == nil && len(a.shardsDown()) == 0
-}
-
-// report is /readyz.
-func (a *App) report(ctx context.Context) (bool, []admin.Check) {
-	rc := admin.Check{Name: "redis", OK: true, Detail: "ok"}
-	switch r := a.refused.Load(); {
-	case a.misconfig.Load() != nil:
-		rc.OK, rc.Detail = false, "misconfigured: "+*a.misconfig.Load()+"; schedules are journaled until the setting is fixed"
-	case a.store.Load() == nil && r != nil:
-		rc.OK, rc.Detail = false, fmt.Sprintf("degraded: store not open: %s since %s; schedules are journaled", r.what, wire.FormatTime(r.since))
-	case a.store.Load() == nil:
-		rc.OK, rc.Detail = false, "degraded: not reachable since the daemon started; schedules are journaled"
-	case !a.redisUp.Load():
-		rc.OK, rc.Detail = false, "degraded: unreachable; schedules are journaled"
-	case r != nil:
-		rc.OK, rc.Detail = false, fmt.Sprintf("degraded: %s since %s; schedules are journaled and replayed once it accepts writes", r.what, wire.FormatTime(r.since))
-	default:
-		if down := a.shardsDown(); len(down) > 0 {
-			rc.OK, rc.Detail = false, fmt.Sprintf("degraded: %d of %d shards down (%s); their schedules are journaled and replayed once they answer",
-				len(down), a.store.Load().Shards(), formatShards(down))
-		}
-	}
-	// The journal check writes new data (journal.Check: a full disk fails
-	// it), at most once per few seconds whatever the poll rate, and a
-	// journal write that failed fails it at once.
-	jc := admin.Check{Name: "journal", OK: true}
-	if err := a.jr.Check(ctx); err != nil {
-		jc.OK, jc.Detail = false, "failing: cannot write ("+err.Error()+")"
-		if msg := err.Error(); a.jrFailing.Load() == nil || *a.jrFailing.Load() != msg {
-			a.jrFailing.Store(&msg)
-			a.log.Warn("journal write check failed", "error", err)
-		}
-	} else {
-		jc.Detail = fmt.Sprintf("ok (%d entries waiting for replay)", a.jr.Len())
-		if a.jrFailing.Swap(nil) != nil {
-			a.log.Info("journal takes writes again")
-		}
-	}
-	if !rc.OK && !jc.OK {
-		return false, []admin.Check{rc, jc, {Name: "schedules", Detail: "refused: neither redis nor the journal takes writes"}}
-	}
-	if a.misconfig.Load() != nil {
-		return false, []admin.Check{rc, jc}
-	}
-	return true, []admin.Check{rc, jc}
-}
-
 // formatShards lists shard numbers, the first 16 of them.
 func formatShards(shards []int) string {
 	var b strings.Builder
@@ -204,12 +113,103 @@ func formatShards(shards []int) string {
 	return b.String()
 }
 
+// noteMisconfig records whether a Redis error says that delayq's settings
+// are wrong (a TLS handshake or a login refused, a permission missing):
+// that does not heal by waiting, so /readyz says not ready until an
+// operation succeeds again.
+func (co *core) noteMisconfig(err error) {
+	if err == nil {
+		if old := co.misconfig.Swap(nil); old != nil {
+			co.log.Info("redis accepts delayq's settings again")
+		}
+		return
+	}
+	if !config.Misconfigured(err) {
+		return
+	}
+	what := redisCondition(err)
+	if old := co.misconfig.Swap(&what); old == nil || *old != what {
+		co.log.Error("redis refuses delayq's settings; schedules are journaled until they are fixed", "reason", what, "error", err)
+	}
+}
+
+// noteWrite records the outcome of a write (a schedule or a replay): a
+// refusal while Redis answers makes it not writable until a write
+// succeeds.
+func (co *core) noteWrite(err error) {
+	switch {
+	case err == nil:
+		if old := co.refused.Swap(nil); old != nil {
+			co.log.Info("redis accepts writes again", "refused_since", old.since)
+			co.wake()
+		}
+	case redisstore.IsUnavailable(err) && redisAnswered(err):
+		reason, what := classifyRedis(err)
+		co.m.refusals.WithLabelValues(reason).Inc()
+		if co.refused.Load() == nil {
+			co.refused.Store(&refusal{what: what, since: co.now()})
+			co.log.Warn("redis refuses writes; schedules go to the journal until it accepts them", "reason", what, "error", err)
+		}
+	}
+}
+
+// redisWritable reports whether Redis takes writes as far as the daemon
+// knows.
+func (co *core) redisWritable() bool {
+	return co.store.Load() != nil && co.redisUp.Load() && co.refused.Load() == nil && len(co.shardsDown()) == 0
+}
+
+// report is /readyz.
+func (co *core) report(ctx context.Context) (bool, []admin.Check) {
+	rc := admin.Check{Name: "redis", OK: true, Detail: "ok"}
+	switch r := co.refused.Load(); {
+	case co.misconfig.Load() != nil:
+		rc.OK, rc.Detail = false, "misconfigured: "+*co.misconfig.Load()+"; schedules are journaled until the setting is fixed"
+	case co.store.Load() == nil && r != nil:
+		rc.OK, rc.Detail = false, fmt.Sprintf("degraded: store not open: %s since %s; schedules are journaled", r.what, wire.FormatTime(r.since))
+	case co.store.Load() == nil:
+		rc.OK, rc.Detail = false, "degraded: not reachable since the daemon started; schedules are journaled"
+	case !co.redisUp.Load():
+		rc.OK, rc.Detail = false, "degraded: unreachable; schedules are journaled"
+	case r != nil:
+		rc.OK, rc.Detail = false, fmt.Sprintf("degraded: %s since %s; schedules are journaled and replayed once it accepts writes", r.what, wire.FormatTime(r.since))
+	default:
+		if down := co.shardsDown(); len(down) > 0 {
+			rc.OK, rc.Detail = false, fmt.Sprintf("degraded: %d of %d shards down (%s); their schedules are journaled and replayed once they answer",
+				len(down), co.store.Load().Shards(), formatShards(down))
+		}
+	}
+	// The journal check writes new data (journal.Check: a full disk fails
+	// it), at most once per few seconds whatever the poll rate, and a
+	// journal write that failed fails it at once.
+	jc := admin.Check{Name: "journal", OK: true}
+	if err := co.jr.Check(ctx); err != nil {
+		jc.OK, jc.Detail = false, "failing: cannot write ("+err.Error()+")"
+		if msg := err.Error(); co.jrFailing.Load() == nil || *co.jrFailing.Load() != msg {
+			co.jrFailing.Store(&msg)
+			co.log.Warn("journal write check failed", "error", err)
+		}
+	} else {
+		jc.Detail = fmt.Sprintf("ok (%d entries waiting for replay)", co.jr.Len())
+		if co.jrFailing.Swap(nil) != nil {
+			co.log.Info("journal takes writes again")
+		}
+	}
+	if !rc.OK && !jc.OK {
+		return false, []admin.Check{rc, jc, {Name: "schedules", Detail: "refused: neither redis nor the journal takes writes"}}
+	}
+	if co.misconfig.Load() != nil {
+		return false, []admin.Check{rc, jc}
+	}
+	return true, []admin.Check{rc, jc}
+}
+
 // internalError logs an unexpected failure with a fresh request id and
 // returns the 500 answer, which carries the id but not the detail.
-func (a *App) internalError(op string, err error, attrs ...any) *wire.Error {
+func (co *core) internalError(op string, err error, attrs ...any) *wire.Error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	a.log.Error("internal error", append([]any{"request_id", id, "op", op, "error", err}, attrs...)...)
+	co.log.Error("internal error", append([]any{"request_id", id, "op", op, "error", err}, attrs...)...)
 	return wire.Internal(fmt.Sprintf("internal error in %s (request_id %s; the daemon's log has the detail)", op, id))
 }

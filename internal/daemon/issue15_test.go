@@ -243,7 +243,7 @@ func TestReadyzTellsTheTruth(t *testing.T) {
 		t.Fatalf("all well: %d %+v", code, b)
 	}
 	r.Stop(t)
-	testenv.WaitFor(t, 10*time.Second, "redis seen down", func() bool { return !app.redisUp.Load() })
+	testenv.WaitFor(t, 10*time.Second, "redis seen down", func() bool { return !app.core.redisUp.Load() })
 	code, b := app.readyz()
 	if code != 200 || b.Status != "ready" || !strings.HasPrefix(b.Checks[0], "redis: degraded: unreachable") ||
 		!strings.HasPrefix(b.Checks[1], "journal: ok") || !strings.HasPrefix(b.Reason, "redis: degraded") {
@@ -253,7 +253,7 @@ func TestReadyzTellsTheTruth(t *testing.T) {
 		t.Fatalf("schedule with redis down: %d %s", rp.Status, rp.Raw)
 	}
 	// The journal stops taking writes (as on a failed disk).
-	if err := app.jr.Close(); err != nil {
+	if err := app.core.jr.Close(); err != nil {
 		t.Fatal(err)
 	}
 	code, b = app.readyz()

@@ -31,7 +31,7 @@ func TestReadyzJournalDiskFull(t *testing.T) {
 		t.Fatalf("all well: %d %+v", code, b)
 	}
 	r.Stop(t)
-	testenv.WaitFor(t, 10*time.Second, "redis seen down", func() bool { return !app.redisUp.Load() })
+	testenv.WaitFor(t, 10*time.Second, "redis seen down", func() bool { return !app.core.redisUp.Load() })
 	for _, id := range []string{"j-1", "j-2"} {
 		if rp := app.do("POST", "/v1/tasks", `{"id":"`+id+`","type":"x","delay":"1h"}`); rp.Status != 202 {
 			t.Fatalf("schedule %s with redis down: %d %s", id, rp.Status, rp.Raw)

@@ -17,7 +17,7 @@ const laneCount = 1 << 16
 // of an id waits in the journal: a schedule of an id whose lane count is
 // above zero is journaled behind the entries, which keeps each id's
 // submissions in order. A busy lane is confirmed by the journal's id index
-// (App.inJournal), so an id that only shares a lane with a journaled one
+// (core.inJournal), so an id that only shares a lane with a journaled one
 // is stored at once; at 5,000 entries about 7% of lanes are busy.
 //
 // A count is raised before an Append commits and lowered after the entry

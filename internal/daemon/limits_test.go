@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// The daemon serves the rate-limit API (internal/ratelimit) behind its
+// The daemon serves the rate-limit endpoints (limits.go) behind its
 // bearer token, with rules stored in etcd.
 func TestLimitsAPIMounted(t *testing.T) {
 	_, _, cfg := startRedisEtcd(t)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
@@ -184,17 +185,16 @@ func (a *testApp) readyz() (int, admin.ReadyBody) {
 	return g.Status, b
 }
 
-// stats is GET /v1/stats.
-func (a *testApp) stats() statsResponse {
+// stats is GET /v1/stats, decoded strictly into the client's wire type
+// (api.Stats), which must write it back byte for byte.
+func (a *testApp) stats() api.Stats {
 	a.t.Helper()
 	r := a.do("GET", "/v1/stats", "")
 	if r.Status != 200 {
 		a.t.Fatalf("stats: %d %s", r.Status, r.Raw)
 	}
-	var s statsResponse
-	if err := json.Unmarshal(r.Raw, &s); err != nil {
-		a.t.Fatal(err)
-	}
+	var s api.Stats
+	strictRoundTrip(a.t, r.Raw, &s)
 	return s
 }
 
@@ -291,5 +291,5 @@ func (a *App) journal(ctx context.Context, subs []redisstore.Submit, idx []int, 
 	for i := range why {
 		why[i] = whyUnavailable
 	}
-	a.appendJournal(ctx, subs, idx, why, out, true)
+	a.core.appendJournal(ctx, subs, idx, why, out, true)
 }

@@ -7,16 +7,36 @@ import (
 	"github.com/delayq/delayq/internal/daemon/wire"
 )
 
-// metrics are the daemon's Prometheus metrics (namespace delayq).
+// httpMetrics are the HTTP surface's metrics (namespace delayq).
+type httpMetrics struct {
+	requests *prometheus.CounterVec   // delayq_http_requests_total{route,code}
+	duration *prometheus.HistogramVec // delayq_http_request_duration_seconds{route}
+}
+
+func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: admin.Namespace, Name: "http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: admin.Namespace, Name: "http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route"}),
+	}
+	reg.MustRegister(m.requests, m.duration)
+	return m
+}
+
+// metrics are the ingest core's Prometheus metrics (namespace delayq).
 type metrics struct {
-	requests  *prometheus.CounterVec   // delayq_http_requests_total{route,code}
-	duration  *prometheus.HistogramVec // delayq_http_request_duration_seconds{route}
-	scheduled *prometheus.CounterVec   // delayq_tasks_scheduled_total{outcome}
-	journaled *prometheus.CounterVec   // delayq_tasks_journaled_total{reason}
-	replayed  prometheus.Counter       // delayq_journal_replayed_total
-	redisErrs prometheus.Counter       // delayq_redis_errors_total
-	refusals  *prometheus.CounterVec   // delayq_redis_write_refusals_total{reason}
-	groups    prometheus.Histogram     // delayq_schedule_group_size
+	scheduled *prometheus.CounterVec // delayq_tasks_scheduled_total{outcome}
+	journaled *prometheus.CounterVec // delayq_tasks_journaled_total{reason}
+	replayed  prometheus.Counter     // delayq_journal_replayed_total
+	redisErrs prometheus.Counter     // delayq_redis_errors_total
+	refusals  *prometheus.CounterVec // delayq_redis_write_refusals_total{reason}
+	groups    prometheus.Histogram   // delayq_schedule_group_size
 }
 
 // Why a schedule was journaled (delayq_tasks_journaled_total{reason}).
@@ -30,15 +50,6 @@ const (
 
 func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable, shardsDown func() float64) *metrics {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: admin.Namespace, Name: "http_requests_total",
-			Help: "HTTP requests by route pattern and status code.",
-		}, []string{"route", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: admin.Namespace, Name: "http_request_duration_seconds",
-			Help:    "HTTP request latency by route pattern.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"route"}),
 		scheduled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: admin.Namespace, Name: "tasks_scheduled_total",
 			Help: "Schedule requests by outcome: created, unchanged, updated, rejected, journaled.",
@@ -71,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, journalDepth, redisUp, redisWritable,
 	for _, r := range []string{reasonRedisDown, reasonShardDown, reasonUnavailable, reasonOrder, reasonUnconfirmed} {
 		m.journaled.WithLabelValues(r)
 	}
-	reg.MustRegister(m.requests, m.duration, m.scheduled, m.journaled, m.replayed, m.redisErrs, m.refusals, m.groups,
+	reg.MustRegister(m.scheduled, m.journaled, m.replayed, m.redisErrs, m.refusals, m.groups,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: admin.Namespace, Name: "redis_writable",
 			Help: "1 when Redis takes the daemon's writes; 0 while it is unreachable, refuses them (e.g. OOM) or a shard is down, and schedules go to the journal.",

@@ -17,26 +17,3 @@ func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(api.OpenAPI)
 }
-
-// observe, when set (by the package's tests only), is told the method,
-// path and status of every answer the daemon's handler writes.
-var observe func(method, path string, status int)
-
-// observed wraps h with observe (h itself when observe is nil).
-func observed(h http.Handler) http.Handler {
-	if observe == nil {
-		return h
-	}
-	return &observer{next: h}
-}
-
-type observer struct{ next http.Handler }
-
-func (o *observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sw := &statusWriter{ResponseWriter: w}
-	o.next.ServeHTTP(sw, r)
-	if sw.code == 0 {
-		sw.code = http.StatusOK
-	}
-	observe(r.Method, r.URL.Path, sw.code)
-}

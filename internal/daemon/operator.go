@@ -186,12 +186,12 @@ func (a *App) handleListTasks(c *call) (int, any, *wire.Error) {
 	if e != nil {
 		return 0, nil, e
 	}
-	st, e := a.storeFor()
+	st, e := a.core.storeFor()
 	if e != nil {
 		return 0, nil, e
 	}
 	var page redisstore.ListPage
-	err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+	err := a.core.inStore(c.Context(), func(ctx context.Context) (err error) {
 		page, err = st.List(ctx, lq)
 		return err
 	})
@@ -204,14 +204,14 @@ func (a *App) handleListTasks(c *call) (int, any, *wire.Error) {
 			b = append(b, ',')
 		}
 		if b, err = wire.AppendTask(b, l.Task, l.DiedAt); err != nil {
-			return 0, nil, a.internalError("encode task", err, "task_id", l.Task.ID)
+			return 0, nil, a.core.internalError("encode task", err, "task_id", l.Task.ID)
 		}
 	}
 	b = append(b, ']')
 	if page.Next != "" {
 		cur, err := json.Marshal(page.Next)
 		if err != nil {
-			return 0, nil, a.internalError("encode cursor", err)
+			return 0, nil, a.core.internalError("encode cursor", err)
 		}
 		b = append(append(b, `,"next_cursor":`...), cur...)
 	}
@@ -236,7 +236,7 @@ func (a *App) bulkStoreError(op string, err error) *wire.Error {
 	if redisstore.IsUnavailable(err) {
 		return wire.Unavailable("redis is " + redisCondition(err))
 	}
-	return a.internalError(op, err)
+	return a.core.internalError(op, err)
 }
 
 // bulkResult is the answer of every bulk endpoint.
@@ -318,7 +318,7 @@ func (a *App) bulkBody(c *call, op string, times bool, fn manyFunc, states ...ta
 // bulk applies fn to the tasks req names: its ids, or the tasks of the
 // states (walked in order) that match its filter.
 func (a *App) bulk(ctx context.Context, op string, fn manyFunc, req wire.Bulk, states ...task.State) (int, any, *wire.Error) {
-	st, e := a.storeFor()
+	st, e := a.core.storeFor()
 	if e != nil {
 		return 0, nil, e
 	}
@@ -339,9 +339,9 @@ func (a *App) bulk(ctx context.Context, op string, fn manyFunc, req wire.Bulk, s
 // endpoints, the request then answers 503 until the journal replayed it.
 func (a *App) bulkIDs(ctx context.Context, op string, st *redisstore.Store, fn manyFunc, ids []string) (bulkResult, *wire.Error) {
 	var res bulkResult
-	if a.jr.Len() > 0 {
+	if a.core.journalDepth() > 0 {
 		for _, id := range ids {
-			if _, ok, e := a.journaled(ctx, id); e != nil {
+			if _, ok, e := a.core.journaled(ctx, id); e != nil {
 				return res, e
 			} else if ok {
 				return res, wire.Unavailable("task " + id + " is journaled (redis was unreachable); retry once it is replayed")
@@ -370,7 +370,7 @@ func (a *App) applyPage(ctx context.Context, st *redisstore.Store, fn manyFunc, 
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(max(rounds, 1))*a.cfg.RedisTimeout)
 	defer cancel()
 	n, err := fn(st)(octx, ids)
-	a.noteStore(err)
+	a.core.noteStore(err)
 	return n, err
 }
 
@@ -382,7 +382,7 @@ func (a *App) applyPage(ctx context.Context, st *redisstore.Store, fn manyFunc, 
 // the ones a replay will store a moment later).
 func (a *App) bulkFilter(ctx context.Context, op string, st *redisstore.Store, fn manyFunc, f wire.Filter, states ...task.State) (bulkResult, *wire.Error) {
 	var res bulkResult
-	if n := a.jr.Len(); n > 0 && slices.Contains(states, "") {
+	if n := a.core.journalDepth(); n > 0 && slices.Contains(states, "") {
 		return res, wire.Unavailable(fmt.Sprintf("%d schedules are journaled (redis was unreachable) and not in redis yet; retry once they are replayed", n))
 	}
 	examined := 0
@@ -398,7 +398,7 @@ func (a *App) bulkFilter(ctx context.Context, op string, st *redisstore.Store, f
 			// asks for what the bound leaves.)
 			q.Limit = min(bulkPage, bulkExamined-examined)
 			var page redisstore.ListPage
-			err := a.inStore(ctx, func(ctx context.Context) (err error) {
+			err := a.core.inStore(ctx, func(ctx context.Context) (err error) {
 				page, err = st.List(ctx, q)
 				return err
 			})

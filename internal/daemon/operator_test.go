@@ -514,20 +514,17 @@ func parkAll(t *testing.T, st *redisstore.Store) []string {
 	return ids
 }
 
-// typesList is GET /v1/types' answer by type.
-func (a *testApp) typesList() map[string]typeView {
+// typesList is GET /v1/types' answer by type, decoded strictly into the
+// client's wire type (api.Types), which must write it back byte for byte.
+func (a *testApp) typesList() map[string]api.TypeInfo {
 	a.t.Helper()
 	r := a.do("GET", "/v1/types", "")
 	if r.Status != 200 {
 		a.t.Fatalf("types: %d %s", r.Status, r.Raw)
 	}
-	var body struct {
-		Types []typeView `json:"types"`
-	}
-	if err := json.Unmarshal(r.Raw, &body); err != nil {
-		a.t.Fatal(err)
-	}
-	out := make(map[string]typeView)
+	var body api.Types
+	strictRoundTrip(a.t, r.Raw, &body)
+	out := make(map[string]api.TypeInfo)
 	for _, v := range body.Types {
 		out[v.Type] = v
 	}
@@ -571,7 +568,7 @@ func TestTypesPauseResume(t *testing.T) {
 	}
 
 	types := app.typesList()
-	if v := types["report.build"]; !v.Paused || v.PausedAt == "" || v.Parked != 9 || v.Limit != nil {
+	if v := types["report.build"]; !v.Paused || v.PausedAt.IsZero() || v.Parked != 9 || v.Limit != nil {
 		t.Fatalf("report.build: %+v", v)
 	}
 	if v, ok := types["mail.send"]; !ok || v.Paused || v.Parked != 0 {
@@ -670,17 +667,16 @@ func TestTypesWithoutEtcd(t *testing.T) {
 	}
 }
 
-// clusterOf is GET /v1/cluster.
-func (a *testApp) clusterOf() clusterResponse {
+// clusterOf is GET /v1/cluster, decoded strictly into the client's wire
+// type (api.Cluster), which must write it back byte for byte.
+func (a *testApp) clusterOf() api.Cluster {
 	a.t.Helper()
 	r := a.do("GET", "/v1/cluster", "")
 	if r.Status != 200 {
 		a.t.Fatalf("cluster: %d %s", r.Status, r.Raw)
 	}
-	var c clusterResponse
-	if err := json.Unmarshal(r.Raw, &c); err != nil {
-		a.t.Fatalf("cluster: %v: %s", err, r.Raw)
-	}
+	var c api.Cluster
+	strictRoundTrip(a.t, r.Raw, &c)
 	return c
 }
 
@@ -728,7 +724,7 @@ func TestClusterEndpoint(t *testing.T) {
 	}
 	wg.Go(func() { _ = mgr.Run(ctx) })
 
-	var c clusterResponse
+	var c api.Cluster
 	waitFor(t, "both shards led by event-1 and both processes registered", func() bool {
 		c = app.clusterOf()
 		led := 0
@@ -762,7 +758,7 @@ func TestClusterEndpoint(t *testing.T) {
 	for _, p := range c.Processes {
 		switch p.ID {
 		case "event-1":
-			if p.Kind != "event" || p.Version != "v9 <script>" || !p.Ready || p.StartedAt == "" {
+			if p.Kind != "event" || p.Version != "v9 <script>" || !p.Ready || p.StartedAt.IsZero() {
 				t.Fatalf("event process: %+v", p)
 			}
 		case "work-1":

@@ -57,8 +57,8 @@ func (a *App) publishCancelled(ctx context.Context, st *redisstore.Store, id str
 	if a.outcomes == nil {
 		return
 	}
-	now := a.now()
-	octx, cancel := a.opContext(ctx)
+	now := a.core.now()
+	octx, cancel := a.core.opContext(ctx)
 	t, err := st.Get(octx, id)
 	cancel()
 	if err != nil {

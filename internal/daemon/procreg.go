@@ -21,7 +21,7 @@ func (a *App) newRegistrar() (*registry.Registrar, error) {
 		Proc: registry.Proc{ID: registry.DefaultID(), Kind: registry.KindDaemon,
 			Addr: registry.AdvertiseAddr(a.cfg.HTTPAddr, a.srv.Addr())},
 		Ready: func(ctx context.Context) (bool, string) {
-			ready, checks := a.report(ctx)
+			ready, checks := a.core.report(ctx)
 			var failing []string
 			for _, c := range checks {
 				if !c.OK {

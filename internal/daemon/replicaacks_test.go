@@ -89,7 +89,7 @@ func TestWrittenEntryReplayNeverUndoesALaterChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	subs := []redisstore.Submit{{Task: kept}, {Task: lost}}
-	app.appendJournal(t.Context(), subs, []int{0, 1}, []uint8{whyUnconfirmed, whyUnconfirmed}, make([]wire.Scheduled, 2), false)
+	app.core.appendJournal(t.Context(), subs, []int{0, 1}, []uint8{whyUnconfirmed, whyUnconfirmed}, make([]wire.Scheduled, 2), false)
 	later := due.Add(30 * time.Minute)
 	if _, err := st.Reschedule(t.Context(), "w-kept", later, 0, false); err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestReplayedEntryBecomesWritten(t *testing.T) {
 		return err == nil && got.DueAt.Equal(due)
 	})
 	testenv.WaitFor(t, 10*time.Second, "the entry marked written", func() bool {
-		e, ok, err := app.jr.Lookup(t.Context(), "r-1")
+		e, ok, err := app.core.jr.Lookup(t.Context(), "r-1")
 		return err == nil && ok && len(e.Data) > 0 && e.Data[0] == journalVersionWritten
 	})
 	later := due.Add(30 * time.Minute)

@@ -190,7 +190,8 @@ func TestSchedulesListPages(t *testing.T) {
 // 503, and any other error (a bug: a spec that validated but did not
 // encode) 500 — never 503 "etcd", which clients retry forever.
 func TestScheduleErrorBlamesNoOneElse(t *testing.T) {
-	a := &App{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a := &App{log: log, core: &core{log: log}}
 	cases := []struct {
 		err    error
 		status int

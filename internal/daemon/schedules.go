@@ -112,7 +112,7 @@ func (a *App) scheduleStore() (*schedule.Store, *wire.Error) {
 	if e != nil {
 		return nil, e
 	}
-	return schedule.NewStore(cli, a.cfg.Namespace).WithLimit(a.cfg.MaxSchedules).WithClock(a.now), nil
+	return schedule.NewStore(cli, a.cfg.Namespace).WithLimit(a.cfg.MaxSchedules).WithClock(a.core.now), nil
 }
 
 // pathScheduleID reads and checks the {id} path value (422 like a bad
@@ -156,7 +156,7 @@ func (a *App) scheduleError(id string, err error) *wire.Error {
 	if errors.As(err, &ee) || errors.Is(err, schedule.ErrBusy) {
 		return etcdError(err)
 	}
-	return a.internalError("schedule", err, "schedule", id)
+	return a.core.internalError("schedule", err, "schedule", id)
 }
 
 func (a *App) handlePutSchedule(c *call) (int, any, *wire.Error) {
@@ -172,7 +172,7 @@ func (a *App) handlePutSchedule(c *call) (int, any, *wire.Error) {
 	// end_at must not be in the past: the daemon's clock is good enough
 	// for that (a schedule that ends within a clock skew of now is
 	// harmless either way)
-	spec, err := schedule.DecodeSpec(body, a.now())
+	spec, err := schedule.DecodeSpec(body, a.core.now())
 	if err != nil {
 		return 0, nil, a.scheduleError(id, err)
 	}
@@ -274,7 +274,7 @@ func (a *App) handleListSchedules(c *call) (int, any, *wire.Error) {
 	if page.Bad > 0 {
 		a.log.Warn("schedules in etcd that do not decode are left out", "count", page.Bad, "prefix", schedule.Prefix(a.cfg.Namespace))
 	}
-	now := a.now()
+	now := a.core.now()
 	out := make([]*scheduleView, 0, len(page.Schedules))
 	for _, sch := range page.Schedules {
 		state, ok := page.States[sch.ID]
@@ -316,7 +316,7 @@ func (a *App) handleGetSchedule(c *call) (int, any, *wire.Error) {
 		if err != nil {
 			return 0, nil, a.scheduleError(id, err)
 		}
-		return http.StatusOK, a.view(sch, state, ok, a.now()), nil
+		return http.StatusOK, a.view(sch, state, ok, a.core.now()), nil
 	})
 }
 
@@ -343,7 +343,7 @@ func (a *App) changedView(ctx context.Context, st *schedule.Store, sch schedule.
 		a.log.Warn("read schedule state", "schedule", sch.ID, "error", err)
 		ok = false
 	}
-	return a.view(sch, state, ok, a.now())
+	return a.view(sch, state, ok, a.core.now())
 }
 
 func (a *App) handlePauseSchedule(c *call) (int, any, *wire.Error) {

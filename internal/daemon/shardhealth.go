@@ -99,36 +99,36 @@ func routeShard(m shardmap.Map, id string) int {
 }
 
 // shardDownTTL is how long a mark lasts without a new failure.
-func (a *App) shardDownTTL() time.Duration {
-	return max(10*time.Second, 2*a.cfg.RedisTimeout)
+func (co *core) shardDownTTL() time.Duration {
+	return max(10*time.Second, 2*co.cfg.RedisTimeout)
 }
 
 // shardsDown lists the shards known down now (none unless on a cluster).
-func (a *App) shardsDown() []int {
-	st := a.store.Load()
+func (co *core) shardsDown() []int {
+	st := co.store.Load()
 	if st == nil {
 		return nil
 	}
-	return a.down.list(st.Shards(), a.now())
+	return co.down.list(st.Shards(), co.now())
 }
 
 // markShard records an unavailable answer of shard sh.
-func (a *App) markShard(sh int, err error) {
+func (co *core) markShard(sh int, err error) {
 	reason, what := classifyRedis(err)
 	if redisAnswered(err) {
-		a.m.refusals.WithLabelValues(reason).Inc()
+		co.m.refusals.WithLabelValues(reason).Inc()
 	}
-	now := a.now()
-	if a.down.mark(sh, now, now.Add(a.shardDownTTL())) {
-		a.log.Warn("redis shard down; its schedules go to the journal", "shard", sh, "reason", what, "error", err)
+	now := co.now()
+	if co.down.mark(sh, now, now.Add(co.shardDownTTL())) {
+		co.log.Warn("redis shard down; its schedules go to the journal", "shard", sh, "reason", what, "error", err)
 	}
 }
 
 // clearShard records an answer of shard sh.
-func (a *App) clearShard(sh int) {
-	if a.down.clear(sh) {
-		a.log.Info("redis shard answers again; replaying its journal entries", "shard", sh)
-		a.wake()
+func (co *core) clearShard(sh int) {
+	if co.down.clear(sh) {
+		co.log.Info("redis shard answers again; replaying its journal entries", "shard", sh)
+		co.wake()
 	}
 }
 
@@ -137,19 +137,19 @@ func (a *App) clearShard(sh int) {
 // operation. On a cluster it is per shard: an unavailable result marks its
 // shard down, any other result clears its shard's mark; one master's
 // failure neither makes Redis "down" nor "refusing writes" as a whole.
-func (a *App) noteResults(m shardmap.Map, res []redisstore.Result, err error) {
+func (co *core) noteResults(m shardmap.Map, res []redisstore.Result, err error) {
 	if errors.Is(err, redisstore.ErrNotReplicated) {
-		a.unconfirmed.Warn("redis replicas do not confirm writes in time; the schedules are journaled until they do (DQ_REDIS_REPLICA_ACKS)",
+		co.unconfirmed.Warn("redis replicas do not confirm writes in time; the schedules are journaled until they do (DQ_REDIS_REPLICA_ACKS)",
 			"error", err)
 	}
-	if !a.cluster {
-		a.noteRedis(err)
-		a.noteWrite(err)
+	if !co.cluster {
+		co.noteRedis(err)
+		co.noteWrite(err)
 		return
 	}
-	a.noteMisconfig(err)
+	co.noteMisconfig(err)
 	if err != nil {
-		a.m.redisErrs.Inc()
+		co.m.redisErrs.Inc()
 	}
 	var failed map[int]error
 	for i := range res {
@@ -169,32 +169,32 @@ func (a *App) noteResults(m shardmap.Map, res []redisstore.Result, err error) {
 		r := &res[i]
 		if sh := routeShard(m, r.ID); failed[sh] == nil {
 			answered = true
-			a.clearShard(sh)
+			co.clearShard(sh)
 		}
 	}
 	for sh, e := range failed {
-		a.markShard(sh, e)
+		co.markShard(sh, e)
 	}
 	if answered {
-		a.setRedisUp(true, nil)
-		a.noteWrite(nil)
+		co.setRedisUp(true, nil)
+		co.noteWrite(nil)
 	}
 }
 
 // probeShards reads each marked shard once, concurrently, and records the
 // answers (the store keeper calls it).
-func (a *App) probeShards(ctx context.Context, st *redisstore.Store) {
-	if a.down.marked.Load() == 0 {
+func (co *core) probeShards(ctx context.Context, st *redisstore.Store) {
+	if co.down.marked.Load() == 0 {
 		return
 	}
 	m := st.Map()
 	var wg sync.WaitGroup
 	for sh := range min(m.Count, shardmap.MaxShards) {
-		if a.down.until[sh].Load() == 0 {
+		if co.down.until[sh].Load() == 0 {
 			continue
 		}
 		wg.Go(func() {
-			octx, cancel := a.opContext(ctx)
+			octx, cancel := co.opContext(ctx)
 			defer cancel()
 			// a read of three keys of the shard: it reaches the master
 			// that serves the shard's slot, as its writes do
@@ -202,9 +202,9 @@ func (a *App) probeShards(ctx context.Context, st *redisstore.Store) {
 			switch {
 			case ctx.Err() != nil:
 			case err != nil && redisstore.IsUnavailable(err):
-				a.markShard(sh, err)
+				co.markShard(sh, err)
 			default:
-				a.clearShard(sh)
+				co.clearShard(sh)
 			}
 		})
 	}

@@ -193,7 +193,7 @@ func TestOneMasterDownDelaysNoOther(t *testing.T) {
 
 	o.restart(t)
 	testenv.WaitFor(t, 30*time.Second, "journal drained", func() bool { return app.JournalDepth() == 0 })
-	testenv.WaitFor(t, 10*time.Second, "no shard down", func() bool { return len(app.shardsDown()) == 0 })
+	testenv.WaitFor(t, 10*time.Second, "no shard down", func() bool { return len(app.core.shardsDown()) == 0 })
 	o.wantPayloads(t, want)
 	if rp := app.do("POST", "/v1/tasks", versioned(dead[5], 3)); rp.Status != 200 || rp.str("outcome") != "updated" {
 		t.Errorf("schedule after the outage: %d %s", rp.Status, rp.Raw)
@@ -210,7 +210,7 @@ func TestReplayGetsPastADownShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = app.jr.Close(); _ = app.rdb.Close() }) // if Run did not
+	t.Cleanup(func() { _ = app.core.jr.Close(); _ = app.core.rdb.Close() }) // if Run did not
 	// The compensator does not run yet: the test runs its passes.
 	due := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
 	var subs []redisstore.Submit
@@ -245,15 +245,15 @@ func TestReplayGetsPastADownShard(t *testing.T) {
 	deadEntries := len(dead)
 
 	o.kill(t)
-	st := app.store.Load()
+	st := app.core.store.Load()
 	start := time.Now()
-	p := app.comp.pass(t.Context(), st)
+	p := app.core.comp.pass(t.Context(), st)
 	t.Logf("pass: %v, removed %d, kept %d, failed %v", time.Since(start), p.removed, p.kept, p.failed)
 	if p.removed != len(subs)-deadEntries || p.kept != deadEntries || p.failed != nil || app.JournalDepth() != deadEntries {
 		t.Fatalf("pass: removed %d kept %d (failed %v), journal depth %d; want %d replayed, %d kept",
 			p.removed, p.kept, p.failed, app.JournalDepth(), len(subs)-deadEntries, deadEntries)
 	}
-	if got := app.shardsDown(); !slices.Equal(got, o.down) {
+	if got := app.core.shardsDown(); !slices.Equal(got, o.down) {
 		t.Errorf("shards down %v, want %v", got, o.down)
 	}
 	healthyWant := map[string]int{}
@@ -265,7 +265,7 @@ func TestReplayGetsPastADownShard(t *testing.T) {
 	o.wantPayloads(t, healthyWant)
 	// A second pass tries nothing of the down shards.
 	start = time.Now()
-	if p := app.comp.pass(t.Context(), st); p.removed != 0 || p.kept != deadEntries || p.failed != nil {
+	if p := app.core.comp.pass(t.Context(), st); p.removed != 0 || p.kept != deadEntries || p.failed != nil {
 		t.Fatalf("second pass: removed %d kept %d failed %v", p.removed, p.kept, p.failed)
 	}
 	t.Logf("second pass over %d kept entries: %v", deadEntries, time.Since(start))
@@ -274,8 +274,8 @@ func TestReplayGetsPastADownShard(t *testing.T) {
 	// replays the rest in order.
 	o.restart(t)
 	testenv.WaitFor(t, 30*time.Second, "probe finds the shards back", func() bool {
-		app.probeShards(t.Context(), st)
-		return len(app.shardsDown()) == 0
+		app.core.probeShards(t.Context(), st)
+		return len(app.core.shardsDown()) == 0
 	})
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	done := make(chan error, 1)
@@ -312,15 +312,14 @@ func TestRestartWithJournalOfADownShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = app2.jr.Close(); _ = app2.rdb.Close() }) // if Run did not
+	t.Cleanup(func() { _ = app2.core.jr.Close(); _ = app2.core.rdb.Close() }) // if Run did not
 	if d := app2.JournalDepth(); d != len(dead) {
 		t.Fatalf("journal depth after the restart %d, want %d", d, len(dead))
 	}
 	post := func(body string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("POST", "/v1/tasks", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		w := httptest.NewRecorder()
-		app2.Handler().ServeHTTP(w, req)
+		w := serveRecorded(app2.Handler(), req)
 		return w
 	}
 	// The compensator does not run yet; the master is still down.
@@ -331,8 +330,7 @@ func TestRestartWithJournalOfADownShard(t *testing.T) {
 		t.Fatalf("id of a healthy shard: %d %s", w.Code, w.Body)
 	}
 	req := httptest.NewRequest("GET", "/metrics", nil)
-	w := httptest.NewRecorder()
-	app2.Handler().ServeHTTP(w, req)
+	w := serveRecorded(app2.Handler(), req)
 	if m := w.Body.String(); !strings.Contains(m, `delayq_tasks_journaled_total{reason="order"} 1`+"\n") {
 		t.Errorf("the new version was not journaled behind the old one (lanes not rebuilt?):\n%s", grepLines(m, "delayq_tasks_journaled"))
 	}

@@ -24,13 +24,13 @@ func (a *App) shardsEtcd() (shardmap.Etcd, *wire.Error) {
 }
 
 func (a *App) handleGetShards(c *call) (int, any, *wire.Error) {
-	st, e := a.storeFor()
+	st, e := a.core.storeFor()
 	if e != nil {
 		return 0, nil, e
 	}
 	var m shardmap.Map
 	var pr redisstore.Progress
-	err := a.inStore(c.Context(), func(ctx context.Context) error {
+	err := a.core.inStore(c.Context(), func(ctx context.Context) error {
 		if me, e := a.shardsEtcd(); e == nil {
 			em, _, ok, err := me.Load(ctx)
 			if err != nil {
@@ -67,12 +67,12 @@ func (a *App) handlePutShards(c *call) (int, any, *wire.Error) {
 	if e != nil {
 		return 0, nil, e
 	}
-	st, e := a.storeFor()
+	st, e := a.core.storeFor()
 	if e != nil {
 		return 0, nil, e
 	}
 	var m shardmap.Map
-	err := a.inStore(c.Context(), func(ctx context.Context) error {
+	err := a.core.inStore(c.Context(), func(ctx context.Context) error {
 		var err error
 		if m, err = me.Grow(ctx, n); err != nil {
 			return err
@@ -116,30 +116,12 @@ func (a *App) shardsError(err error) *wire.Error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return wire.Unavailable("etcd did not answer in time")
 	}
-	return a.internalError("shard map", err)
+	return a.core.internalError("shard map", err)
 }
 
 func shardsBody(m shardmap.Map, pr redisstore.Progress) wire.Shards {
 	return wire.Shards{Count: m.Count, Previous: m.Previous, State: m.State, Epoch: m.Epoch,
 		Moved: pr.Moved, Remaining: pr.Remaining}
-}
-
-// shardOf is the shard a new task of id goes to: by the namespace's map
-// once the store is open, by DQ_SHARDS before (a journaled task shows it;
-// the replay routes it by the map of its time).
-func (a *App) shardOf(id string) int {
-	if st := a.store.Load(); st != nil {
-		return st.Shard(id)
-	}
-	return shardmap.ShardOf(id, a.cfg.Shards)
-}
-
-// shardCount is the namespace's shard count as the daemon routes by it.
-func (a *App) shardCount() int {
-	if st := a.store.Load(); st != nil {
-		return st.Shards()
-	}
-	return a.cfg.Shards
 }
 
 // followShardMap keeps the store on the newest map etcd holds, so that new
@@ -152,7 +134,7 @@ func (a *App) followShardMap(ctx context.Context) {
 		return
 	}
 	me.Watch(ctx, func(m shardmap.Map) {
-		if st := a.store.Load(); st != nil && st.SetMap(m) {
+		if st := a.core.store.Load(); st != nil && st.SetMap(m) {
 			a.log.Info("shard map", "count", m.Count, "previous", m.Previous, "state", m.State, "epoch", m.Epoch)
 		}
 	}, func(err error) { a.log.Debug("watch shard map", "error", err) })

@@ -31,12 +31,12 @@ const pingInterval = time.Second
 // DQ_REDIS_CLUSTER); a shard count other than DQ_SHARDS is not: the daemon
 // follows the namespace's map.
 type storeKeeper struct {
-	app *App
+	core *core
 }
 
 // tryOpen makes one attempt. It returns an error only for a fatal cause.
 func (k *storeKeeper) tryOpen(ctx context.Context) error {
-	a := k.app
+	a := k.core
 	octx, cancel := a.opContext(ctx)
 	defer cancel()
 	st, err := redisstore.New(octx, a.rdb, redisstore.Options{
@@ -75,7 +75,7 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 
 // Run opens the store if New could not, then watches Redis until ctx ends.
 func (k *storeKeeper) Run(ctx context.Context) error {
-	a := k.app
+	a := k.core
 	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second, NoJitter: true}
 	for a.store.Load() == nil {
 		if !retry.Sleep(ctx, bo.Next()) {
@@ -114,9 +114,9 @@ func (k *storeKeeper) Run(ctx context.Context) error {
 // ping checks that Redis answers: the server, or on a cluster any master
 // (one master down is a matter of its shards).
 func (k *storeKeeper) ping(ctx context.Context, st *redisstore.Store) error {
-	octx, cancel := k.app.opContext(ctx)
+	octx, cancel := k.core.opContext(ctx)
 	defer cancel()
-	cc, ok := k.app.rdb.(*redis.ClusterClient)
+	cc, ok := k.core.rdb.(*redis.ClusterClient)
 	if !ok {
 		return st.Ping(octx)
 	}

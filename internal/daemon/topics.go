@@ -39,7 +39,7 @@ func newTopicPolicy(cfg *Config) topicPolicy {
 }
 
 // topics is the daemon's topic policy.
-func (a *App) topics() topicPolicy { return newTopicPolicy(&a.cfg) }
+func (co *core) topics() topicPolicy { return newTopicPolicy(&co.cfg) }
 
 // refuse says why topic may not be named ("" when it may).
 func (p topicPolicy) refuse(topic string) string {
@@ -79,7 +79,7 @@ func (p topicPolicy) check(topic string) *wire.Error {
 // checkTemplateTopic is check for a schedule's task template: 422
 // invalid_schedule naming task.topic, as for its other fields.
 func (a *App) checkTemplateTopic(topic string) *wire.Error {
-	if why := a.topics().refuse(topic); why != "" {
+	if why := a.core.topics().refuse(topic); why != "" {
 		return invalidSchedule("task.topic: " + why)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/pause"
 	"github.com/delayq/delayq/internal/ratelimit"
@@ -89,13 +90,6 @@ func (s *seenTypes) list() []string {
 	return out
 }
 
-// noteTypes remembers the types of scheduled tasks.
-func (a *App) noteTypes(subs []redisstore.Submit) {
-	for i := range subs {
-		a.seen.note(subs[i].Task.Type)
-	}
-}
-
 // etcdFor returns the etcd client, or the 503 answer when none is
 // configured; what names what needs it.
 func (a *App) etcdFor(what string) (*clientv3.Client, *wire.Error) {
@@ -113,21 +107,12 @@ func etcdError(err error) *wire.Error {
 	return wire.Unavailable("etcd: " + task.Truncate(err.Error(), 200))
 }
 
-// typeView is one type of GET /v1/types.
-type typeView struct {
-	Type     string          `json:"type"`
-	Paused   bool            `json:"paused"`
-	PausedAt string          `json:"paused_at,omitempty"`
-	Parked   int64           `json:"parked"`
-	Limit    *ratelimit.Rule `json:"limit,omitempty"`
-}
-
 func (a *App) handleListTypes(c *call) (int, any, *wire.Error) {
 	cli, e := a.etcdFor("pause states and rate-limit rules")
 	if e != nil {
 		return 0, nil, e
 	}
-	st, e := a.storeFor()
+	st, e := a.core.storeFor()
 	if e != nil {
 		return 0, nil, e
 	}
@@ -139,52 +124,47 @@ func (a *App) handleListTypes(c *call) (int, any, *wire.Error) {
 	}
 	rules, err := ratelimit.NewRules(cli, a.cfg.Namespace, a.log)
 	if err != nil {
-		return 0, nil, a.internalError("rules", err)
+		return 0, nil, a.core.internalError("rules", err)
 	}
 	limits, err := rules.List(ctx)
 	if err != nil {
 		return 0, nil, etcdError(err)
 	}
 	var parked map[string]int64
-	if err := a.inStore(c.Context(), func(ctx context.Context) (err error) {
+	if err := a.core.inStore(c.Context(), func(ctx context.Context) (err error) {
 		parked, err = st.ParkedTypes(ctx)
 		return err
 	}); err != nil {
 		return 0, nil, a.bulkStoreError("parked types", err)
 	}
-	views := make(map[string]*typeView)
-	view := func(typ string) *typeView {
+	views := make(map[string]*api.TypeInfo)
+	view := func(typ string) *api.TypeInfo {
 		v := views[typ]
 		if v == nil {
-			v = &typeView{Type: typ}
+			v = &api.TypeInfo{Type: typ}
 			views[typ] = v
 		}
 		return v
 	}
-	for _, typ := range a.seen.list() {
+	for _, typ := range a.core.seen.list() {
 		view(typ)
 	}
 	for typ, at := range paused {
 		v := view(typ)
-		v.Paused = true
-		if !at.IsZero() {
-			v.PausedAt = wire.FormatTime(at)
-		}
+		v.Paused, v.PausedAt = true, at
 	}
 	for typ, rule := range limits {
-		view(typ).Limit = &rule
+		view(typ).Limit = (*api.LimitRule)(&rule)
 	}
 	for typ, n := range parked {
 		view(typ).Parked = n
 	}
-	out := make([]*typeView, 0, len(views))
+	out := api.Types{Types: make([]api.TypeInfo, 0, len(views))}
 	for _, v := range views {
-		out = append(out, v)
+		out.Types = append(out.Types, *v)
 	}
-	slices.SortFunc(out, func(x, y *typeView) int { return strings.Compare(x.Type, y.Type) })
-	return http.StatusOK, struct {
-		Types []*typeView `json:"types"`
-	}{out}, nil
+	slices.SortFunc(out.Types, func(x, y api.TypeInfo) int { return strings.Compare(x.Type, y.Type) })
+	return http.StatusOK, out, nil
 }
 
 // pathType reads and checks the {type} path value of a pause being set
@@ -262,7 +242,7 @@ func (a *App) handleResumeType(c *call) (int, any, *wire.Error) {
 		return 0, nil, e
 	}
 	res := resumeResult{Type: typ, Changed: changed}
-	if st, e := a.storeFor(); e != nil {
+	if st, e := a.core.storeFor(); e != nil {
 		res.UnparkError = e.Message
 	} else if err := a.unpark(c.Context(), st, typ, &res.Resumed); err != nil {
 		res.UnparkError = "redis " + redisCondition(err) + "; the work processes unpark them within 10s"
@@ -289,7 +269,7 @@ func (a *App) unpark(ctx context.Context, st *redisstore.Store, typ string, move
 	n, err := st.Unpark(uctx, typ)
 	*moved = n
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		a.noteStore(err)
+		a.core.noteStore(err)
 	}
 	return err
 }

@@ -9,7 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/election"
 )
 
 // churn watches the shard elections from outside and counts how often a
@@ -32,14 +32,14 @@ func (w *world) watchChurn() *churn {
 	t := w.t
 	c := &churn{keys: map[int]map[string]kv{}, leader: map[int]string{}, ec: w.ec}
 	ctx, cancel := context.WithCancel(context.Background())
-	resp, err := w.ec.Get(ctx, leader.ShardsPrefix(w.ns), clientv3.WithPrefix())
+	resp, err := w.ec.Get(ctx, election.ShardsPrefix(w.ns), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range resp.Kvs {
 		c.apply(w.ns, true, string(x.Key), x.CreateRevision, string(x.Value))
 	}
-	wch := w.ec.Watch(ctx, leader.ShardsPrefix(w.ns), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	wch := w.ec.Watch(ctx, election.ShardsPrefix(w.ns), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -57,7 +57,7 @@ func (w *world) watchChurn() *churn {
 }
 
 func (c *churn) apply(ns string, put bool, key string, rev int64, id string) {
-	s, ok := leader.ParseElectionKey(ns, key)
+	s, ok := election.ParseElectionKey(ns, key)
 	if !ok {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,7 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/delayq/delayq/internal/event/leader"
+	"github.com/delayq/delayq/internal/election"
+	"github.com/delayq/delayq/internal/event/fire"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
@@ -117,9 +119,12 @@ func (w *world) startApp(id string, opts ...Option) *app {
 func (w *world) startAppConfig(cfg Config, opts ...Option) *app {
 	t := w.t
 	t.Helper()
-	a, err := New(t.Context(), cfg, testLogger(cfg.ProcessID), opts...)
+	a, err := New(t.Context(), cfg, testLogger(cfg.ProcessID))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(a)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ap := &app{App: a, cancel: cancel, done: make(chan struct{})}
@@ -144,14 +149,14 @@ func (a *app) stop(t testing.TB) {
 // leaders reads etcd: shard -> process id of its leader.
 func (w *world) leaders() map[int]string {
 	w.t.Helper()
-	resp, err := w.ec.Get(w.t.Context(), leader.ShardsPrefix(w.ns), clientv3.WithPrefix(),
+	resp, err := w.ec.Get(w.t.Context(), election.ShardsPrefix(w.ns), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	out := map[int]string{}
 	for _, kv := range resp.Kvs {
-		if s, ok := leader.ParseElectionKey(w.ns, string(kv.Key)); ok {
+		if s, ok := election.ParseElectionKey(w.ns, string(kv.Key)); ok {
 			if _, seen := out[s]; !seen {
 				out[s] = string(kv.Value)
 			}
@@ -401,4 +406,94 @@ func metric(t testing.TB, addr, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// Option adjusts an App between New and Run.
+type Option func(*App)
+
+// pollerHooks let tests watch and pause the pollers of an app (the
+// poller has no hooks: withPollerHooks wraps its store and its run).
+// Every field may be nil.
+type pollerHooks struct {
+	// Started runs after Adopt, before the first take.
+	Started func(shard int, token int64)
+	// BeforeTake runs before every take.
+	BeforeTake func(shard int, token int64)
+	// BeforeAck runs after Kafka answered, before the batch's first
+	// settle; it may block (a paused leader). It runs on the batch's
+	// goroutine, with the settle's context.
+	BeforeAck func(ctx context.Context, shard int, token int64, tasks []*task.Task)
+	// Stopped runs when the poller's Run returned, after every batch
+	// finished.
+	Stopped func(shard int, token int64, err error)
+}
+
+// withPollerHooks installs h in every poller of the app.
+func withPollerHooks(h *pollerHooks) Option {
+	return func(a *App) {
+		poll := a.poll
+		a.poll = func(ctx context.Context, cfg fire.Config) error {
+			cfg.Store = &hookStore{Store: cfg.Store, h: h, shard: cfg.Shard, token: cfg.Token}
+			err := poll(ctx, cfg)
+			if h.Stopped != nil {
+				h.Stopped(cfg.Shard, cfg.Token, err)
+			}
+			return err
+		}
+	}
+}
+
+// hookStore is one poller's store running its pollerHooks.
+type hookStore struct {
+	fire.Store
+	h     *pollerHooks
+	shard int
+	token int64
+	mu    sync.Mutex
+	taken map[string][]*task.Task // lease -> tasks, until its first settle
+}
+
+func (s *hookStore) Adopt(ctx context.Context, shard int, token int64) (int, error) {
+	n, err := s.Store.Adopt(ctx, shard, token)
+	if err == nil && s.h.Started != nil {
+		s.h.Started(shard, token)
+	}
+	return n, err
+}
+
+func (s *hookStore) TakeAhead(ctx context.Context, shard int, token int64, limit int, lease, ahead time.Duration) (redisstore.Taken, error) {
+	if s.h.BeforeTake != nil {
+		s.h.BeforeTake(shard, token)
+	}
+	taken, err := s.Store.TakeAhead(ctx, shard, token, limit, lease, ahead)
+	if err == nil && len(taken.Tasks) > 0 && s.h.BeforeAck != nil {
+		s.mu.Lock()
+		if s.taken == nil {
+			s.taken = map[string][]*task.Task{}
+		}
+		s.taken[taken.Lease] = taken.Tasks
+		s.mu.Unlock()
+	}
+	return taken, err
+}
+
+// acking runs BeforeAck at the first settle of a take.
+func (s *hookStore) acking(ctx context.Context, lease string) {
+	s.mu.Lock()
+	tasks, ok := s.taken[lease]
+	delete(s.taken, lease)
+	s.mu.Unlock()
+	if ok {
+		s.h.BeforeAck(ctx, s.shard, s.token, tasks)
+	}
+}
+
+func (s *hookStore) SettlePoison(ctx context.Context, shard int, token int64, lease string, tasks []redisstore.Poison) ([]redisstore.PoisonOutcome, error) {
+	s.acking(ctx, lease)
+	return s.Store.SettlePoison(ctx, shard, token, lease, tasks)
+}
+
+func (s *hookStore) SettleAcks(ctx context.Context, shard int, token int64, lease string, failed []redisstore.Fired, acks []redisstore.Ack) (redisstore.Settled, error) {
+	s.acking(ctx, lease)
+	return s.Store.SettleAcks(ctx, shard, token, lease, failed, acks)
 }

@@ -4,8 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -339,7 +337,7 @@ func TestQuotaIssueFigures(t *testing.T) {
 		s := next - redisMillis(t, f.rdbs[0]) + 1
 		shift.Store(s)
 		for _, l := range f.lims {
-			l.shift.Store(s)
+			shiftOf(t, l).Store(s)
 		}
 		q.mu.Unlock()
 	}
@@ -541,25 +539,21 @@ func TestConcurrencyThreeWorkers(t *testing.T) {
 	}
 }
 
-// A quota tightened through the API reaches all three workers within a
-// second and holds at once across them; deleting it lifts the limit (and
-// the type costs no Redis call any more).
+// A quota tightened through Rules (what the daemon's PUT
+// /v1/limits/{type} calls, internal/daemon/limits.go) reaches all three
+// workers within a second and holds at once across them; deleting it lifts
+// the limit (and the type costs no Redis call any more).
 func TestLiveChange(t *testing.T) {
 	f := newFleet(t, 3, Options{})
-	api := httptest.NewServer(NewAPI(f.admin, newLimiter(t, f.redis.Client(t), f.ns, nil, Options{}), 0))
-	t.Cleanup(api.Close)
 	put := func(body string) time.Time {
 		t.Helper()
 		start := time.Now()
-		req, _ := http.NewRequestWithContext(t.Context(), "PUT", api.URL+"/v1/limits/export", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := api.Client().Do(req)
+		rule, err := DecodeRule(strings.NewReader(body), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("PUT: %d", resp.StatusCode)
+		if err := f.admin.Put(t.Context(), "export", rule); err != nil {
+			t.Fatal(err)
 		}
 		return start
 	}
@@ -603,12 +597,9 @@ func TestLiveChange(t *testing.T) {
 	}
 
 	start := time.Now()
-	req, _ := http.NewRequestWithContext(t.Context(), "DELETE", api.URL+"/v1/limits/export", nil)
-	resp, err := api.Client().Do(req)
-	if err != nil {
+	if _, err := f.admin.Delete(t.Context(), "export"); err != nil {
 		t.Fatal(err)
 	}
-	_ = resp.Body.Close()
 	lat = f.waitRule(t, "export", nil, start)
 	t.Logf("deletion seen by the 3 watchers after %v", lat)
 	for i, d := range lat {

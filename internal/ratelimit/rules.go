@@ -9,10 +9,10 @@ import (
 	"math"
 	"net/http"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -52,74 +52,32 @@ const (
 	DefaultMaxRaw  = 64 << 10 // DecodeRule's limit when maxBytes <= 0
 )
 
-// Rule is the set of limits of one task type. Any subset of the three
-// kinds may be set; at least one must be.
-type Rule struct {
-	WindowQuota *WindowQuota `json:"window_quota,omitempty"`
-	TokenBucket *TokenBucket `json:"token_bucket,omitempty"`
-	Concurrency *Concurrency `json:"concurrency,omitempty"`
-}
+// Rule is the set of limits of one task type: the API's wire type
+// (api.LimitRule, declared once for the daemon and the Go client), with
+// the validation below. Any subset of the three kinds may be set; at least
+// one must be. Its JSON is also the value stored in etcd.
+type Rule api.LimitRule
 
-// WindowQuota admits at most Limit tasks per fixed window. Windows are
-// aligned on the Unix epoch by Redis' clock, so every worker agrees on them.
-type WindowQuota struct {
-	Limit  int64    `json:"limit"`
-	Window Duration `json:"window"`
-}
+// The kinds of limit and the duration of their JSON: package api's.
+type (
+	// WindowQuota admits at most Limit tasks per fixed window. Windows
+	// are aligned on the Unix epoch by Redis' clock, so every worker
+	// agrees on them.
+	WindowQuota = api.WindowQuota
+	// TokenBucket admits tasks at Rate per second on average with bursts
+	// of up to Burst. When taking a token would leave fewer than Reserve
+	// tokens, only tasks with priority >= MinPriority may take it.
+	TokenBucket = api.TokenBucket
+	// Concurrency admits at most Limit tasks of the type running at once
+	// across all workers. A slot not released within SlotTTL (a crashed
+	// worker) frees itself.
+	Concurrency = api.Concurrency
+	// Duration is a time.Duration written in JSON as a Go duration
+	// string ("10s", "1m30s").
+	Duration = api.Duration
+)
 
-// TokenBucket admits tasks at Rate per second on average with bursts of up
-// to Burst. When taking a token would leave fewer than Reserve tokens, only
-// tasks with priority >= MinPriority may take it.
-type TokenBucket struct {
-	Rate        float64 `json:"rate"`
-	Burst       int64   `json:"burst"`
-	Reserve     int64   `json:"reserve"`
-	MinPriority int     `json:"min_priority"`
-}
-
-// Concurrency admits at most Limit tasks of the type running at once across
-// all workers. A slot not released within SlotTTL (a crashed worker) frees
-// itself.
-type Concurrency struct {
-	Limit   int64    `json:"limit"`
-	SlotTTL Duration `json:"slot_ttl"`
-}
-
-// Duration is a time.Duration written in JSON as a Go duration string
-// ("10s", "1m30s").
-type Duration time.Duration
-
-// D returns d as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalJSON writes d as a duration string.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return strconv.AppendQuote(nil, time.Duration(d).String()), nil
-}
-
-// UnmarshalJSON reads a duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	v, err := parseDuration(b)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
-
-func parseDuration(raw []byte) (time.Duration, error) {
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return 0, fmt.Errorf("expected a duration string such as \"10s\", got %s", task.Truncate(string(raw), 32))
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration such as \"10s\"", task.Truncate(s, 32))
-	}
-	return v, nil
-}
+func parseDuration(raw []byte) (time.Duration, error) { return api.ParseDuration(raw) }
 
 // FieldError is a rule field with a wrong value. It wraps ErrInvalidRule;
 // its message starts with the field's JSON path.

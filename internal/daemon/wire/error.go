@@ -87,3 +87,30 @@ func Internal(msg string) *Error {
 type errorBody struct {
 	Error *Error `json:"error"`
 }
+
+// Codes of the rate-limit endpoints (/v1/limits).
+const (
+	CodeMethodNotAllowed = "method_not_allowed" // 405: the path exists, not with this method (Allow lists those it takes)
+	CodeInvalidRule      = "invalid_rule"       // 422: a rate-limit rule field or the type is wrong (the message names it)
+)
+
+// MethodNotAllowed is the 405 method_not_allowed answer; the caller sets
+// the Allow header.
+func MethodNotAllowed(msg string) *Error {
+	return &Error{http.StatusMethodNotAllowed, CodeMethodNotAllowed, msg}
+}
+
+// InvalidRule is the 422 invalid_rule answer.
+func InvalidRule(msg string) *Error {
+	return &Error{http.StatusUnprocessableEntity, CodeInvalidRule, msg}
+}
+
+// UnknownField is the 400 unknown_field answer.
+func UnknownField(msg string) *Error {
+	return &Error{http.StatusBadRequest, CodeUnknownField, msg}
+}
+
+// TooLarge is the 413 too_large answer.
+func TooLarge(msg string) *Error {
+	return &Error{http.StatusRequestEntityTooLarge, CodeTooLarge, msg}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/shardmap"
 )
 
@@ -17,15 +18,9 @@ func InvalidShardCount(msg string) *Error {
 	return &Error{http.StatusUnprocessableEntity, CodeInvalidShardCount, msg}
 }
 
-// Shards is the body of GET /v1/shards and of PUT's 202.
-type Shards struct {
-	Count     int    `json:"count"`
-	Previous  int    `json:"previous"`
-	State     string `json:"state"`
-	Epoch     int64  `json:"epoch"`
-	Moved     int64  `json:"moved"`
-	Remaining int64  `json:"remaining"`
-}
+// Shards is the body of GET /v1/shards and of PUT's 202: the wire type
+// the Go client reads (api.ShardMap).
+type Shards = api.ShardMap
 
 // DecodeGrow decodes PUT /v1/shards' body {"count": N}. A count out of
 // 1..shardmap.MaxShards is 422 invalid_shard_count; whether it may follow

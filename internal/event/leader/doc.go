@@ -4,14 +4,8 @@
 // that keeps the number of shards led by live processes within one of each
 // other with little churn.
 //
-// Etcd layout (ns = namespace):
-//
-//	/<ns>/members/<process id>     value: process id, bound to the session lease
-//	/<ns>/shards/<i>/<lease hex>   election candidates of shard i; the lowest
-//	                               create revision leads; value: process id
-//
-// The trailing slash of the election prefix keeps shard 1's prefix from
-// being a prefix of shard 10's (etcd#6278). ResumeElection is never used.
+// The etcd key layout (members, election candidates per shard) is package
+// election's, which the daemon reads too. ResumeElection is never used.
 //
 // The shard count only grows: Config.Shards is the initial count and
 // Manager.SetShards raises it while the manager runs. The session loop is

@@ -8,6 +8,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/delayq/delayq/internal/election"
 )
 
 // cand is one candidate key of a shard election.
@@ -79,7 +81,7 @@ func (m *Manager) runSession(ctx context.Context, s *session) {
 }
 
 // memberKey is this process' membership key.
-func (l *loop) memberKey() string { return MembersPrefix(l.m.cfg.Namespace) + l.m.cfg.ID }
+func (l *loop) memberKey() string { return election.MembersPrefix(l.m.cfg.Namespace) + l.m.cfg.ID }
 
 // serve runs the session until ctx ends (true) or the session dies (false).
 func (l *loop) serve(ctx context.Context) bool {
@@ -189,11 +191,11 @@ func (l *loop) apply(ev *clientv3.Event) {
 	}
 	key := string(ev.Kv.Key)
 	ns := l.m.cfg.Namespace
-	if id, ok := strings.CutPrefix(key, MembersPrefix(ns)); ok {
+	if id, ok := strings.CutPrefix(key, election.MembersPrefix(ns)); ok {
 		delete(l.members, id)
 		return
 	}
-	if s, ok := ParseElectionKey(ns, key); ok {
+	if s, ok := election.ParseElectionKey(ns, key); ok {
 		delete(l.cands[s], key)
 		if len(l.cands[s]) == 0 {
 			delete(l.cands, s)
@@ -204,11 +206,11 @@ func (l *loop) apply(ev *clientv3.Event) {
 func (l *loop) put(kv *mvccpb.KeyValue) {
 	key := string(kv.Key)
 	ns := l.m.cfg.Namespace
-	if id, ok := strings.CutPrefix(key, MembersPrefix(ns)); ok {
+	if id, ok := strings.CutPrefix(key, election.MembersPrefix(ns)); ok {
 		l.members[id] = true
 		return
 	}
-	if s, ok := ParseElectionKey(ns, key); ok {
+	if s, ok := election.ParseElectionKey(ns, key); ok {
 		if l.cands[s] == nil {
 			l.cands[s] = map[string]cand{}
 		}

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/delayq/delayq/internal/election"
 	"github.com/delayq/delayq/internal/testenv"
 )
 
@@ -164,13 +165,13 @@ func waitSpread(t *testing.T, tr *tracker, n int, timeout time.Duration, ids ...
 
 func leadersInEtcd(t *testing.T, cl *clientv3.Client, ns string) map[int]string {
 	t.Helper()
-	resp, err := cl.Get(t.Context(), ShardsPrefix(ns), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := cl.Get(t.Context(), election.ShardsPrefix(ns), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[int]string{}
 	for _, kv := range resp.Kvs {
-		s, ok := ParseElectionKey(ns, string(kv.Key))
+		s, ok := election.ParseElectionKey(ns, string(kv.Key))
 		if !ok {
 			t.Fatalf("unexpected key %s", kv.Key)
 		}

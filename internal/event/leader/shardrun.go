@@ -9,6 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/delayq/delayq/internal/election"
 )
 
 // shardRun is this process' campaign for, and leadership of, one shard.
@@ -100,7 +102,7 @@ func (l *loop) runShard(ctx context.Context, r *shardRun) {
 	case <-ctx.Done():
 		return
 	}
-	prefix := ElectionPrefix(m.cfg.Namespace, r.shard)
+	prefix := election.ElectionPrefix(m.cfg.Namespace, r.shard)
 	// NewElection appends the "/" itself.
 	e := concurrency.NewElection(l.s.Session, strings.TrimSuffix(prefix, "/"))
 	key := campaignKey(m.cfg.Namespace, r.shard, l.s.Lease())
