@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -409,8 +411,7 @@ func TestClaimExpiredWhileQueuedIsCheckedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "w1 claimed the queued record", func() bool {
-		v, _, _ := e.Store.ClaimHolder(t.Context(), other, got.Gen)
-		return strings.HasPrefix(v, "w1:")
+		return strings.HasPrefix(claimHolder(t, e, other, got.Gen), "w1:")
 	})
 	// the queued record's claim expires; another worker claims and
 	// finishes the task
@@ -429,4 +430,24 @@ func TestClaimExpiredWhileQueuedIsCheckedAgain(t *testing.T) {
 	if n := led.count(other); n != 0 {
 		t.Fatalf("%s ran %d times in w1 after w2 had finished it", other, n)
 	}
+}
+
+// claimHolder is the owner of the unexpired execution claim of generation
+// gen of task id, "" when none: field "<id>:<gen>" of the shard's claims
+// hash dq:{<ns>:<shard>}:runs, "<deadline ms>|<owner>" (see the package
+// documentation), read with Redis' clock.
+func claimHolder(t *testing.T, e *env, id string, gen uint64) string {
+	t.Helper()
+	key := fmt.Sprintf("dq:{%s:%d}:runs", e.NS, e.Store.Shard(id))
+	v, err := e.RDB.HGet(t.Context(), key, id+":"+strconv.FormatUint(gen, 10)).Result()
+	if err != nil {
+		return ""
+	}
+	now, err := e.RDB.Time(t.Context()).Result()
+	dl, who, ok := strings.Cut(v, "|")
+	ms, perr := strconv.ParseInt(dl, 10, 64)
+	if err != nil || !ok || perr != nil || !time.UnixMilli(ms).After(now) {
+		return ""
+	}
+	return who
 }

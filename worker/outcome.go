@@ -1,62 +1,35 @@
 package worker
 
 import (
-	"errors"
 	"time"
+
+	"github.com/delayq/delayq/internal/work/engine"
 )
-
-// outcome is an error that says how a failure is to be handled.
-type outcome struct {
-	err       error
-	permanent bool
-	after     time.Duration // > 0: retry after exactly this long
-}
-
-func (o *outcome) Error() string {
-	if o.err == nil {
-		if o.permanent {
-			return "permanent failure"
-		}
-		return "retry"
-	}
-	return o.err.Error()
-}
-
-func (o *outcome) Unwrap() error { return o.err }
 
 // Retry marks err as a failure to retry with the worker's backoff. It is
 // what any error a handler returns means; Retry only makes it explicit.
 func Retry(err error) error {
-	return &outcome{err: err}
+	return &engine.Mark{Err: err}
 }
 
 // RetryAfter marks err as a failure to retry after d exactly (no backoff, no
 // jitter), e.g. what a Retry-After header asked for. The task still counts
 // an attempt, so it dies after its last one.
 func RetryAfter(d time.Duration, err error) error {
-	return &outcome{err: err, after: max(d, time.Millisecond)}
+	return &engine.Mark{Err: err, After: max(d, time.Millisecond)}
 }
 
 // Permanent marks err as a failure that retrying cannot fix: the task goes
 // to the dead letters now, whatever attempts it has left.
 func Permanent(err error) error {
-	return &outcome{err: err, permanent: true}
+	return &engine.Mark{Err: err, Permanent: true}
 }
 
 // IsPermanent reports whether err was marked with [Permanent].
-func IsPermanent(err error) bool {
-	var o *outcome
-	return errors.As(err, &o) && o.permanent
-}
+func IsPermanent(err error) bool { return engine.IsPermanent(err) }
 
 // RetryDelay reports the delay err was marked with by [RetryAfter].
-func RetryDelay(err error) (time.Duration, bool) {
-	var o *outcome
-	if errors.As(err, &o) && !o.permanent && o.after > 0 {
-		return o.after, true
-	}
-	return 0, false
-}
+func RetryDelay(err error) (time.Duration, bool) { return engine.RetryDelay(err) }
 
 // OutcomeKind says what became of one execution of a task.
 type OutcomeKind string

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -48,4 +48,13 @@ func (h *recordHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *recordHandler) WithGroup(name string) slog.Handler {
 	return h.base.WithAttrs(h.attrs()).WithGroup(name)
+}
+
+// initLogger sets it.log: l with the attributes of its record, without
+// an allocation (see recordHandler).
+func (it *item) initLogger(l *slog.Logger) {
+	m := it.m
+	it.logh = recordHandler{base: l.Handler(), id: it.rec.ID, gen: it.rec.Gen, topic: m.Topic, partition: m.Partition, offset: m.Offset}
+	it.logv = *slog.New(&it.logh)
+	it.log = &it.logv
 }

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/delayq/delayq/internal/record"
 )
 
 // fakeDeadWriter answers every write with the next error of errs (the last
@@ -48,8 +50,8 @@ func (f *fakeDeadWriter) WriteMessages(ctx context.Context, msgs ...kafka.Messag
 
 func (f *fakeDeadWriter) Close() error { return nil }
 
-func newTestDeadLetters(w messageWriter, queue int, maxAge time.Duration) (*deadLetters, *metrics) {
-	m := newMetrics(prometheus.NewRegistry(), DefaultMetricsMaxTypes)
+func newTestDeadLetters(w MessageWriter, queue int, maxAge time.Duration) (*deadLetters, *metrics) {
+	m := newMetrics(prometheus.NewRegistry(), 100)
 	return newDeadLetters(w, "dq.dead", queue, maxAge, slog.New(slog.DiscardHandler), m), m
 }
 
@@ -73,7 +75,7 @@ func TestDeadLettersTooLargeAndExpired(t *testing.T) {
 		time.Sleep(time.Second) // past the first retry's backoff
 		synctest.Wait()
 		fw.mu.Lock()
-		if len(fw.written) != 1 || fw.written[0].Value != nil || !hasHeader(fw.written[0], HeaderPayloadBytes, "10") {
+		if len(fw.written) != 1 || fw.written[0].Value != nil || !hasHeader(fw.written[0], record.HeaderPayloadBytes, "10") {
 			t.Fatalf("too-large dead letter written as %+v", fw.written)
 		}
 		fw.mu.Unlock()

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -43,19 +43,19 @@ type runQueue struct {
 	waking bool // a runner was woken or started and has not taken an item yet
 }
 
-// dispatch queues it for a runner. Each item counts in w.running until
+// dispatch queues it for a runner. Each item counts in e.running until
 // runItem returned, then until its outcome is stored (see report). ctx
 // is the worker's hard shutdown context (workCtx), the same for every
 // item.
-func (w *Worker) dispatch(ctx context.Context, it *item) {
-	w.running.Add(1) // the caller holds records: the count is above 0
+func (e *Engine) dispatch(ctx context.Context, it *item) {
+	e.running.Add(1) // the caller holds records: the count is above 0
 	// what the Limiter admitted it with (a concurrency slot) is renewed
 	// while it waits for a handler slot and runs, and given back after
-	it.stopRenew = w.renewLimit(ctx, it)
-	q := &w.queue
+	it.stopRenew = e.renewLimit(ctx, it)
+	q := &e.queue
 	q.mu.Lock()
 	q.items = append(q.items, it)
-	w.wakeRunner(ctx)
+	e.wakeRunner(ctx)
 	q.mu.Unlock()
 }
 
@@ -63,8 +63,8 @@ func (w *Worker) dispatch(ctx context.Context, it *item) {
 // fewer than Concurrency run, unless a runner woken before has yet to
 // take an item (it wakes the next itself if items are left then). The
 // queue's lock is held.
-func (w *Worker) wakeRunner(ctx context.Context) {
-	q := &w.queue
+func (e *Engine) wakeRunner(ctx context.Context) {
+	q := &e.queue
 	switch {
 	case q.waking:
 	case len(q.idle) > 0:
@@ -72,18 +72,18 @@ func (w *Worker) wakeRunner(ctx context.Context) {
 		q.idle = q.idle[:len(q.idle)-1]
 		q.waking = true
 		r.wake <- struct{}{}
-	case q.n < w.cfg.Concurrency:
+	case q.n < e.cfg.Concurrency:
 		q.n++
 		q.waking = true
-		w.runners.Go(func() { w.runnerLoop(ctx) })
+		e.runners.Go(func() { e.runnerLoop(ctx) })
 	}
 }
 
 // next returns the next queued item for runner r, waiting for one while
 // none is queued; nil when the worker stops. woken says whether r was
 // just woken or started.
-func (w *Worker) next(ctx context.Context, r *runner, woken bool) *item {
-	q := &w.queue
+func (e *Engine) next(ctx context.Context, r *runner, woken bool) *item {
+	q := &e.queue
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if woken {
@@ -94,7 +94,7 @@ func (w *Worker) next(ctx context.Context, r *runner, woken bool) *item {
 		q.mu.Unlock()
 		select {
 		case <-r.wake:
-		case <-w.stopRunners:
+		case <-e.stopRunners:
 			q.mu.Lock()
 			return nil
 		}
@@ -106,21 +106,21 @@ func (w *Worker) next(ctx context.Context, r *runner, woken bool) *item {
 	if q.head++; q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
 	} else {
-		w.wakeRunner(ctx) // more wait: the next runner
+		e.wakeRunner(ctx) // more wait: the next runner
 	}
 	return it
 }
 
 // runnerLoop runs queued items until stopRunners is closed.
-func (w *Worker) runnerLoop(ctx context.Context) {
+func (e *Engine) runnerLoop(ctx context.Context) {
 	r := &runner{ht: newHandlerTimer(ctx), wake: make(chan struct{}, 1)}
 	defer r.ht.stop()
 	for woken := true; ; woken = false {
-		it := w.next(ctx, r, woken)
+		it := e.next(ctx, r, woken)
 		if it == nil {
 			return
 		}
-		w.runItem(ctx, r, it)
-		w.running.Done()
+		e.runItem(ctx, r, it)
+		e.running.Done()
 	}
 }

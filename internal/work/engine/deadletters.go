@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/delayq/delayq/internal/lograte"
+	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/retry"
 )
 
@@ -41,7 +42,7 @@ const (
 // way: they have no task in Redis, and the log line that reports them
 // names their topic, partition and offset.
 type deadLetters struct {
-	w      messageWriter
+	w      MessageWriter
 	topic  string
 	log    *slog.Logger
 	met    *metrics
@@ -57,7 +58,7 @@ type deadLetter struct {
 	since time.Time // when it was queued
 }
 
-func newDeadLetters(w messageWriter, topic string, queue int, maxAge time.Duration, log *slog.Logger, met *metrics) *deadLetters {
+func newDeadLetters(w MessageWriter, topic string, queue int, maxAge time.Duration, log *slog.Logger, met *metrics) *deadLetters {
 	return &deadLetters{w: w, topic: topic, log: log, met: met, maxAge: maxAge, q: make(chan deadLetter, queue),
 		warner: lograte.Warner{Log: log, Every: deadWarnEvery}}
 }
@@ -216,7 +217,7 @@ func (d *deadLetters) settle(pending []deadLetter, err error) []deadLetter {
 			example = e
 		}
 		if reason == "too_large" && dl.msg.Value != nil {
-			dl.msg.Headers = append(dl.msg.Headers, kafka.Header{Key: HeaderPayloadBytes, Value: fmt.Appendf(nil, "%d", len(dl.msg.Value))})
+			dl.msg.Headers = append(dl.msg.Headers, kafka.Header{Key: record.HeaderPayloadBytes, Value: fmt.Appendf(nil, "%d", len(dl.msg.Value))})
 			dl.msg.Value = nil
 		}
 		if time.Since(dl.since) > d.maxAge {
@@ -267,4 +268,13 @@ func tooLarge(err error) bool {
 		return false
 	}
 	return errors.Is(err, kafka.MessageSizeTooLarge)
+}
+
+// deadLetterHostile queues a record that is not a usable delayq record for
+// the dead topic with the reason.
+func (e *Engine) deadLetterHostile(m *kafka.Message, reason string) {
+	e.met.handledInc(typeInvalid, outHostile)
+	e.log.Warn("dead-lettering a record that is not a usable delayq task", "reason", reason,
+		"topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
+	e.deadq.enqueue(record.DeadLetter(m, reason, 0, time.Now(), e.cfg.MaxPayload))
 }

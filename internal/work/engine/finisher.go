@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -27,7 +27,7 @@ const (
 // It never waits for more when the queue is empty, so an outcome alone
 // costs one round trip.
 type finisher struct {
-	store *redisstore.Store
+	store Store
 	reqs  chan finishReq
 	// answered is given the answer about each outcome queued with queue,
 	// on the goroutine of its pipeline; it must not block
@@ -43,7 +43,7 @@ type finishReq struct {
 	it    *item                        // queue's
 }
 
-func newFinisher(store *redisstore.Store, answered func(ctx context.Context, it *item, err error)) *finisher {
+func newFinisher(store Store, answered func(ctx context.Context, it *item, err error)) *finisher {
 	return &finisher{store: store, reqs: make(chan finishReq, maxFinishBatch), answered: answered}
 }
 
@@ -125,7 +125,7 @@ func (c *finisher) run(ctx context.Context, stop <-chan struct{}) {
 			for i, r := range reqs {
 				fs[i] = *r.f
 			}
-			faultPoint("before-finish")
+			at(stepBeforeFinish)
 			res, _ := c.store.FinishMany(ctx, fs) // per-task errors in res
 			<-slots                               // the answers are handed out after the round trip
 			for i, r := range reqs {

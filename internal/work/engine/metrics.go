@@ -1,10 +1,12 @@
-package worker
+package engine
 
 import (
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delayq/delayq/internal/admin"
 )
 
 // Outcome labels of delayq_work_handled_total.
@@ -122,7 +124,7 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, maxTypes int) *metrics {
-	const ns, sub = "delayq", "work"
+	const ns, sub = admin.Namespace, "work"
 	m := &metrics{
 		types: newTypeLabels(maxTypes),
 		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func (r *scriptedRenewer) Renew(ctx context.Context, _ LimitItem, _ LimitDecisio
 
 // leaseRun is one run of a handler under a lease, driven by fake time.
 type leaseRun struct {
-	w        *Worker
+	e        *Engine
 	it       *item
 	ren      *scriptedRenewer
 	admitted time.Time // when the (simulated) Admit was sent
@@ -71,10 +71,9 @@ const (
 func runLeased(t *testing.T, answers []string, wait, work time.Duration) *leaseRun {
 	t.Helper()
 	ren := &scriptedRenewer{answers: answers, release: make(chan struct{})}
-	w := &Worker{cfg: Config{Limiter: ren}, met: newMetrics(nil, 10), handlers: map[string]HandlerFunc{},
-		log: slog.New(slog.DiscardHandler)}
-	r := &leaseRun{w: w, ren: ren, admitted: time.Now(), cancelAt: -1}
-	w.Handle("conv", func(ctx context.Context, _ *Task) error {
+	e := &Engine{cfg: Config{Limiter: ren}, met: newMetrics(nil, 10), log: slog.New(slog.DiscardHandler)}
+	r := &leaseRun{e: e, ren: ren, admitted: time.Now(), cancelAt: -1}
+	handler := HandlerFunc(func(ctx context.Context, _ *Execution) error {
 		r.called = true
 		select {
 		case <-time.After(work):
@@ -84,22 +83,28 @@ func runLeased(t *testing.T, answers []string, wait, work time.Duration) *leaseR
 			return ctx.Err()
 		}
 	})
+	e.cfg.Handler = func(typ string) HandlerFunc {
+		if typ == "conv" {
+			return handler
+		}
+		return nil
+	}
 	r.it = &item{t: &task.Task{ID: "a", Type: "conv"}, log: slog.New(slog.DiscardHandler),
 		dec: LimitDecision{Run: true, RenewEvery: leaseEvery, HoldFor: leaseTTL, HeldUntil: r.admitted.Add(leaseTTL)}}
 	ctx := t.Context()
-	stop := w.renewLimit(ctx, r.it)
+	stop := e.renewLimit(ctx, r.it)
 	defer stop()
 	time.Sleep(wait)
 	ht := newHandlerTimer(ctx)
 	defer ht.stop()
-	_, r.err = w.execute(ctx, ht, r.it.log, &Task{ID: "a", Type: "conv", Timeout: time.Minute}, time.Now(), r.it.lease)
+	_, r.err = e.execute(ctx, ht, r.it.log, &Execution{ID: "a", Type: "conv", Timeout: time.Minute}, time.Now(), r.it.lease)
 	close(ren.release) // a stalled renewal returns: stop waits for it
 	stop()
 	return r
 }
 
 func (r *leaseRun) lost(reason string) float64 {
-	return counterValue(r.w.met.slotsLost.WithLabelValues(reason))
+	return counterValue(r.e.met.slotsLost.WithLabelValues(reason))
 }
 
 func counterValue(c prometheus.Counter) float64 {
@@ -166,7 +171,7 @@ func TestLeaseFencesHandlerWhenSlotGone(t *testing.T) {
 		if g, e := r.lost(slotGone), r.lost(slotExpired); g != 1 || e != 0 {
 			t.Fatalf("slots lost: gone %v, expired %v; want 1 and 0", g, e)
 		}
-		if n := counterValue(r.w.met.slotRenewals.WithLabelValues("lost")); n != 1 {
+		if n := counterValue(r.e.met.slotRenewals.WithLabelValues("lost")); n != 1 {
 			t.Fatalf("renewals lost %v, want 1", n)
 		}
 	})

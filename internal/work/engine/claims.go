@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -21,21 +21,13 @@ import (
 // timeout plus a margin, so the claim of a worker that crashed expires by
 // itself.
 type claims struct {
-	store    claimStore
+	store    Store
 	instance string
 	seq      atomic.Uint64
 	later    chan claim // releases sent in batches by releaseLoop
 }
 
-// claimStore is what claims need of the store: extending and giving up
-// the claims ClaimMany took (each only while its owner holds it).
-type claimStore interface {
-	ExtendClaim(ctx context.Context, c redisstore.Claim) (bool, error)
-	ReleaseClaim(ctx context.Context, c redisstore.Claim) (bool, error)
-	ReleaseMany(ctx context.Context, cs []redisstore.Claim) (int, error)
-}
-
-func newClaims(store claimStore, instance string) *claims {
+func newClaims(store Store, instance string) *claims {
 	return &claims{store: store, instance: instance, later: make(chan claim, 4096)}
 }
 
@@ -59,22 +51,26 @@ func (c *claims) newClaim(id string, gen uint64, shard int) claim {
 	return claim{value: string(b), id: id, gen: gen, shard: shard}
 }
 
-// of is the store's Claim for cl (ttl only matters to ExtendClaim).
-func (cl claim) of(ttl time.Duration) redisstore.Claim {
-	return redisstore.Claim{ID: cl.id, Gen: cl.gen, TTL: ttl, Owner: cl.value, Shard: cl.shard, ShardSet: cl.shard >= 0}
+// of is the store's Claim for cl, lasting ttl (only ClaimMany and
+// ExtendClaim read it) for the fired copy due at due (only ClaimMany
+// reads it; zero: not checked). It is the one conversion to
+// redisstore.Claim.
+func (cl claim) of(ttl time.Duration, due time.Time) redisstore.Claim {
+	return redisstore.Claim{ID: cl.id, Gen: cl.gen, TTL: ttl, Owner: cl.value, Due: due,
+		Shard: cl.shard, ShardSet: cl.shard >= 0}
 }
 
 // extend sets the claim's TTL again (the task's own timeout turned out
 // longer than the one the claim was taken for), only while it is ours: a
 // claim that expired and was taken by another run is not touched.
 func (c *claims) extend(ctx context.Context, cl claim, ttl time.Duration) error {
-	_, err := c.store.ExtendClaim(ctx, cl.of(ttl))
+	_, err := c.store.ExtendClaim(ctx, cl.of(ttl, time.Time{}))
 	return err
 }
 
 // release gives a claim up now. Errors are ignored: the claim expires anyway.
 func (c *claims) release(ctx context.Context, cl claim) {
-	_, _ = c.store.ReleaseClaim(ctx, cl.of(0))
+	_, _ = c.store.ReleaseClaim(ctx, cl.of(0, time.Time{}))
 }
 
 // releaseLater gives a claim up in the next batch of releaseLoop (the
@@ -130,7 +126,7 @@ func (c *claims) releaseLoop(ctx context.Context, stop <-chan struct{}) {
 func (c *claims) releaseBatch(ctx context.Context, batch []claim) {
 	cs := make([]redisstore.Claim, len(batch))
 	for i, cl := range batch {
-		cs[i] = cl.of(0)
+		cs[i] = cl.of(0, time.Time{})
 	}
 	// Errors are ignored: a claim not released expires with its TTL.
 	_, _ = c.store.ReleaseMany(ctx, cs)

@@ -1,0 +1,255 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ErrLimitSlotLost is the cause of a handler's context cancelled because
+// what its task was admitted with by a LimitRenewer (a concurrency slot)
+// was lost while it waited or ran; worker.ErrLimitSlotLost is this error
+// (its documentation says when).
+var ErrLimitSlotLost = errors.New("rate-limit slot lost")
+
+// Limiter decides which claimed tasks may run now: worker.Limiter over
+// this package's LimitItem and LimitDecision (the worker package adapts
+// one to the other; see worker.Limiter for the contract).
+type Limiter interface {
+	Admit(ctx context.Context, items []LimitItem) ([]LimitDecision, error)
+	Done(ctx context.Context, item LimitItem, d LimitDecision)
+}
+
+// LimitRenewer is a Limiter whose admitted items hold something that
+// expires unless renewed (worker.LimitRenewer).
+type LimitRenewer interface {
+	Limiter
+	Renew(ctx context.Context, item LimitItem, d LimitDecision) (held bool, err error)
+}
+
+// LimitItem is one task as a Limiter sees it. Its fields are
+// worker.LimitItem's, in order: the worker package converts one to the
+// other.
+type LimitItem struct {
+	ID       string
+	Type     string
+	Priority int
+}
+
+// LimitDecision says whether an item runs now. Its fields are
+// worker.LimitDecision's, in order (see there for their meaning): the
+// worker package converts one to the other.
+type LimitDecision struct {
+	Run        bool
+	NotBefore  time.Time
+	Reason     string
+	Ticket     any
+	RenewEvery time.Duration
+	HoldFor    time.Duration
+	HeldUntil  time.Time
+}
+
+// Reasons a lease is lost (the reason label of
+// delayq_work_limit_slots_lost_total).
+const (
+	slotExpired = "expired" // not renewed in time by this process's clock
+	slotGone    = "gone"    // a renewal found it expired or released
+)
+
+// leaseMargin is how long before the end of its lease the holder of a
+// slot gives it up: a tenth of the lease, at most a second. It covers the
+// time the cancellation takes to reach the handler and a Redis clock that
+// runs a little faster than this process's.
+func leaseMargin(holdFor time.Duration) time.Duration { return min(holdFor/10, time.Second) }
+
+// limitLease is what an admitted item holds from its Limiter (a
+// concurrency slot), from its dispatch until its handler returned: it
+// renews it every RenewEvery, keeps its lease by the local monotonic
+// clock (a slot is valid until the last confirmed renewal's call time
+// plus HoldFor, less a margin), and when the lease runs out or a renewal
+// reports the hold lost, cancels the running handler's context with a
+// cause wrapping ErrLimitSlotLost (see call).
+type limitLease struct {
+	e      *Engine
+	it     *item
+	r      LimitRenewer
+	every  time.Duration
+	hold   time.Duration // 0: no local lease
+	margin time.Duration
+	fence  *time.Timer // ends the lease at until (with hold)
+
+	done chan struct{} // closed by stop
+	wg   sync.WaitGroup
+	once sync.Once
+
+	mu      sync.Mutex
+	until   time.Time               // the lease's end (with hold)
+	lost    error                   // why it was lost; nil while held
+	cancel  context.CancelCauseFunc // the running handler's; nil while none runs
+	stopped bool
+}
+
+// renewLimit starts the lease of what an admitted item holds when the
+// Limiter is a LimitRenewer (see limitLease; it sets it.lease) and returns
+// its stop, which ends the renewals and waits for one in flight; it may be
+// called more than once.
+func (e *Engine) renewLimit(ctx context.Context, it *item) (stop func()) {
+	r, ok := e.cfg.Limiter.(LimitRenewer)
+	every := it.dec.RenewEvery
+	if !ok || every <= 0 || !it.dec.Run {
+		return func() {}
+	}
+	l := &limitLease{e: e, it: it, r: r, every: every, done: make(chan struct{})}
+	if hold := it.dec.HoldFor; hold > 0 {
+		l.hold, l.margin = hold, leaseMargin(hold)
+		until := it.dec.HeldUntil
+		if until.IsZero() {
+			until = time.Now().Add(hold)
+		}
+		l.until = until.Add(-l.margin)
+		l.fence = time.AfterFunc(time.Until(l.until), l.expire)
+	}
+	it.lease = l
+	l.wg.Go(func() { l.renew(ctx) })
+	return l.stop
+}
+
+// renew renews the hold every l.every until stop, ctx's end or the
+// hold's loss.
+func (l *limitLease) renew(ctx context.Context) {
+	met, it := l.e.met, l.it
+	t := time.NewTicker(l.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if l.isLost() {
+			return
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, l.every)
+		held, err := l.r.Renew(rctx, it.limitItem(), it.dec)
+		cancel()
+		switch {
+		case err != nil:
+			met.slotRenewals.WithLabelValues("error").Inc()
+			it.log.Warn("renew rate-limit slot", "type", it.t.Type, "err", err)
+		case !held:
+			met.slotRenewals.WithLabelValues("lost").Inc()
+			l.lose(slotGone, "the limiter reports it expired or released")
+			return
+		default:
+			met.slotRenewals.WithLabelValues("ok").Inc()
+			l.renewed(sent)
+		}
+	}
+}
+
+// renewed extends the lease to HoldFor after sent, when a renewal called
+// then was confirmed. A lease already lost stays lost.
+func (l *limitLease) renewed(sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost != nil || l.hold <= 0 {
+		return
+	}
+	if u := sent.Add(l.hold - l.margin); u.After(l.until) {
+		l.until = u // the fence, when it fires, arms itself again (expire)
+	}
+}
+
+// expire runs when the fence fires: it loses the lease if its end passed
+// without a renewal, or arms the fence for the end a renewal set.
+func (l *limitLease) expire() {
+	l.mu.Lock()
+	if l.lost != nil || l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	if d := time.Until(l.until); d > 0 {
+		l.fence.Reset(d)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.lose(slotExpired, fmt.Sprintf("not renewed within its lease (%s less a %s margin)", l.hold, l.margin))
+}
+
+func (l *limitLease) isLost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost != nil
+}
+
+// lose ends the lease for reason: it cancels the running handler (if
+// any), counts and logs it, once.
+func (l *limitLease) lose(reason, why string) {
+	l.mu.Lock()
+	if l.lost != nil || l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	l.lost = fmt.Errorf("%w: %s", ErrLimitSlotLost, why)
+	cancel := l.cancel
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel(l.lost)
+	}
+	l.e.met.slotsLost.WithLabelValues(reason).Inc()
+	msg := "rate-limit slot lost while its task waited for a handler slot; the handler will not run"
+	if cancel != nil {
+		msg = "rate-limit slot lost; cancelling the handler (another task may take the slot)"
+	}
+	l.it.log.Warn(msg, "type", l.it.t.Type, "reason", reason, "why", why)
+}
+
+// stop ends the renewals and the fence, and waits for a renewal in flight.
+func (l *limitLease) stop() {
+	l.once.Do(func() {
+		l.mu.Lock()
+		l.stopped = true
+		l.mu.Unlock()
+		if l.fence != nil {
+			l.fence.Stop()
+		}
+		close(l.done)
+		l.wg.Wait()
+	})
+}
+
+// call runs handler h for x under ctx, fenced by the lease l (nil: no
+// lease, h runs under ctx): h's context is cancelled with l's loss as its
+// cause when the lease is lost while h runs, and h's error then wraps it;
+// a lease lost before h starts fails the run without calling h.
+func (l *limitLease) call(ctx context.Context, log *slog.Logger, h HandlerFunc, x *Execution) error {
+	if l == nil {
+		return call(ctx, log, h, x)
+	}
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	l.mu.Lock()
+	lost := l.lost
+	if lost == nil {
+		l.cancel = cancel
+	}
+	l.mu.Unlock()
+	if lost != nil {
+		return lost
+	}
+	err := call(hctx, log, h, x)
+	l.mu.Lock()
+	l.cancel, lost = nil, l.lost
+	l.mu.Unlock()
+	if lost != nil && err != nil && !errors.Is(err, ErrLimitSlotLost) {
+		err = fmt.Errorf("%w: %w", lost, err)
+	}
+	return err
+}
