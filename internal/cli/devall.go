@@ -102,37 +102,118 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	out := &lockedWriter{w: env.Stdout}
 	say := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
 
+	s := &devSystem{topics: devTopics(o.topics)}
+	defer s.stop()
+	if err := s.prepareDir(o); err != nil {
+		return err
+	}
+	if err := s.startInfra(ctx, redisPath); err != nil {
+		return err
+	}
+	if err := s.startSink(ctx, o.webhook, out); err != nil {
+		return err
+	}
+	ports, err := devPorts(o.apiAddr)
+	if err != nil {
+		return err
+	}
+	scheme, hc := "http", http.DefaultClient
+	if s.sec != nil {
+		scheme, hc = "https", s.sec.httpClient()
+	}
+	appsCtx, stopApps := context.WithCancel(ctx)
+	defer stopApps()
+	g, gctx := errgroup.WithContext(appsCtx)
+	runDevApps(gctx, g, env, s.appEnv(o), ports)
+	// Wait for the three applications, then say where everything is.
+	if upErr := waitHealthy(gctx, scheme, hc, ports); upErr != nil {
+		stopApps()
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		return upErr
+	}
+	api := scheme + "://" + ports["daemon"]
+	s.banner(say, api, scheme, ports)
+	if ready != nil {
+		ready(api)
+	}
+	if o.demo {
+		cl := client.New(api)
+		if s.sec != nil {
+			cl = client.New(api, client.WithHTTPClient(hc))
+		}
+		g.Go(func() error { return devDemo(gctx, cl, say) })
+	}
+	err = g.Wait()
+	say("delayq stopped")
+	return err
+}
+
+// devSystem is what dq dev started besides the applications; stop undoes
+// it in the reverse order.
+type devSystem struct {
+	dir          string       // the data directory
+	sec          *devSecurity // nil without --tls
+	topics       []string     // created at start, consumed by work
+	redisAddr    string
+	etcdEndpoint string
+	brokers      string
+	webhook      string // where work delivers tasks
+	delivered    atomic.Int64
+	stops        []func()
+}
+
+// onStop adds f to what stop runs.
+func (s *devSystem) onStop(f func()) { s.stops = append(s.stops, f) }
+
+// stop runs what onStop added, the last first.
+func (s *devSystem) stop() {
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		s.stops[i]()
+	}
+}
+
+// prepareDir makes the data directory (a temporary one, removed at stop,
+// when o names none) and, with --tls, the throwaway CA in it.
+func (s *devSystem) prepareDir(o devOptions) error {
 	dir := o.dir
 	if dir == "" {
+		var err error
 		if dir, err = os.MkdirTemp("", "dq-dev-"); err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		s.onStop(func() { _ = os.RemoveAll(dir) })
 	}
 	for _, sub := range []string{"redis", "etcd", "journal"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return err
 		}
 	}
-	var sec *devSecurity
-	if o.tls {
-		if dir, err = filepath.Abs(dir); err != nil {
-			return err
-		}
-		if sec, err = newDevSecurity(filepath.Join(dir, "tls"), o.apiAddr); err != nil {
-			return err
-		}
+	s.dir = dir
+	if !o.tls {
+		return nil
 	}
+	var err error
+	if s.dir, err = filepath.Abs(dir); err != nil {
+		return err
+	}
+	s.sec, err = newDevSecurity(filepath.Join(s.dir, "tls"), o.apiAddr)
+	return err
+}
 
-	// Redis: a child process with delayq's recommended settings.
-	redisAddr, stopRedis, err := startDevRedis(ctx, redisPath, filepath.Join(dir, "redis"), sec)
+// startInfra starts Redis (a child process with delayq's recommended
+// settings), the embedded etcd and the embedded Kafka broker.
+func (s *devSystem) startInfra(ctx context.Context, redisPath string) error {
+	redisAddr, stopRedis, err := startDevRedis(ctx, redisPath, filepath.Join(s.dir, "redis"), s.sec)
 	if err != nil {
 		return err
 	}
-	defer stopRedis()
+	s.onStop(stopRedis)
+	s.redisAddr = redisAddr
 
-	eo := EtcdOptions{Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "etcd"), Name: "dq-dev"}
-	if sec != nil {
+	eo := EtcdOptions{Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", DataDir: filepath.Join(s.dir, "etcd"), Name: "dq-dev"}
+	if sec := s.sec; sec != nil {
 		eo.CertFile, eo.KeyFile, eo.ClientCAFile = sec.certs.Server.Cert, sec.certs.Server.Key, sec.certs.Server.CA
 		eo.RootPassword = sec.etcdRoot
 		eo.Users = []EtcdUser{{Name: devUser, Password: sec.etcd, Prefix: acl.EtcdPrefix(devNamespace)}}
@@ -141,12 +222,11 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	if err != nil {
 		return err
 	}
-	defer etcd.Close()
-	etcdEndpoint := strings.TrimPrefix(etcd.Config().ListenClientUrls[0].String(), "http://")
+	s.onStop(etcd.Close)
+	s.etcdEndpoint = strings.TrimPrefix(etcd.Config().ListenClientUrls[0].String(), "http://")
 
-	topics := devTopics(o.topics)
-	ko := KafkaOptions{Listen: "127.0.0.1:0", Partitions: devPartitions, Topics: append(slices.Clone(topics), "dq.dead", "dq.outcomes")}
-	if sec != nil {
+	ko := KafkaOptions{Listen: "127.0.0.1:0", Partitions: devPartitions, Topics: append(slices.Clone(s.topics), "dq.dead", "dq.outcomes")}
+	if sec := s.sec; sec != nil {
 		ko.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sec.server}}
 		ko.Users = []KafkaUser{{Mechanism: config.SASLScramSHA256, Name: devUser, Password: sec.kafka}}
 	}
@@ -154,68 +234,83 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	if err != nil {
 		return err
 	}
-	defer kafka.Close()
-	brokers := kafka.Advertised
+	s.onStop(kafka.Close)
+	s.brokers = kafka.Advertised
+	return nil
+}
 
-	// The webhook receiver.
-	var delivered atomic.Int64
-	webhook := o.webhook
-	if webhook == "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		sinkLog := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: dropTime}))
-		srv := &http.Server{Handler: SinkHandler(sinkLog, &delivered), ReadHeaderTimeout: 10 * time.Second}
-		sinkCtx, stopSink := context.WithCancel(context.WithoutCancel(ctx))
-		sinkDone := make(chan struct{})
-		go func() {
-			defer close(sinkDone)
-			// The sink is a stand-in receiver for trying dq out: how its
-			// server ended does not change how dq dev ends.
-			_ = serveUntil(sinkCtx, srv, ln)
-		}()
-		defer func() { stopSink(); <-sinkDone }()
-		webhook = "http://" + ln.Addr().String() + "/"
+// startSink starts the built-in webhook receiver, which prints each task
+// to out, unless webhook names another one.
+func (s *devSystem) startSink(ctx context.Context, webhook string, out io.Writer) error {
+	if webhook != "" {
+		s.webhook = webhook
+		return nil
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	sinkLog := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: dropTime}))
+	srv := &http.Server{Handler: SinkHandler(sinkLog, &s.delivered), ReadHeaderTimeout: 10 * time.Second}
+	sinkCtx, stopSink := context.WithCancel(context.WithoutCancel(ctx))
+	sinkDone := make(chan struct{})
+	go func() {
+		defer close(sinkDone)
+		// The sink is a stand-in receiver for trying dq out: how its
+		// server ended does not change how dq dev ends.
+		_ = serveUntil(sinkCtx, srv, ln)
+	}()
+	s.onStop(func() { stopSink(); <-sinkDone })
+	s.webhook = "http://" + ln.Addr().String() + "/"
+	return nil
+}
 
-	ports := map[string]string{"daemon": o.apiAddr}
+// devPorts are the HTTP addresses of the daemon (apiAddr), event and work.
+func devPorts(apiAddr string) (map[string]string, error) {
+	ports := map[string]string{"daemon": apiAddr}
 	for _, app := range []string{"event", "work"} {
 		p, err := freeLoopbackAddr()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ports[app] = p
 	}
+	return ports, nil
+}
+
+// appEnv is the environment the three applications share.
+func (s *devSystem) appEnv(o devOptions) map[string]string {
 	level := "warn"
 	if o.verbose {
 		level = "info"
 	}
 	common := map[string]string{
 		"DQ_NAMESPACE":      "dq",
-		"DQ_REDIS_ADDRS":    redisAddr,
+		"DQ_REDIS_ADDRS":    s.redisAddr,
 		"DQ_SHARDS":         strconv.Itoa(o.shards),
 		"DQ_LOG_FORMAT":     "text",
 		"DQ_LOG_LEVEL":      level,
-		"DQ_JOURNAL_DIR":    filepath.Join(dir, "journal"),
-		"DQ_ETCD_ENDPOINTS": etcdEndpoint,
-		"DQ_KAFKA_BROKERS":  brokers,
-		"DQ_WEBHOOK_URL":    webhook,
+		"DQ_JOURNAL_DIR":    filepath.Join(s.dir, "journal"),
+		"DQ_ETCD_ENDPOINTS": s.etcdEndpoint,
+		"DQ_KAFKA_BROKERS":  s.brokers,
+		"DQ_WEBHOOK_URL":    s.webhook,
 		// a task to a topic nobody created fires (created on first use)
 		"DQ_KAFKA_AUTO_CREATE": "true",
 		"DQ_PARTITIONS":        strconv.Itoa(devPartitions),
-		"DQ_TOPICS":            strings.Join(topics, ","),
+		"DQ_TOPICS":            strings.Join(s.topics, ","),
 	}
-	scheme, hc := "http", http.DefaultClient
-	if sec != nil {
-		for k, v := range sec.env() {
+	if s.sec != nil {
+		for k, v := range s.sec.env() {
 			common[k] = v
 		}
-		scheme, hc = "https", sec.httpClient()
 	}
-	appsCtx, stopApps := context.WithCancel(ctx)
-	defer stopApps()
-	g, gctx := errgroup.WithContext(appsCtx)
+	return common
+}
+
+// runDevApps runs the daemon, event and work applications in g, each on
+// its port with the common environment; one that stops before ctx ends
+// is an error.
+func runDevApps(ctx context.Context, g *errgroup.Group, env Env, common, ports map[string]string) {
 	for _, name := range []string{"daemon", "event", "work"} {
 		run := apps()[name]
 		vars := map[string]string{"DQ_HTTP_ADDR": ports[name]}
@@ -226,53 +321,34 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 				}
 				return common[k]
 			}
-			if err := run(gctx, nil, getenv, env.Stderr); err != nil {
+			if err := run(ctx, nil, getenv, env.Stderr); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			if gctx.Err() == nil {
+			if ctx.Err() == nil {
 				return fmt.Errorf("%s stopped", name)
 			}
 			return nil
 		})
 	}
-	// Wait for the three applications, then say where everything is.
-	upErr := waitHealthy(gctx, scheme, hc, ports)
-	if upErr != nil {
-		stopApps()
-		if err := g.Wait(); err != nil {
-			return err
-		}
-		return upErr
-	}
-	api := scheme + "://" + ports["daemon"]
-	say("delayq is running (data in %s)", dir)
+}
+
+// banner says where everything is, and what to try.
+func (s *devSystem) banner(say func(string, ...any), api, scheme string, ports map[string]string) {
+	say("delayq is running (data in %s)", s.dir)
 	say("  API             %s", api)
 	say("  console         %s/ui/", api)
 	say("  metrics         %s/metrics  %s://%s/metrics  %s://%s/metrics", api, scheme, ports["event"], scheme, ports["work"])
-	say("  redis           %s   etcd %s   kafka %s", redisAddr, etcdEndpoint, brokers)
-	say("  webhook         %s", webhook)
-	say("  topics          %s consumed (others are created on first use; --topics a,b adds some)", strings.Join(topics, ","))
-	if sec != nil {
-		sec.banner(say, api, redisAddr, etcdEndpoint, brokers)
+	say("  redis           %s   etcd %s   kafka %s", s.redisAddr, s.etcdEndpoint, s.brokers)
+	say("  webhook         %s", s.webhook)
+	say("  topics          %s consumed (others are created on first use; --topics a,b adds some)", strings.Join(s.topics, ","))
+	if s.sec != nil {
+		s.sec.banner(say, api, s.redisAddr, s.etcdEndpoint, s.brokers)
 	} else {
 		say("try:")
 		say(`  curl -s %s/v1/tasks -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, api)
 		say("  dq schedule hello --in 5s --payload '{\"n\":1}'     (DQ_ADDR=%s)", api)
 	}
 	say("Ctrl-C stops everything.")
-	if ready != nil {
-		ready(api)
-	}
-	if o.demo {
-		cl := client.New(api)
-		if sec != nil {
-			cl = client.New(api, client.WithHTTPClient(hc))
-		}
-		g.Go(func() error { return devDemo(gctx, cl, say) })
-	}
-	err = g.Wait()
-	say("delayq stopped")
-	return err
 }
 
 // devDemo schedules five tasks due over the next five seconds.

@@ -103,57 +103,36 @@ func runDevEtcd(ctx context.Context, env Env, args []string) error {
 	}
 }
 
+// devKafkaFlags are dq dev kafka's flags besides KafkaOptions' own.
+type devKafkaFlags struct {
+	topics, certFile, keyFile, superuser, health string
+	users, userFiles                             listFlag
+}
+
+// runDevKafka is dq dev kafka: the embedded Kafka-protocol broker alone
+// (a container's), until ctx ends.
 func runDevKafka(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("dev kafka", env)
 	var o KafkaOptions
-	var topics, certFile, keyFile, superuser, health string
-	var users, userFiles listFlag
+	var f devKafkaFlags
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:9092", "address host:port (0.0.0.0:9092 in a container)")
 	fs.StringVar(&o.Advertise, "advertise", "", "host[:port] clients are told to connect to (default: the listen host, an unspecified one replaced by this machine's address)")
 	fs.IntVar(&o.Partitions, "partitions", 4, "partitions of created topics")
-	fs.StringVar(&topics, "topics", "dq.tasks,dq.dead", "topics to create at start (comma-separated); others are created on first use")
+	fs.StringVar(&f.topics, "topics", "dq.tasks,dq.dead", "topics to create at start (comma-separated); others are created on first use")
 	fs.StringVar(&o.DataDir, "data-dir", "", "persist the broker's data here (default: in memory only)")
-	fs.StringVar(&certFile, "tls-cert", "", "server certificate file (PEM): clients connect over TLS only")
-	fs.StringVar(&keyFile, "tls-key", "", "private key file (PEM) of --tls-cert")
-	fs.Var(&users, "sasl-user", "MECHANISM:USER:PASSWORD (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512): turn SASL on with this user; repeatable")
-	fs.Var(&userFiles, "sasl-user-file", "MECHANISM:USER:FILE: like --sasl-user, the password read from FILE; repeatable")
-	fs.StringVar(&superuser, "superuser", "", "MECHANISM:USER:PASSWORD of the superuser that SASL adds (default: admin, SCRAM-SHA-256, a random password the broker's health probe uses)")
-	fs.StringVar(&health, "health-listen", "", "also serve GET /health over plain HTTP on this host:port, answering 200 when the broker answers its own TLS and SASL client (a container healthcheck)")
+	fs.StringVar(&f.certFile, "tls-cert", "", "server certificate file (PEM): clients connect over TLS only")
+	fs.StringVar(&f.keyFile, "tls-key", "", "private key file (PEM) of --tls-cert")
+	fs.Var(&f.users, "sasl-user", "MECHANISM:USER:PASSWORD (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512): turn SASL on with this user; repeatable")
+	fs.Var(&f.userFiles, "sasl-user-file", "MECHANISM:USER:FILE: like --sasl-user, the password read from FILE; repeatable")
+	fs.StringVar(&f.superuser, "superuser", "", "MECHANISM:USER:PASSWORD of the superuser that SASL adds (default: admin, SCRAM-SHA-256, a random password the broker's health probe uses)")
+	fs.StringVar(&f.health, "health-listen", "", "also serve GET /health over plain HTTP on this host:port, answering 200 when the broker answers its own TLS and SASL client (a container healthcheck)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	o.Topics = config.Split(topics)
+	o.Topics = config.Split(f.topics)
 	o.Log = env.Stderr
-	if certFile != "" || keyFile != "" {
-		cert, err := config.LoadKeyPair(certFile, keyFile, "--tls-cert", "--tls-key")
-		if err != nil {
-			return fmt.Errorf("dev kafka: %w", err)
-		}
-		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	}
-	for _, spec := range users {
-		u, err := parseKafkaUser(spec, false)
-		if err != nil {
-			return fmt.Errorf("dev kafka: --sasl-user: %w", err)
-		}
-		o.Users = append(o.Users, u)
-	}
-	for _, spec := range userFiles {
-		u, err := parseKafkaUser(spec, true)
-		if err != nil {
-			return fmt.Errorf("dev kafka: --sasl-user-file: %w", err)
-		}
-		o.Users = append(o.Users, u)
-	}
-	if superuser != "" {
-		if len(o.Users) == 0 {
-			return errors.New("dev kafka: --superuser needs SASL on (--sasl-user or --sasl-user-file)")
-		}
-		u, err := parseKafkaUser(superuser, false)
-		if err != nil {
-			return fmt.Errorf("dev kafka: --superuser: %w", err)
-		}
-		o.Superuser = u
+	if err := f.apply(&o); err != nil {
+		return err
 	}
 	if o.DataDir != "" {
 		if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
@@ -161,9 +140,9 @@ func runDevKafka(ctx context.Context, env Env, args []string) error {
 		}
 	}
 	var healthLn net.Listener
-	if health != "" {
+	if f.health != "" {
 		var err error
-		if healthLn, err = net.Listen("tcp", health); err != nil {
+		if healthLn, err = net.Listen("tcp", f.health); err != nil {
 			return fmt.Errorf("dev kafka: --health-listen: %w", err)
 		}
 		defer healthLn.Close()
@@ -173,6 +152,49 @@ func runDevKafka(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer k.Close()
+	fmt.Fprintf(env.Stderr, "kafka ready: listening on %s, advertising %s, topics %s (%d partitions)%s\n",
+		k.Listen, k.Advertised, strings.Join(o.Topics, ","), o.Partitions, kafkaNote(o, healthLn))
+	return serveDevKafka(ctx, env, k, healthLn)
+}
+
+// apply sets the broker's TLS certificate, SASL users and superuser.
+func (f *devKafkaFlags) apply(o *KafkaOptions) error {
+	if f.certFile != "" || f.keyFile != "" {
+		cert, err := config.LoadKeyPair(f.certFile, f.keyFile, "--tls-cert", "--tls-key")
+		if err != nil {
+			return fmt.Errorf("dev kafka: %w", err)
+		}
+		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	for _, spec := range f.users {
+		u, err := parseKafkaUser(spec, false)
+		if err != nil {
+			return fmt.Errorf("dev kafka: --sasl-user: %w", err)
+		}
+		o.Users = append(o.Users, u)
+	}
+	for _, spec := range f.userFiles {
+		u, err := parseKafkaUser(spec, true)
+		if err != nil {
+			return fmt.Errorf("dev kafka: --sasl-user-file: %w", err)
+		}
+		o.Users = append(o.Users, u)
+	}
+	if f.superuser != "" {
+		if len(o.Users) == 0 {
+			return errors.New("dev kafka: --superuser needs SASL on (--sasl-user or --sasl-user-file)")
+		}
+		u, err := parseKafkaUser(f.superuser, false)
+		if err != nil {
+			return fmt.Errorf("dev kafka: --superuser: %w", err)
+		}
+		o.Superuser = u
+	}
+	return nil
+}
+
+// kafkaNote is the end of the ready line: TLS, SASL, the health URL.
+func kafkaNote(o KafkaOptions, healthLn net.Listener) string {
 	var extra []string
 	if o.TLS != nil {
 		extra = append(extra, "TLS")
@@ -183,12 +205,15 @@ func runDevKafka(ctx context.Context, env Env, args []string) error {
 	if healthLn != nil {
 		extra = append(extra, "health on http://"+healthLn.Addr().String()+"/health")
 	}
-	note := ""
-	if len(extra) > 0 {
-		note = ", " + strings.Join(extra, ", ")
+	if len(extra) == 0 {
+		return ""
 	}
-	fmt.Fprintf(env.Stderr, "kafka ready: listening on %s, advertising %s, topics %s (%d partitions)%s\n",
-		k.Listen, k.Advertised, strings.Join(o.Topics, ","), o.Partitions, note)
+	return ", " + strings.Join(extra, ", ")
+}
+
+// serveDevKafka serves the health endpoint on healthLn (when not nil)
+// until ctx ends.
+func serveDevKafka(ctx context.Context, env Env, k *KafkaBroker, healthLn net.Listener) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if healthLn != nil {
 		mux := http.NewServeMux()

@@ -76,32 +76,58 @@ type EtcdUser struct {
 // StartEtcd starts a single-member etcd server (go.etcd.io/etcd/server/v3/embed)
 // and waits until it serves clients. Close the result to stop it.
 func StartEtcd(ctx context.Context, o EtcdOptions) (*embed.Etcd, error) {
+	lc, lp, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := etcdConfig(o, lc, lp)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd: %w", err)
+	}
+	if err := waitEtcd(ctx, srv, o); err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return srv, nil
+}
+
+// resolve fills o's defaults, checks it and resolves its client and peer
+// listen addresses.
+func (o *EtcdOptions) resolve() (client, peer string, err error) {
 	if o.Name == "" {
 		o.Name = "dq"
 	}
 	if o.DataDir == "" {
-		return nil, errors.New("etcd: data dir is required")
+		return "", "", errors.New("etcd: data dir is required")
 	}
 	if o.PeerListen == "" {
 		o.PeerListen = "127.0.0.1:0"
 	}
-	lc, err := resolveListen(o.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("etcd listen %q: %w", o.Listen, err)
+	if client, err = resolveListen(o.Listen); err != nil {
+		return "", "", fmt.Errorf("etcd listen %q: %w", o.Listen, err)
 	}
-	lp, err := resolveListen(o.PeerListen)
-	if err != nil {
-		return nil, fmt.Errorf("etcd peer listen %q: %w", o.PeerListen, err)
+	if peer, err = resolveListen(o.PeerListen); err != nil {
+		return "", "", fmt.Errorf("etcd peer listen %q: %w", o.PeerListen, err)
 	}
-	if len(o.Users) > 0 && o.RootPassword == "" {
-		return nil, errors.New("etcd: users need a root password (authentication on)")
+	switch {
+	case len(o.Users) > 0 && o.RootPassword == "":
+		return "", "", errors.New("etcd: users need a root password (authentication on)")
+	case (o.CertFile == "") != (o.KeyFile == ""):
+		return "", "", errors.New("etcd: a TLS certificate needs its key, and a key its certificate")
+	case o.ClientCAFile != "" && o.CertFile == "":
+		return "", "", errors.New("etcd: client certificate authentication (a client CA) needs TLS (a certificate and key)")
 	}
-	if (o.CertFile == "") != (o.KeyFile == "") {
-		return nil, errors.New("etcd: a TLS certificate needs its key, and a key its certificate")
-	}
-	if o.ClientCAFile != "" && o.CertFile == "" {
-		return nil, errors.New("etcd: client certificate authentication (a client CA) needs TLS (a certificate and key)")
-	}
+	return client, peer, nil
+}
+
+// etcdConfig is the member's configuration: its client URL lc (TLS with a
+// certificate), the peer URL lp, the advertised URLs, the optional health
+// listener and the logger.
+func etcdConfig(o EtcdOptions, lc, lp string) (*embed.Config, error) {
 	scheme := "http"
 	if o.CertFile != "" {
 		scheme = "https"
@@ -120,14 +146,8 @@ func StartEtcd(ctx context.Context, o EtcdOptions) (*embed.Etcd, error) {
 	// busy machine (dq dev --tls in CI), long enough to run past the
 	// clients' 5 s dial timeout
 	cfg.BcryptCost = 4
-	urls := func(raw string) ([]url.URL, error) {
-		u, err := url.Parse(raw)
-		if err != nil {
-			return nil, err
-		}
-		return []url.URL{*u}, nil
-	}
-	if cfg.ListenClientUrls, err = urls(scheme + "://" + lc); err != nil {
+	var err error
+	if cfg.ListenClientUrls, err = oneURL(scheme + "://" + lc); err != nil {
 		return nil, err
 	}
 	if o.CertFile != "" {
@@ -143,54 +163,62 @@ func StartEtcd(ctx context.Context, o EtcdOptions) (*embed.Etcd, error) {
 		if err != nil {
 			return nil, fmt.Errorf("etcd health listen %q: %w", o.HealthListen, err)
 		}
-		if cfg.ListenMetricsUrls, err = urls("http://" + hl); err != nil {
+		if cfg.ListenMetricsUrls, err = oneURL("http://" + hl); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.AdvertiseClientUrls, err = urls(adv); err != nil {
+	if cfg.AdvertiseClientUrls, err = oneURL(adv); err != nil {
 		return nil, fmt.Errorf("etcd advertise %q: %w", adv, err)
 	}
-	if cfg.ListenPeerUrls, err = urls("http://" + lp); err != nil {
+	if cfg.ListenPeerUrls, err = oneURL("http://" + lp); err != nil {
 		return nil, err
 	}
 	cfg.AdvertisePeerUrls = cfg.ListenPeerUrls
 	cfg.InitialCluster = o.Name + "=http://" + lp
 	cfg.InitialClusterToken = "dq-dev-" + o.Name
 	cfg.Logger = "zap"
-	out := o.Log
+	cfg.ZapLoggerBuilder = etcdLogger(o.Log)
+	return cfg, nil
+}
+
+// oneURL is raw as a list of one URL.
+func oneURL(raw string) ([]url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	return []url.URL{*u}, nil
+}
+
+// etcdLogger writes etcd's warnings and errors to out (nil: discarded).
+func etcdLogger(out io.Writer) func(*embed.Config) error {
 	if out == nil {
 		out = io.Discard
 	}
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zapcore.NewCore(
+	return embed.NewZapLoggerBuilder(zap.New(zapcore.NewCore(
 		zapcore.NewConsoleEncoder(enc),
 		zapcore.AddSync(out),
 		zap.WarnLevel,
 	)))
-	srv, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("start etcd: %w", err)
-	}
+}
+
+// waitEtcd waits until srv serves clients (at most 30s), then sets up
+// authentication when o asks for it.
+func waitEtcd(ctx context.Context, srv *embed.Etcd, o EtcdOptions) error {
 	select {
 	case <-srv.Server.ReadyNotify():
 		if o.RootPassword == "" {
-			return srv, nil
+			return nil
 		}
-		if err := setupEtcdAuth(ctx, srv, o); err != nil {
-			srv.Close()
-			return nil, err
-		}
-		return srv, nil
+		return setupEtcdAuth(ctx, srv, o)
 	case err := <-srv.Err():
-		srv.Close()
-		return nil, fmt.Errorf("etcd: %w", err)
+		return fmt.Errorf("etcd: %w", err)
 	case <-time.After(30 * time.Second):
-		srv.Close()
-		return nil, errors.New("etcd: not ready within 30s")
+		return errors.New("etcd: not ready within 30s")
 	case <-ctx.Done():
-		srv.Close()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
 

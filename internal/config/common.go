@@ -254,5 +254,9 @@ func (e *ConnError) Timeout() bool {
 }
 
 // Temporary is true: a connection that failed may succeed once the
-// dependency or the setting is fixed.
+// dependency or the setting is fixed. Deprecated in net.Error, but part of
+// it: without it a ConnError is no net.Error (see Timeout).
 func (e *ConnError) Temporary() bool { return true }
+
+// a ConnError is a net.Error (Timeout, Temporary)
+var _ net.Error = (*ConnError)(nil)

@@ -23,8 +23,9 @@ import (
 // the speed of the promotion (RELIABILITY.md 8b); this file makes every
 // client RedisClient builds do so, and says when it did.
 
-// metricsNamespace is admin.Namespace, which config cannot import (admin
-// imports config).
+// metricsNamespace is admin.Namespace (the owner of the metric
+// namespace), which config cannot import (admin imports config); a test of
+// admin holds the two together.
 const metricsNamespace = "delayq"
 
 // clusterStateReloadInterval is how old a cluster client's slot map may

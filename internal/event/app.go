@@ -45,7 +45,9 @@ type App struct {
 	mgr   *leader.Manager
 	srv   *admin.Server
 	fm    *fire.Metrics
-	hooks *fire.Hooks
+	// poll runs the poller of one led shard: runPoller (tests wrap it to
+	// watch the pollers, helpers_test.go)
+	poll func(ctx context.Context, cfg fire.Config) error
 	// topics checks that the default and dead topics exist (creating them
 	// with KafkaAutoCreate); a missing one is named in /readyz, which
 	// stays ready: tasks of other topics still fire.
@@ -66,64 +68,84 @@ type App struct {
 	worked *worked.View
 }
 
-// Option adjusts an App (tests).
-type Option func(*App)
-
-// WithFireHooks installs test hooks in every poller of the app.
-func WithFireHooks(h *fire.Hooks) Option { return func(a *App) { a.hooks = h } }
-
 // New builds an event process from cfg: it connects to Redis (the store
 // must open: a shard-count mismatch is fatal), creates the etcd client and
 // the Kafka writer (both connect lazily; etcd and Kafka may be down at
 // start) and binds the HTTP address. The caller must call Run, which
 // releases everything New acquired.
-func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &App{cfg: cfg, log: log, reg: admin.NewRegistry()}
-	for _, o := range opts {
-		o(a)
-	}
+	a := &App{cfg: cfg, log: log, reg: admin.NewRegistry(), poll: runPoller}
 	a.fm = fire.NewMetrics(a.reg)
-	lm := leader.NewMetrics(a.reg)
+	kc, err := a.openClients(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.newFiring(kc)
+	if err := a.newComponents(ctx, kc); err != nil {
+		a.closeClients()
+		return nil, err
+	}
+	return a, nil
+}
 
+// openClients connects to Redis and opens the store, then creates the
+// etcd client and the worked-topics view; it returns Kafka's connection
+// settings. On an error, what it opened is closed.
+func (a *App) openClients(ctx context.Context) (config.Conn, error) {
+	cfg := a.cfg
 	var err error
 	var ha *config.RedisHA
-	if a.rdb, ha, err = cfg.RedisClientHA(log); err != nil {
-		return nil, err
+	if a.rdb, ha, err = cfg.RedisClientHA(a.log); err != nil {
+		return config.Conn{}, err
 	}
 	a.reg.MustRegister(ha) // delayq_redis_failovers_total
 	kc, err := cfg.Conn()
+	if err == nil {
+		err = a.openStore(ctx)
+	}
+	if err == nil {
+		if a.etcd, err = cfg.EtcdClient(ctx); err != nil {
+			err = fmt.Errorf("etcd client: %w", err)
+		}
+	}
 	if err != nil {
 		_ = a.rdb.Close()
-		return nil, err
+		return config.Conn{}, err
 	}
+	a.worked = worked.NewView(a.etcd, cfg.Namespace, a.log.With("component", "worked"))
+	return kc, nil
+}
+
+// openStore opens the task store, which follows the namespace's shard map.
+func (a *App) openStore(ctx context.Context) error {
+	cfg := a.cfg
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	store, err := redisstore.New(sctx, a.rdb, redisstore.Options{Namespace: cfg.Namespace, Shards: cfg.Shards, Retention: cfg.Retention,
 		// the scheduler's ticks are schedules: durable like the daemon's
 		ReplicaAcks: cfg.RedisReplicaAcks, AckTimeout: cfg.RedisAckTimeout, WaitAOF: cfg.RedisWaitAOF})
-	cancel()
 	if err != nil {
-		_ = a.rdb.Close()
-		return nil, fmt.Errorf("open store: %w", err)
+		return fmt.Errorf("open store: %w", err)
 	}
 	a.store = store
 	if sm := store.Map(); sm.Count != cfg.Shards {
-		log.Info("following the namespace's shard map, not DQ_SHARDS", "namespace_shards", sm.Count,
+		a.log.Info("following the namespace's shard map, not DQ_SHARDS", "namespace_shards", sm.Count,
 			"configured_shards", cfg.Shards, "state", sm.State)
 	}
+	return nil
+}
 
-	a.etcd, err = cfg.EtcdClient(ctx)
-	if err != nil {
-		_ = a.rdb.Close()
-		return nil, fmt.Errorf("etcd client: %w", err)
-	}
-	a.worked = worked.NewView(a.etcd, cfg.Namespace, log.With("component", "worked"))
-
+// newFiring builds what the pollers share: the Kafka writer, the check of
+// the default and dead topics, the wake-up subscriber and the shard map's
+// growth.
+func (a *App) newFiring(kc config.Conn) {
+	cfg := a.cfg
 	a.kafka = fire.NewKafka(fire.KafkaConfig{
 		Brokers:      cfg.KafkaBrokers,
 		BatchSize:    cfg.FireBatch,
@@ -133,7 +155,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		Partitions:   cfg.Partitions,
 		Replication:  cfg.Replication,
 		Conn:         kc,
-		Log:          log,
+		Log:          a.log,
 	})
 	a.topics = kafkatopic.NewTopicCheck(kafkatopic.TopicCheckConfig{
 		Brokers:     cfg.KafkaBrokers,
@@ -142,65 +164,84 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Ap
 		Partitions:  cfg.Partitions,
 		Replication: cfg.Replication,
 		Conn:        kc,
-		Log:         log,
+		Log:         a.log,
 	})
-	a.wakes = fire.NewWakeups(a.rdb, store.WakeChannel(), shardmap.MaxShards, log)
+	a.wakes = fire.NewWakeups(a.rdb, a.store.WakeChannel(), shardmap.MaxShards, a.log)
 	a.grow = newGrowth(a)
+}
 
+// newComponents builds, in order, the leadership manager, the HTTP
+// server, the registrar, the scheduler and, last, the outcome publisher
+// (nothing after it can fail; Run closes it).
+func (a *App) newComponents(ctx context.Context, kc config.Conn) error {
+	cfg := a.cfg
+	var err error
 	a.mgr, err = leader.New(leader.Config{
 		Client:          a.etcd,
 		Namespace:       cfg.Namespace,
-		Shards:          store.Map().Count,
+		Shards:          a.store.Map().Count,
 		ID:              cfg.ProcessID,
 		TTL:             cfg.SessionTTL,
 		Lead:            a.lead,
-		Log:             log,
-		Metrics:         lm,
+		Log:             a.log,
+		Metrics:         leader.NewMetrics(a.reg),
 		ShutdownTimeout: cfg.ShutdownGrace,
 	})
-	if err == nil {
-		inner := http.NewServeMux()
-		admin.Mount(inner, a.reg, func(context.Context) error { return a.mgr.Ready() })
-		mux := http.NewServeMux()
-		mux.Handle("/", inner)
-		mux.HandleFunc("GET /readyz", a.readyz)
-		a.srv, err = admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
-	}
-	if err == nil {
-		a.procs, err = a.newRegistrar()
-	}
-	if err == nil && cfg.Scheduler {
-		a.sched, err = scheduler.New(scheduler.Config{
-			Client:    a.etcd,
-			Namespace: cfg.Namespace,
-			Store:     store,
-			ID:        cfg.ProcessID,
-			TTL:       cfg.SessionTTL,
-			Interval:  cfg.SchedulerInterval,
-			Lookahead: cfg.SchedulerLookahead,
-			Log:       log,
-			Metrics:   scheduler.NewMetrics(a.reg),
-		})
-	}
-	if err == nil {
-		// last: nothing after it can fail (Run closes it)
-		a.outcomes, err = outcome.New(ctx, outcome.Config{
-			Brokers:     cfg.KafkaBrokers,
-			Topic:       cfg.OutcomesTopic,
-			Conn:        kc,
-			ClientID:    "delayq-event",
-			Create:      cfg.KafkaAutoCreate,
-			Partitions:  cfg.Partitions,
-			Replication: cfg.Replication,
-			Log:         log,
-			Registerer:  a.reg,
-		})
-	}
 	if err != nil {
-		a.closeClients()
-		return nil, err
+		return err
 	}
-	return a, nil
+	if err := a.listen(); err != nil {
+		return err
+	}
+	if a.procs, err = a.newRegistrar(); err != nil {
+		return err
+	}
+	if cfg.Scheduler {
+		if a.sched, err = a.newScheduler(); err != nil {
+			return err
+		}
+	}
+	a.outcomes, err = outcome.New(ctx, outcome.Config{
+		Brokers:     cfg.KafkaBrokers,
+		Topic:       cfg.OutcomesTopic,
+		Conn:        kc,
+		ClientID:    "delayq-event",
+		Create:      cfg.KafkaAutoCreate,
+		Partitions:  cfg.Partitions,
+		Replication: cfg.Replication,
+		Log:         a.log,
+		Registerer:  a.reg,
+	})
+	return err
+}
+
+// listen binds the admin HTTP server: admin's endpoints, with this
+// process' /readyz.
+func (a *App) listen() error {
+	inner := http.NewServeMux()
+	admin.Mount(inner, a.reg, func(context.Context) error { return a.mgr.Ready() })
+	mux := http.NewServeMux()
+	mux.Handle("/", inner)
+	mux.HandleFunc("GET /readyz", a.readyz)
+	var err error
+	a.srv, err = admin.Listen(a.cfg.HTTPAddr, mux, a.log, a.cfg.ShutdownGrace, admin.WithTLS(a.cfg.HTTPTLS))
+	return err
+}
+
+// newScheduler builds the schedules' scheduler (DQ_SCHEDULER).
+func (a *App) newScheduler() (*scheduler.Scheduler, error) {
+	cfg := a.cfg
+	return scheduler.New(scheduler.Config{
+		Client:    a.etcd,
+		Namespace: cfg.Namespace,
+		Store:     a.store,
+		ID:        cfg.ProcessID,
+		TTL:       cfg.SessionTTL,
+		Interval:  cfg.SchedulerInterval,
+		Lookahead: cfg.SchedulerLookahead,
+		Log:       a.log,
+		Metrics:   scheduler.NewMetrics(a.reg),
+	})
 }
 
 // readyz is admin's /readyz (ready while the leadership manager is, once
@@ -291,7 +332,7 @@ func (a *App) lead(ctx context.Context, l leader.Lead) error {
 	case <-ctx.Done():
 		return nil
 	}
-	p := fire.NewPoller(fire.Config{
+	return a.poll(ctx, fire.Config{
 		Worked:       a.worked.Worked,
 		Store:        a.store,
 		Producer:     a.kafka,
@@ -312,10 +353,11 @@ func (a *App) lead(ctx context.Context, l leader.Lead) error {
 		DeliveredOutcomes: a.cfg.OutcomesDelivered,
 		Metrics:           a.fm,
 		Log:               a.log,
-		Hooks:             a.hooks,
 	})
-	return p.Run(ctx)
 }
+
+// runPoller runs a poller of cfg until it returns.
+func runPoller(ctx context.Context, cfg fire.Config) error { return fire.NewPoller(cfg).Run(ctx) }
 
 // Run runs the process until ctx ends, then shuts down in this order:
 //  1. stop taking work: every poller finishes the batch in hand (produce,

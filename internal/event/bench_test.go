@@ -330,7 +330,7 @@ func benchBurst(b *testing.B) {
 			stopProfile = profileDrain(b)
 		}
 		var first, pcpu0 atomic.Int64 // the first take: when, and this process' CPU then
-		hooks := &fire.Hooks{BeforeTake: func(int, int64) {
+		hooks := &pollerHooks{BeforeTake: func(int, int64) {
 			if first.CompareAndSwap(0, time.Now().UnixNano()) {
 				pcpu0.Store(int64(testenv.ProcessCPU()))
 			}
@@ -338,7 +338,7 @@ func benchBurst(b *testing.B) {
 		acfg := benchConfig(w, "bench-burst-"+strconv.Itoa(r))
 		acfg.DefaultTopic = "bench.drain." + strconv.Itoa(r)
 		benchDeclare(b, w, acfg.DefaultTopic)
-		a := w.startAppConfig(acfg, WithFireHooks(hooks))
+		a := w.startAppConfig(acfg, withPollerHooks(hooks))
 		var end time.Time
 		if !pollEvery(300*time.Second, 5*time.Millisecond, func() bool {
 			if counterValue(a.fm.Fired) >= n {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/event/fire"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
@@ -33,7 +32,7 @@ func TestFencingPausedLeaderIsRefusedAfterItsSessionWasRevoked(t *testing.T) {
 		once    sync.Once
 	)
 	paused, resume := make(chan []*task.Task, 1), make(chan struct{})
-	hooksA := &fire.Hooks{
+	hooksA := &pollerHooks{
 		BeforeTake: func(shard int, token int64) {
 			mu.Lock()
 			takes[[2]int64{int64(shard), token}]++
@@ -52,7 +51,7 @@ func TestFencingPausedLeaderIsRefusedAfterItsSessionWasRevoked(t *testing.T) {
 			})
 		},
 	}
-	a := w.startApp("fence-a", WithFireHooks(hooksA))
+	a := w.startApp("fence-a", withPollerHooks(hooksA))
 	w.waitBalanced(10*time.Second, a)
 
 	var tasks []*task.Task

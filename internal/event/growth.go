@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/event/leader"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/retry"
@@ -39,11 +40,11 @@ type growth struct {
 func newGrowth(a *App) *growth {
 	g := &growth{a: a, changed: make(chan struct{}), me: shardmap.Etcd{Client: a.etcd, Namespace: a.cfg.Namespace}}
 	g.moved = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "delayq_event_tasks_moved_total",
+		Namespace: admin.Namespace, Name: "event_tasks_moved_total",
 		Help: "Tasks this process moved to their new shard while the shard map grew.",
 	})
 	g.passes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "delayq_event_move_passes_total",
+		Namespace: admin.Namespace, Name: "event_move_passes_total",
 		Help: "Passes over an old shard's buckets while the shard map grew.",
 	})
 	a.reg.MustRegister(g.moved, g.passes)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/delayq/delayq/internal/event/fire"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
@@ -32,8 +31,8 @@ func newPollerWatch() *pollerWatch {
 	return &pollerWatch{active: map[int]map[int64]bool{}, last: map[int]int64{}}
 }
 
-func (pw *pollerWatch) hooks() *fire.Hooks {
-	return &fire.Hooks{
+func (pw *pollerWatch) hooks() *pollerHooks {
+	return &pollerHooks{
 		Started: func(shard int, token int64) {
 			pw.mu.Lock()
 			defer pw.mu.Unlock()
@@ -111,8 +110,8 @@ func TestOutagesKafkaThenEtcd(t *testing.T) {
 	w := newWorld(t, 16)
 	recs := w.collect(task.DefaultTopic)
 	pw := newPollerWatch()
-	a := w.startApp("out-a", WithFireHooks(pw.hooks()))
-	b := w.startApp("out-b", WithFireHooks(pw.hooks()))
+	a := w.startApp("out-a", withPollerHooks(pw.hooks()))
+	b := w.startApp("out-b", withPollerHooks(pw.hooks()))
 	w.waitBalanced(15*time.Second, a, b)
 
 	t0 := time.Now().Add(time.Second)

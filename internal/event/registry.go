@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/registry"
 )
 
@@ -19,7 +20,7 @@ func (a *App) newRegistrar() (*registry.Registrar, error) {
 		Proc: registry.Proc{ID: a.cfg.ProcessID, Kind: registry.KindEvent,
 			Addr: registry.AdvertiseAddr(a.cfg.HTTPAddr, a.srv.Addr())},
 		Ready:    a.registryReadiness,
-		Counters: registry.Sum(a.reg, map[string]string{"delayq_fired_total": "fired"}),
+		Counters: registry.Sum(a.reg, map[string]string{admin.Namespace + "_fired_total": "fired"}),
 		Log:      a.log,
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/kafkatopic"
 	"github.com/delayq/delayq/internal/lograte"
@@ -164,11 +165,11 @@ func newPublisher(ctx context.Context, cfg Config, log *slog.Logger, w messageWr
 		q:    make(chan record.OutcomeRecord, cfg.Queue),
 		done: make(chan struct{}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "delayq", Name: "outcomes_published_total",
+			Namespace: admin.Namespace, Name: "outcomes_published_total",
 			Help: "Outcome records written to the outcomes topic, by outcome (succeeded, failed, dead, cancelled).",
 		}, []string{"outcome"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "delayq", Name: "outcomes_dropped_total",
+			Namespace: admin.Namespace, Name: "outcomes_dropped_total",
 			Help: "Outcome records not published (best effort; the outcome is in Redis), by reason: queue_full (Kafka slow or down), kafka (a write failed), closed, shutdown (still queued at the end of the shutdown drain), read (the outcome could not be read back from Redis).",
 		}, []string{"reason"}),
 	}

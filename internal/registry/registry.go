@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -92,10 +91,9 @@ type Config struct {
 
 // Registrar keeps one process's key in the registry (see Run).
 type Registrar struct {
-	cfg  Config
-	key  string
-	log  *slog.Logger
-	lost atomic.Int64 // leases lost (tests)
+	cfg Config
+	key string
+	log *slog.Logger
 }
 
 // New checks cfg and returns its Registrar. It does not connect.
@@ -169,9 +167,6 @@ func (r *Registrar) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				r.revoke(ctx, lease)
 				return nil
-			}
-			if errors.Is(err, errLeaseLost) {
-				r.lost.Add(1)
 			}
 			bo.Reset()
 		}

@@ -3,7 +3,9 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -203,8 +205,9 @@ func TestEtcdOutageRegistersAgain(t *testing.T) {
 	e := testenv.StartEtcd(t)
 	cli := e.Client(t)
 	ns := testNS(t)
+	lost := &lostLeases{}
 	r, _ := run(t, Config{Client: cli, Namespace: ns, TTL: 2 * time.Second, Refresh: time.Second,
-		Proc: Proc{ID: "w-1", Kind: KindWork, Addr: "127.0.0.1:9102"}})
+		Proc: Proc{ID: "w-1", Kind: KindWork, Addr: "127.0.0.1:9102"}, Log: slog.New(lost)})
 	lease := func() clientv3.LeaseID {
 		resp, err := cli.Get(t.Context(), r.Key())
 		if err != nil || len(resp.Kvs) == 0 {
@@ -218,7 +221,7 @@ func TestEtcdOutageRegistersAgain(t *testing.T) {
 	// the client gives a lease up about a TTL (2s) after its last answer;
 	// the bounds are generous because CI runs this beside the browser and
 	// chaos suites on 2 cores
-	testenv.WaitFor(t, 30*time.Second, "lease given up while etcd is down", func() bool { return r.lost.Load() > 0 })
+	testenv.WaitFor(t, 30*time.Second, "lease given up while etcd is down", func() bool { return lost.n.Load() > 0 })
 	e.Restart(t)
 	testenv.WaitFor(t, 30*time.Second, "registered again under a new lease", func() bool {
 		l := lease()
@@ -272,4 +275,22 @@ func TestAdvertiseAddr(t *testing.T) {
 			t.Errorf("AdvertiseAddr(%q, %q) = %q, want %q", c.configured, c.bound, got, c.want)
 		}
 	}
+}
+
+// lostLeases is a log handler that counts the registrations interrupted
+// because the lease was lost (Run logs each one with its error).
+type lostLeases struct{ n atomic.Int64 }
+
+func (*lostLeases) Enabled(context.Context, slog.Level) bool { return true }
+func (l *lostLeases) WithAttrs([]slog.Attr) slog.Handler     { return l }
+func (l *lostLeases) WithGroup(string) slog.Handler          { return l }
+
+func (l *lostLeases) Handle(_ context.Context, rec slog.Record) error {
+	rec.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && a.Key == "err" && errors.Is(err, errLeaseLost) {
+			l.n.Add(1)
+		}
+		return true
+	})
+	return nil
 }

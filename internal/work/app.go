@@ -83,36 +83,64 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rdb, ha, err := cfg.RedisClientHA(log)
+	// the worker's instance, the registry's process id, the worked topics' "by"
+	a := &App{cfg: cfg, log: log, id: registry.DefaultID()}
+	reg := admin.NewRegistry()
+	kc, err := a.connect(ctx, reg)
 	if err != nil {
 		return nil, err
+	}
+	if err := a.build(ctx, kc, reg); err != nil {
+		_ = a.outcomes.Close(ctx) // nil-safe
+		if a.limits != nil {
+			a.limits.Close()
+		}
+		a.rdb.Close()
+		return nil, err
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: admin.Namespace, Name: "work_topics_declared",
+		Help: "Topics this work process consumes that are declared worked in etcd (the rest: DQ_TOPICS not declared yet, or no etcd); a task fired to an undeclared topic ends delivered.",
+	}, func() float64 { return float64(a.declared.Load()) }))
+	if a.limits == nil {
+		log.Warn("no etcd (DQ_ETCD_ENDPOINTS): the consumed topics cannot be declared worked; tasks fired to them end delivered "+
+			"(not run to an outcome) unless another work process declares them; they still run when read", "topics", cfg.Topics)
+	}
+	return a, nil
+}
+
+// connect creates the Redis client and, with etcd, the live limits (over
+// the etcd client); it returns Kafka's connection settings. On an error,
+// what it opened is closed.
+func (a *App) connect(ctx context.Context, reg *prometheus.Registry) (config.Conn, error) {
+	cfg := a.cfg
+	rdb, ha, err := cfg.RedisClientHA(a.log)
+	if err != nil {
+		return config.Conn{}, err
 	}
 	kc, err := cfg.Conn()
 	if err != nil {
 		rdb.Close()
-		return nil, err
+		return config.Conn{}, err
 	}
-	reg := admin.NewRegistry()
 	reg.MustRegister(ha) // delayq_redis_failovers_total
-	var lim *limits
-	var wl worker.Limiter
 	if len(cfg.EtcdEndpoints) > 0 {
-		if lim, err = newLimits(ctx, cfg.Etcd, cfg.Namespace, rdb, reg, log); err != nil {
+		if a.limits, err = newLimits(ctx, cfg.Etcd, cfg.Namespace, rdb, reg, a.log); err != nil {
 			rdb.Close()
-			return nil, err
+			return config.Conn{}, err
 		}
-		wl = lim
 	}
-	var pub *outcome.Publisher
-	fail := func(err error) (*App, error) {
-		_ = pub.Close(ctx) // nil-safe
-		if lim != nil {
-			lim.Close()
-		}
-		rdb.Close()
-		return nil, err
-	}
-	pub, err = outcome.New(ctx, outcome.Config{
+	a.rdb = rdb
+	return kc, nil
+}
+
+// build builds, in order, the outcome publisher, the pause watcher (with
+// etcd), the worker and its webhooks, the outcome hooks, the topic check,
+// the HTTP server and the registrar (with etcd).
+func (a *App) build(ctx context.Context, kc config.Conn, reg *prometheus.Registry) error {
+	cfg := a.cfg
+	var err error
+	a.outcomes, err = outcome.New(ctx, outcome.Config{
 		Brokers:     cfg.Brokers,
 		Topic:       cfg.OutcomesTopic,
 		Conn:        kc,
@@ -120,23 +148,51 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		Create:      cfg.AutoCreate,
 		Partitions:  cfg.Partitions,
 		Replication: cfg.Replication,
-		Log:         log,
+		Log:         a.log,
 		Registerer:  reg,
 	})
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	id := registry.DefaultID() // the worker's instance, the registry's process id, the worked topics' "by"
-	var pw *pause.Watcher
 	var pv worker.PauseView // nil: nothing paused
-	if lim != nil {
-		if pw, err = newPause(lim, cfg.Namespace, log); err != nil {
-			return fail(err)
+	if a.limits != nil {
+		if a.pause, err = newPause(a.limits, cfg.Namespace, a.log); err != nil {
+			return err
 		}
-		pv = pw
+		pv = a.pause
 	}
-	registerPausedTypes(reg, pw)
-	w, err := worker.New(worker.Config{
+	registerPausedTypes(reg, a.pause)
+	if a.worker, err = worker.New(a.workerConfig(kc, reg, pv)); err != nil {
+		return err
+	}
+	if err := a.handleWebhooks(); err != nil {
+		return err
+	}
+	if a.hooks, err = newAppHooks(cfg, kc, a.client, reg, a.log); err != nil {
+		return err
+	}
+	a.topics = kafkatopic.NewTopicCheck(kafkatopic.TopicCheckConfig{
+		Brokers:     cfg.Brokers,
+		Topics:      append(slices.Clone(cfg.Topics), cfg.DeadTopic),
+		Create:      cfg.AutoCreate,
+		Partitions:  cfg.Partitions,
+		Replication: cfg.Replication,
+		Conn:        kc,
+		Log:         a.log,
+	})
+	return a.listen(reg)
+}
+
+// workerConfig is the worker's configuration: cfg's settings, the Redis
+// client, the live limits and pause state (pv) when there is etcd, and
+// the outcome publisher (outcomes.go).
+func (a *App) workerConfig(kc config.Conn, reg *prometheus.Registry, pv worker.PauseView) worker.Config {
+	cfg := a.cfg
+	var wl worker.Limiter // nil: no limits
+	if a.limits != nil {
+		wl = a.limits
+	}
+	return worker.Config{
 		Brokers:           cfg.Brokers,
 		Group:             cfg.Group,
 		Topics:            cfg.Topics,
@@ -148,7 +204,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		Backoff:           worker.Backoff{Min: cfg.BackoffMin, Max: cfg.BackoffMax, Jitter: jitter(cfg.BackoffJitter)},
 		MaxPayload:        cfg.MaxPayload,
 		MetricsMaxTypes:   cfg.MaxTypes,
-		Redis:             rdb,
+		Redis:             a.rdb,
 		Namespace:         cfg.Namespace,
 		Shards:            cfg.Shards,
 		Retention:         cfg.Retention,
@@ -159,84 +215,71 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		HeartbeatInterval: cfg.Heartbeat,
 		Limiter:           wl,
 		Pause:             pv,
-		InstanceID:        id,
+		InstanceID:        a.id,
 		KafkaTLS:          kc.TLS,
 		KafkaSASL:         kc.SASL,
-		Logger:            log,
+		Logger:            a.log,
 		Registerer:        reg,
-		OnOutcome:         onOutcome(pub, cfg.OutcomesAttempts), // outcomes.go
-	})
-	if err != nil {
-		return fail(err)
+		OnOutcome:         onOutcome(a.outcomes, cfg.OutcomesAttempts), // outcomes.go
 	}
+}
+
+// handleWebhooks creates the webhooks' shared HTTP client and registers
+// the default webhook and one per type with the worker.
+func (a *App) handleWebhooks() error {
+	cfg := a.cfg
 	webhookTLS, err := WebhookTLS(cfg.WebhookTLS)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	client := NewHTTPClient(cfg.Concurrency, webhookTLS)
+	a.client = NewHTTPClient(cfg.Concurrency, webhookTLS)
 	secret := []byte(cfg.WebhookSecret)
 	if cfg.WebhookURL != "" {
-		h, err := NewWebhook(cfg.WebhookURL, 0, secret, client)
+		h, err := NewWebhook(cfg.WebhookURL, 0, secret, a.client)
 		if err != nil {
-			return fail(err)
+			return err
 		}
-		w.HandleDefault(h.Handle)
+		a.worker.HandleDefault(h.Handle)
 	}
 	for typ, hc := range cfg.Webhooks {
-		h, err := NewWebhook(hc.URL, hc.Timeout, secret, client)
+		h, err := NewWebhook(hc.URL, hc.Timeout, secret, a.client)
 		if err != nil {
-			return fail(fmt.Errorf("type %q: %w", typ, err))
+			return fmt.Errorf("type %q: %w", typ, err)
 		}
-		w.Handle(typ, h.Handle)
+		a.worker.Handle(typ, h.Handle)
 	}
-	hooks, err := newAppHooks(cfg, kc, client, reg, log)
-	if err != nil {
-		return fail(err)
-	}
-	topics := kafkatopic.NewTopicCheck(kafkatopic.TopicCheckConfig{
-		Brokers:     cfg.Brokers,
-		Topics:      append(slices.Clone(cfg.Topics), cfg.DeadTopic),
-		Create:      cfg.AutoCreate,
-		Partitions:  cfg.Partitions,
-		Replication: cfg.Replication,
-		Conn:        kc,
-		Log:         log,
-	})
-	mux := http.NewServeMux()
+	return nil
+}
+
+// listen binds the admin HTTP server, ready while the worker is and its
+// topics exist, and, with etcd, builds the registrar that advertises it.
+func (a *App) listen(reg *prometheus.Registry) error {
+	cfg := a.cfg
 	ready := func(ctx context.Context) error {
-		err := w.Ready(ctx)
+		err := a.worker.Ready(ctx)
 		if err == nil || errors.Is(err, worker.ErrWaitingForTopics) {
 			// while the worker waits for its topics, the topic check says
 			// why, with the configured TLS/SASL's diagnosis (a
 			// misconfigured login, a missing topic)
-			if terr := topicsReady(topics); terr != nil {
+			if terr := topicsReady(a.topics); terr != nil {
 				return terr
 			}
 		}
 		return err
 	}
+	mux := http.NewServeMux()
 	admin.Mount(mux, reg, ready)
-	srv, err := admin.Listen(cfg.HTTPAddr, mux, log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS))
-	if err != nil {
-		return fail(fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err))
+	var err error
+	if a.srv, err = admin.Listen(cfg.HTTPAddr, mux, a.log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS)); err != nil {
+		return fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
 	}
-	var procs *registry.Registrar
-	if lim != nil {
-		if procs, err = newRegistrar(lim, cfg.Namespace, id, registry.AdvertiseAddr(cfg.HTTPAddr, srv.Addr()), ready, reg, log); err != nil {
-			return fail(err)
+	if a.limits != nil {
+		addr := registry.AdvertiseAddr(cfg.HTTPAddr, a.srv.Addr())
+		if a.procs, err = newRegistrar(a.limits, cfg.Namespace, a.id, addr, ready, reg, a.log); err != nil {
+			return err
 		}
 	}
-	a := &App{cfg: cfg, log: log, rdb: rdb, worker: w, srv: srv, client: client, limits: lim, pause: pw, procs: procs, topics: topics,
-		outcomes: pub, hooks: hooks, id: id}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: admin.Namespace, Name: "work_topics_declared",
-		Help: "Topics this work process consumes that are declared worked in etcd (the rest: DQ_TOPICS not declared yet, or no etcd); a task fired to an undeclared topic ends delivered.",
-	}, func() float64 { return float64(a.declared.Load()) }))
-	if lim == nil {
-		log.Warn("no etcd (DQ_ETCD_ENDPOINTS): the consumed topics cannot be declared worked; tasks fired to them end delivered "+
-			"(not run to an outcome) unless another work process declares them; they still run when read", "topics", cfg.Topics)
-	}
-	return a, nil
+	return nil
 }
 
 // Worked topics (package worked): with etcd, a work process declares every

@@ -41,10 +41,10 @@ func newRegistrar(l *limits, ns, id, addr string, ready admin.ReadyFunc, g prome
 			return true, ""
 		},
 		Counters: registry.Sum(g, map[string]string{
-			"delayq_work_handled_total/outcome=succeeded": "succeeded",
-			"delayq_work_handled_total/outcome=retry":     "retried",
-			"delayq_work_handled_total/outcome=dead":      "dead",
-			"delayq_work_consumer_lag":                    "consumer_lag",
+			admin.Namespace + "_work_handled_total/outcome=succeeded": "succeeded",
+			admin.Namespace + "_work_handled_total/outcome=retry":     "retried",
+			admin.Namespace + "_work_handled_total/outcome=dead":      "dead",
+			admin.Namespace + "_work_consumer_lag":                    "consumer_lag",
 		}),
 		Log: log,
 	})

@@ -29,7 +29,7 @@ var scriptCall = regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z]+)['"]`)
 // calls to be in RedisCommands: Redis checks a script's calls against the
 // user's ACL, so a command missing there fails the script half-way.
 func TestRedisCommandsCoverScripts(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := moduleRoot(t)
 	found := map[string]string{}
 	for _, dir := range []string{"internal", "worker"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
@@ -223,5 +223,24 @@ func TestRedisSetUserLineRunsInAShell(t *testing.T) {
 	defer rdb.Close()
 	if _, err := redisstore.New(t.Context(), rdb, redisstore.Options{Namespace: "dq", Shards: 2, Retention: time.Hour}); err != nil {
 		t.Fatalf("open the store as the recipe's user: %v", err)
+	}
+}
+
+// moduleRoot is the directory of the module's go.mod, above the test's.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
 	}
 }

@@ -127,3 +127,61 @@ func histCount(h prometheus.Histogram) uint64 {
 	}
 	return m.Histogram.GetSampleCount()
 }
+
+// hookStore is the poller's store with test hooks around its calls: the
+// poller itself has none. Every field may be nil.
+type hookStore struct {
+	Store
+	// beforeTake runs before every take.
+	beforeTake func()
+	// beforeAck runs after Kafka answered, before the batch's first
+	// settle (SettlePoison or SettleAcks), with the batch's tasks; it may
+	// block (a paused leader). It runs on the batch's goroutine.
+	beforeAck func(ctx context.Context, tasks []*task.Task)
+
+	mu    sync.Mutex
+	taken map[string][]*task.Task // lease -> tasks, until its first settle
+}
+
+// withHooks makes cfg's store run the hooks.
+func withHooks(cfg *Config, h *hookStore) {
+	h.Store = cfg.Store
+	cfg.Store = h
+}
+
+func (h *hookStore) TakeAhead(ctx context.Context, shard int, token int64, limit int, lease, ahead time.Duration) (redisstore.Taken, error) {
+	if h.beforeTake != nil {
+		h.beforeTake()
+	}
+	taken, err := h.Store.TakeAhead(ctx, shard, token, limit, lease, ahead)
+	if err == nil && len(taken.Tasks) > 0 && h.beforeAck != nil {
+		h.mu.Lock()
+		if h.taken == nil {
+			h.taken = map[string][]*task.Task{}
+		}
+		h.taken[taken.Lease] = taken.Tasks
+		h.mu.Unlock()
+	}
+	return taken, err
+}
+
+// acking runs beforeAck at the first settle of a take.
+func (h *hookStore) acking(ctx context.Context, lease string) {
+	h.mu.Lock()
+	tasks, ok := h.taken[lease]
+	delete(h.taken, lease)
+	h.mu.Unlock()
+	if ok {
+		h.beforeAck(ctx, tasks)
+	}
+}
+
+func (h *hookStore) SettlePoison(ctx context.Context, shard int, token int64, lease string, tasks []redisstore.Poison) ([]redisstore.PoisonOutcome, error) {
+	h.acking(ctx, lease)
+	return h.Store.SettlePoison(ctx, shard, token, lease, tasks)
+}
+
+func (h *hookStore) SettleAcks(ctx context.Context, shard int, token int64, lease string, failed []redisstore.Fired, acks []redisstore.Ack) (redisstore.Settled, error) {
+	h.acking(ctx, lease)
+	return h.Store.SettleAcks(ctx, shard, token, lease, failed, acks)
+}

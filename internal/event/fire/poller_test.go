@@ -176,7 +176,7 @@ func TestPollerWakesUpForASoonerTask(t *testing.T) {
 	cfg := f.config(0, 1)
 	cfg.IdlePoll = time.Minute // only a wake-up can fire the task in time
 	var takes atomic.Int64
-	cfg.Hooks = &Hooks{BeforeTake: func(int, int64) { takes.Add(1) }}
+	withHooks(&cfg, &hookStore{beforeTake: func() { takes.Add(1) }})
 	runPoller(t, NewPoller(cfg))
 	testenv.WaitFor(t, 10*time.Second, "subscribed and the poller asleep", func() bool {
 		return f.wakes.Subscriptions() > 0 && takes.Load() > 0 && f.wakes.Mailbox(0).until.Load() != 0
@@ -279,9 +279,9 @@ func TestPollerFencedLeaderCannotTakeOrAckAndStepsDown(t *testing.T) {
 	paused, resume := make(chan []*task.Task, 1), make(chan struct{})
 	var once sync.Once
 	cfgA := f.config(0, 10)
-	cfgA.Hooks = &Hooks{BeforeAck: func(_ context.Context, _ int, _ int64, ts []*task.Task) {
+	withHooks(&cfgA, &hookStore{beforeAck: func(_ context.Context, ts []*task.Task) {
 		once.Do(func() { paused <- ts; <-resume })
-	}}
+	}})
 	a := runPoller(t, NewPoller(cfgA))
 	var claimed []*task.Task
 	select {
@@ -354,7 +354,7 @@ func TestPollerGivesBackAfterFinishingItsBatch(t *testing.T) {
 	paused, resume := make(chan struct{}), make(chan struct{})
 	cfg := f.config(0, 1)
 	cfg.Stop = stop
-	cfg.Hooks = &Hooks{BeforeAck: func(context.Context, int, int64, []*task.Task) { close(paused); <-resume }}
+	withHooks(&cfg, &hookStore{beforeAck: func(context.Context, []*task.Task) { close(paused); <-resume }})
 	r := runPoller(t, NewPoller(cfg))
 	<-paused
 	close(stop)
@@ -383,7 +383,7 @@ func TestPollerHoldsTakesWhileLeadershipIsUnconfirmed(t *testing.T) {
 		}
 		return time.Now().Add(-time.Second)
 	}
-	cfg.Hooks = &Hooks{BeforeTake: func(int, int64) { takes.Add(1) }}
+	withHooks(&cfg, &hookStore{beforeTake: func() { takes.Add(1) }})
 	runPoller(t, NewPoller(cfg))
 	window := time.NewTimer(300 * time.Millisecond) // observation window, not a wait for a condition
 	<-window.C

@@ -66,10 +66,51 @@ func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp)
 			s.view = nil
 		}
 	}()
+	v, err := s.currentView(ctx, now)
+	if err != nil {
+		return err
+	}
+	due := v.due(now)
+	s.m.Planned.Add(float64(len(due)))
+	plans, planned, err := s.planDue(ctx, now, due)
+	if err != nil {
+		return err
+	}
+	del, err := s.cancelDropped(ctx, v, plans)
+	if err != nil {
+		return err
+	}
+	created, cancelled, err := s.materialize(ctx, plans)
+	if err != nil {
+		return err
+	}
+	if err := s.writeStates(ctx, fence, plans, cancelled, del); err != nil {
+		return err
+	}
+	// The view takes what was written; each planned schedule waits for
+	// its next wake.
+	for _, id := range del {
+		delete(v.gone, id)
+	}
+	for _, e := range due {
+		if p := planned[e]; p != nil {
+			e.st, e.had = p.st, true
+		}
+		v.reschedule(e, s.cfg.Lookahead)
+	}
+	// Counted once the states are written (a failed pass is done again).
+	s.count(plans, created, cancelled)
+	return nil
+}
+
+// currentView is the view of the schedules at now: the one the watch
+// keeps current, else loaded again (also every resyncEvery). With planAll
+// every schedule of it is due.
+func (s *Scheduler) currentView(ctx context.Context, now time.Time) (*view, error) {
 	if s.view == nil || !s.view.watched || now.Sub(s.view.loadedAt) >= resyncEvery {
 		snap, err := s.sched.Load(ctx)
 		if err != nil {
-			return s.fail(opLoad, err)
+			return nil, s.fail(opLoad, err)
 		}
 		s.view = s.newView(snap, now)
 	}
@@ -84,24 +125,31 @@ func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp)
 			}
 		}
 	}
-	due := v.due(now)
-	s.m.Planned.Add(float64(len(due)))
-	var plans []*plan
-	planned := make(map[*entry]*plan, len(due))
+	return v, nil
+}
+
+// planDue plans the due schedules; planned maps each entry to its plan (a
+// schedule whose spec does not compile has none).
+func (s *Scheduler) planDue(ctx context.Context, now time.Time, due []*entry) (plans []*plan, planned map[*entry]*plan, err error) {
+	planned = make(map[*entry]*plan, len(due))
 	for _, e := range due {
 		p, err := s.planSchedule(ctx, now, e.sch, e.c, e.st, e.had)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if p != nil {
 			plans = append(plans, p)
 			planned[e] = p
 		}
 	}
-	// States of deleted schedules: cancel their pending ticks, then
-	// delete them. (A schedule whose value does not decode keeps its
-	// state: it is in the view, as bad.)
-	var del []string
+	return plans, planned, nil
+}
+
+// cancelDropped cancels the pending ticks that changes dropped: those of
+// deleted schedules (whose states it returns, to delete) and those the
+// plans cancel. (A schedule whose value does not decode keeps its state:
+// it is in the view, as bad.)
+func (s *Scheduler) cancelDropped(ctx context.Context, v *view, plans []*plan) (del []string, err error) {
 	var cancels []string
 	for _, id := range v.goneIDs() {
 		for _, t := range v.gone[id].Pending {
@@ -118,12 +166,18 @@ func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp)
 		if err := s.cfg.Store.Cancel(ctx, id); err != nil {
 			var se *redisstore.StateError
 			if !errors.Is(err, redisstore.ErrNotFound) && !errors.As(err, &se) {
-				return s.fail(opCancel, err)
+				return nil, s.fail(opCancel, err)
 			}
 		}
 	}
+	return del, nil
+}
 
-	// Materialize every schedule's ticks in one call.
+// materialize writes every plan's ticks as tasks in one call. created:
+// the tick ids it created; cancelled: those whose id is taken by a
+// cancelled task (cancelled by a user, or by a change of the schedule
+// that a pass after it did not see as a change): they do not fire.
+func (s *Scheduler) materialize(ctx context.Context, plans []*plan) (created, cancelled map[string]bool, err error) {
 	var subs []redisstore.Submit
 	for _, p := range plans {
 		for _, t := range p.caught {
@@ -133,31 +187,33 @@ func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp)
 			subs = append(subs, redisstore.Submit{Task: p.c.Task(p.id, t), Revive: p.revive})
 		}
 	}
-	created := map[string]bool{}
-	// cancelled: ticks whose id is taken by a cancelled task (cancelled
-	// by a user, or by a change of the schedule that a pass after it did
-	// not see as a change): they do not fire
-	cancelled := map[string]bool{}
-	if len(subs) > 0 {
-		res, err := s.cfg.Store.Schedule(ctx, subs)
-		if err != nil {
-			return s.fail(opSchedule, err)
-		}
-		for _, r := range res {
-			switch {
-			case r.Outcome == redisstore.Created:
-				created[r.ID] = true
-			case r.State == task.StateCancelled:
-				cancelled[r.ID] = true
-				s.log.Debug("schedule tick was cancelled: it does not fire", "task_id", r.ID)
-			case r.Outcome == redisstore.Rejected:
-				// fired (or cancelled) already with other content: the tick
-				// is handled
-				s.log.Debug("schedule tick exists in another state", "task_id", r.ID, "state", r.State)
-			}
+	created, cancelled = map[string]bool{}, map[string]bool{}
+	if len(subs) == 0 {
+		return created, cancelled, nil
+	}
+	res, err := s.cfg.Store.Schedule(ctx, subs)
+	if err != nil {
+		return nil, nil, s.fail(opSchedule, err)
+	}
+	for _, r := range res {
+		switch {
+		case r.Outcome == redisstore.Created:
+			created[r.ID] = true
+		case r.State == task.StateCancelled:
+			cancelled[r.ID] = true
+			s.log.Debug("schedule tick was cancelled: it does not fire", "task_id", r.ID)
+		case r.Outcome == redisstore.Rejected:
+			// fired (or cancelled) already with other content: the tick
+			// is handled
+			s.log.Debug("schedule tick exists in another state", "task_id", r.ID, "state", r.State)
 		}
 	}
+	return created, cancelled, nil
+}
 
+// writeStates writes the states the plans changed (without the cancelled
+// ticks) and deletes those in del, in one transaction fenced by fence.
+func (s *Scheduler) writeStates(ctx context.Context, fence clientv3.Cmp, plans []*plan, cancelled map[string]bool, del []string) error {
 	for _, p := range plans {
 		if len(cancelled) > 0 {
 			p.dropCancelled(cancelled)
@@ -169,27 +225,21 @@ func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp)
 			put[p.id] = p.st
 		}
 	}
-	if len(put) > 0 || len(del) > 0 {
-		if err := s.sched.WriteStates(ctx, fence, put, del); err != nil {
-			if errors.Is(err, schedule.ErrFenced) {
-				return errFenced
-			}
-			return s.fail(opWrite, err)
+	if len(put) == 0 && len(del) == 0 {
+		return nil
+	}
+	if err := s.sched.WriteStates(ctx, fence, put, del); err != nil {
+		if errors.Is(err, schedule.ErrFenced) {
+			return errFenced
 		}
+		return s.fail(opWrite, err)
 	}
-	// The view takes what was written; each planned schedule waits for
-	// its next wake.
-	for _, id := range del {
-		delete(v.gone, id)
-	}
-	for _, e := range due {
-		if p := planned[e]; p != nil {
-			e.st, e.had = p.st, true
-		}
-		v.reschedule(e, s.cfg.Lookahead)
-	}
+	return nil
+}
 
-	// Counted once the states are written (a failed pass is done again).
+// count counts the pass' ticks by outcome (materialized, caught up,
+// skipped) and logs the schedules that missed ticks.
+func (s *Scheduler) count(plans []*plan, created, cancelled map[string]bool) {
 	var mat, caught, skipped int
 	for _, p := range plans {
 		mat += len(p.found)
@@ -219,7 +269,6 @@ func (s *Scheduler) pass(ctx context.Context, now time.Time, fence clientv3.Cmp)
 	s.m.Ticks.WithLabelValues(outcomeMaterialized).Add(float64(mat))
 	s.m.Ticks.WithLabelValues(outcomeCaughtUp).Add(float64(caught))
 	s.m.Ticks.WithLabelValues(outcomeSkipped).Add(float64(skipped))
-	return nil
 }
 
 // fail counts an error of op and wraps it.
