@@ -107,9 +107,13 @@ type TaskPage struct {
 }
 
 // ListTasks reads one page of the tasks o selects (GET /v1/tasks). The
-// walk goes shard by shard and, within a shard, by due time then id (dead
-// tasks: by the time they died, oldest first). A bad option or cursor is
-// an *APIError with a 4xx status whose message names the parameter.
+// walk goes by time across every shard, oldest first, then by id: waiting
+// and paused tasks by due time, dead ones by the time they died, succeeded
+// and cancelled ones by the time their record expires (finish time plus
+// the daemon's retention); fired and delivered tasks shard by shard. A bad
+// option or cursor (one of an earlier daemon, which walked every state
+// shard by shard, included) is an *APIError with a 4xx status whose
+// message names the parameter.
 func (c *Client) ListTasks(ctx context.Context, o ListOptions) (*TaskPage, error) {
 	var p TaskPage
 	if err := c.do(ctx, http.MethodGet, "/v1/tasks"+o.query(), nil, &p); err != nil {

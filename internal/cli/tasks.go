@@ -22,7 +22,7 @@ import (
 const tasksUsage = `Usage: dq tasks list [--state S] [--type T] [--due-after TIME] [--due-before TIME] [--limit N] [--all] [--cursor C] [flags]
        dq tasks cancel (ID... | --type T [--due-after TIME] [--due-before TIME] | --all) [flags]
 
-list     the tasks of one state, shard by shard, by due time within a shard:
+list     the tasks of one state, by time across every shard, oldest first:
          a table of id, type, state, due time, attempt and shard (-o json:
          one JSON array of the tasks as the daemon answers them). One page
          of --limit tasks; --all follows the cursor through every page, and

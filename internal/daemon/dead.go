@@ -14,6 +14,10 @@ import (
 
 // The dead tasks, one by one: GET /v1/dead, POST /v1/dead/{id}/redrive,
 // DELETE /v1/dead/{id} (the bulk forms are in operator.go).
+//
+// GET /v1/dead answers the most recent dead tasks, newest first across
+// every shard (by the time they died); GET /v1/tasks?state=dead pages
+// through all of them the other way, oldest first.
 
 const (
 	defaultDeadLimit = 100

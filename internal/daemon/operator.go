@@ -31,11 +31,15 @@ import (
 // field, where present, is a valid type: an empty one is a 422, never
 // "every type".
 //
-// The list walks the shards one after the other (0..n-1) with the store's
-// opaque cursor; within a shard by due time then id (the dead set: by the
-// time the task died, oldest first). A page may hold fewer tasks than the
-// limit and still have a next cursor: the store examines a bounded number
-// of entries per request.
+// The list goes by time across every shard (a merge of the shards'
+// sorted sets, see redisstore.Store.List) with the store's opaque cursor:
+// waiting and paused tasks by due time, dead ones by the time they died,
+// succeeded and cancelled ones by the time their record expires (their
+// finish time plus the retention), oldest first, then by id; fired and
+// delivered tasks, which have no sorted set, shard by shard. A page may
+// hold fewer tasks than the limit and still have a next cursor: the store
+// examines a bounded number of entries per request. A cursor of an earlier
+// daemon, which walked every state shard by shard, is a 422 that says so.
 //
 // A bulk by filter walks the matching tasks in pages of bulkPage and
 // changes each page through the store's by-id scripts; it stops after

@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -214,8 +215,8 @@ func TestOperatorListWalk(t *testing.T) {
 		t.Fatalf("%d pages for 230 tasks of limit 7", pages)
 	}
 
-	// Order within a shard: by due time (the stable set's ids are due in
-	// their index order), shards one after the other.
+	// Order: by due time across the shards (the stable set's ids are due
+	// in their index order).
 	all := app.listPage(url.Values{"type": {"walk"}, "limit": {"1000"}, "due_after": {future.UTC().Format(time.RFC3339Nano)}, "due_before": {future.Add(time.Second).UTC().Format(time.RFC3339Nano)}})
 	for more := all.Next; more != ""; {
 		p := app.listPage(url.Values{"type": {"walk"}, "limit": {"1000"}, "cursor": {more}, "due_after": {future.UTC().Format(time.RFC3339Nano)}, "due_before": {future.Add(time.Second).UTC().Format(time.RFC3339Nano)}})
@@ -227,7 +228,7 @@ func TestOperatorListWalk(t *testing.T) {
 	}
 	for i := 1; i < len(all.Tasks); i++ {
 		a, b := all.Tasks[i-1], all.Tasks[i]
-		if a.Shard > b.Shard || (a.Shard == b.Shard && a.DueAt > b.DueAt) {
+		if a.ID != stable[i-1] || b.ID != stable[i] {
 			t.Fatalf("order: %+v before %+v", a, b)
 		}
 		if b.State != task.StateScheduled || b.Type != "walk" {
@@ -240,6 +241,91 @@ func TestOperatorListWalk(t *testing.T) {
 	if got := len(countIDs(t, fired)); got != 2*churn {
 		t.Fatalf("fired: %d tasks, want %d", got, 2*churn)
 	}
+}
+
+// TestOperatorListOrderAcrossShards: GET /v1/tasks lists by due time
+// across 16 shards, the first page being the earliest due tasks of all
+// shards; the dead tasks by time of death, oldest first (GET /v1/dead:
+// newest first).
+func TestOperatorListOrderAcrossShards(t *testing.T) {
+	r := startRedis(t)
+	cfg := testConfig(t, r.Addr)
+	cfg.Shards = 16
+	app := startApp(t, cfg)
+	st := openStore(t, r.Client(t), cfg)
+
+	// due in index order (1 ms apart), spread over the shards by their id
+	future := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	ids := app.scheduleMany("o", "order", 300, future)
+	first := app.listPage(url.Values{"limit": {"20"}})
+	shards := map[int]bool{}
+	for i, tk := range first.Tasks {
+		shards[tk.Shard] = true
+		if i >= len(ids) || tk.ID != ids[i] {
+			t.Fatalf("first page #%d: %s (shard %d), want %s", i, tk.ID, tk.Shard, ids[min(i, len(ids)-1)])
+		}
+	}
+	if len(first.Tasks) != 20 || first.Next == "" || len(shards) < 8 {
+		t.Fatalf("first page: %d tasks of %d shards, next %q", len(first.Tasks), len(shards), first.Next)
+	}
+	if got, _ := app.walk(url.Values{"state": {"scheduled"}, "limit": {"7"}}, nil); !slices.Equal(got, ids) {
+		t.Fatalf("walk: %d tasks, not the %d in due order", len(got), len(ids))
+	}
+
+	// three rounds of deaths, each at a later millisecond than the last
+	var died []string
+	for round := range 3 {
+		app.scheduleMany(fmt.Sprintf("d%d", round), "order.dead", 30, time.Now().Add(-time.Second))
+		killed := killAll(t, st)
+		slices.Sort(killed)
+		died = append(died, killed...)
+		end := time.Now()
+		waitFor(t, "the clock to move on", func() bool { return time.Since(end) > 3*time.Millisecond })
+	}
+	dead, _ := app.walk(url.Values{"state": {"dead"}, "limit": {"9"}}, nil)
+	if len(dead) != len(died) {
+		t.Fatalf("dead: %d listed, want %d", len(dead), len(died))
+	}
+	roundOf := func(id string) string { return id[:2] }
+	for i := 1; i < len(dead); i++ {
+		if roundOf(dead[i-1]) > roundOf(dead[i]) {
+			t.Fatalf("dead: %s listed before %s (an earlier death)", dead[i-1], dead[i])
+		}
+	}
+	all := app.listPage(url.Values{"state": {"dead"}, "limit": {"1000"}})
+	for i := 1; i < len(all.Tasks); i++ {
+		a, b := all.Tasks[i-1], all.Tasks[i]
+		if da, db := parseTime(t, a.DiedAt), parseTime(t, b.DiedAt); da.After(db) || (da.Equal(db) && a.ID > b.ID) {
+			t.Fatalf("dead: %s died %s, listed before %s died %s", a.ID, a.DiedAt, b.ID, b.DiedAt)
+		}
+	}
+	newest := app.do("GET", "/v1/dead?limit=1000", "")
+	var nd struct {
+		Dead []struct {
+			ID     string `json:"id"`
+			DiedAt string `json:"died_at"`
+		} `json:"dead"`
+	}
+	if newest.Status != 200 || json.Unmarshal(newest.Raw, &nd) != nil || len(nd.Dead) != len(died) {
+		t.Fatalf("GET /v1/dead: %d %s", newest.Status, newest.Raw)
+	}
+	for i := 1; i < len(nd.Dead); i++ {
+		if parseTime(t, nd.Dead[i-1].DiedAt).Before(parseTime(t, nd.Dead[i].DiedAt)) {
+			t.Fatalf("GET /v1/dead: %+v before %+v, not newest first", nd.Dead[i-1], nd.Dead[i])
+		}
+	}
+	if roundOf(nd.Dead[0].ID) != "d2" || roundOf(nd.Dead[len(nd.Dead)-1].ID) != "d0" {
+		t.Fatalf("GET /v1/dead: first %s, last %s", nd.Dead[0].ID, nd.Dead[len(nd.Dead)-1].ID)
+	}
+}
+
+func parseTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("time %q: %v", s, err)
+	}
+	return at
 }
 
 // TestOperatorListDead lists dead tasks with died_at, across shards, and
@@ -888,6 +974,8 @@ func TestHostileOperator(t *testing.T) {
 		{method: "GET", path: "/v1/tasks?state=scheduled&cursor=" + url.QueryEscape(deadCursor), status: 422, code: "invalid_task", msg: "cursor:"},
 		{method: "GET", path: "/v1/tasks?state=dead&type=keep&cursor=" + url.QueryEscape(deadCursor), status: 422, code: "invalid_task", msg: "cursor:"},
 		{method: "GET", path: "/v1/tasks?cursor=" + url.QueryEscape(`"><script>alert(1)</script>`), status: 422, code: "invalid_task", msg: "cursor:"},
+		// a cursor of an earlier daemon, which walked the shards one by one
+		{method: "GET", path: "/v1/tasks?state=dead&cursor=" + base64.RawURLEncoding.EncodeToString([]byte(`{"v":1,"s":"dead","f":1,"sh":2,"at":true,"sc":5,"id":"x"}`)), status: 422, code: "invalid_task", msg: "listed this state shard by shard"},
 		{method: "GET", path: "/v1/tasks?statee=dead", status: 400, code: "unknown_field", msg: "statee"},
 		{method: "GET", path: "/v1/tasks?state=%zz", status: 422, code: "invalid_task", msg: "query:"},
 		// POST /v1/tasks/cancel

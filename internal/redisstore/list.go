@@ -23,22 +23,27 @@ import (
 	"github.com/delayq/delayq/internal/task"
 )
 
-// Listing: List walks one state's tasks shard by shard (0..n-1 of the
-// store's map) with an opaque cursor, doing bounded work per call.
+// Listing: List walks one state's tasks with an opaque cursor, doing
+// bounded work per call.
 //
-// Within a shard the order is that of the index the state has:
+// The states kept in a sorted set come in one order across every shard of
+// the store's map, by the set's score, then id (a k-way merge of the
+// shards' sets, see listmerge.go):
 //   - scheduled, retrying (and both, State ""): the due set, by due time
 //     (the score: due ms + bucket/1024), then id;
-//   - paused: the due set's parked part, by due time, then id;
+//   - paused: the due set's parked part, by due time (the parked score,
+//     see park.lua), then id;
 //   - dead: the dead set, by the time the task died, oldest first, then id;
-//   - succeeded, cancelled: the done set, by the time the record expires,
-//     then id;
-//   - fired: no index; the shard's bucket hashes, bucket by bucket, and in
-//     a bucket by id (per HSCAN page).
+//   - succeeded, cancelled: the done set, by the time the record expires
+//     (its finish time plus the retention), then id.
+//
+// The fired and delivered states have no index: they are walked shard by
+// shard (0..n-1 of the store's map), in a shard bucket hash by bucket
+// hash, and in a bucket by id (per HSCAN page).
 //
 // A sorted-set walk resumes strictly after the last entry it examined
-// (score, id), also when that entry has left the set since (see
-// listAfterLua): a task that stays in its set during a walk is listed
+// (score, id), on every shard, also when that entry has left its set since
+// (see listAfterLua): a task that stays in its set during a walk is listed
 // exactly once; one added behind the position is listed, one added before
 // it is not. A task that a growth of the shard map moves to another shard
 // during a walk may be listed twice or not at all; a fired task whose
@@ -49,9 +54,11 @@ const (
 	listDefaultLimit = 100
 	listMaxLimit     = 1000
 	listMinBudget    = 1000 // entries examined per call: max(limit*10, listMinBudget)
-	listChunk        = 200  // entries read per round trip
+	listChunk        = 200  // entries read per round trip (fired: HSCAN count)
+	listRecordBatch  = 1000 // records read per round trip (merged walks)
 	listBucketBatch  = 32   // bucket hashes scanned per round trip (fired)
-	cursorVersion    = 1
+	cursorVersion    = 1    // the cursors of the shard-by-shard walks (fired, delivered)
+	mergeVersion     = 2    // the cursors of the merged walks (sorted sets); 1 was shard by shard
 	maxCursorLen     = 1024
 )
 
@@ -83,13 +90,13 @@ var ErrBadCursor = errors.New("bad cursor")
 
 // listCursor is a walk's position, encoded as base64url JSON.
 type listCursor struct {
-	V  int    `json:"v"`            // cursorVersion
+	V  int    `json:"v"`            // mergeVersion (sorted sets), cursorVersion (fired, delivered)
 	S  string `json:"s"`            // the query's state
 	F  uint64 `json:"f"`            // filterHash of the query
-	Sh int    `json:"sh"`           // the shard being walked
-	At bool   `json:"at,omitempty"` // sorted sets: a position is set (else the shard's start)
-	// sorted sets: the last entry examined; fired: the last id examined
-	// in the HSCAN page of cursor C of bucket B
+	Sh int    `json:"sh"`           // fired, delivered: the shard being walked (sorted sets: 0)
+	At bool   `json:"at,omitempty"` // sorted sets: a position is set (else the start)
+	// sorted sets: the last entry examined, of any shard; fired: the last
+	// id examined in the HSCAN page of cursor C of bucket B
 	Sc float64 `json:"sc,omitempty"`
 	ID string  `json:"id,omitempty"`
 	B  int     `json:"b,omitempty"`
@@ -116,25 +123,42 @@ func decodeCursor(s string, q ListQuery, f uint64) (listCursor, error) {
 	if err := d.Decode(&c); err != nil || d.More() {
 		return c, fmt.Errorf("%w: does not parse", ErrBadCursor)
 	}
-	switch {
-	case c.V != cursorVersion:
-		return c, fmt.Errorf("%w: version %d", ErrBadCursor, c.V)
-	case c.S != string(q.State):
-		return c, fmt.Errorf("%w: made for state %q", ErrBadCursor, c.S)
-	case c.F != f:
-		return c, fmt.Errorf("%w: made for another filter", ErrBadCursor)
-	case c.Sh < 0 || c.Sh >= shardmap.MaxShards:
-		return c, fmt.Errorf("%w: shard %d", ErrBadCursor, c.Sh)
-	case c.B < 0 || c.B >= BucketsPerShard:
-		return c, fmt.Errorf("%w: bucket %d", ErrBadCursor, c.B)
-	case len(c.ID) > task.MaxIDLen || math.IsNaN(c.Sc) || math.IsInf(c.Sc, 0):
-		return c, fmt.Errorf("%w: position", ErrBadCursor)
-	case bucketWalk(q.State) && (c.At || c.Sc != 0):
-		return c, fmt.Errorf("%w: position", ErrBadCursor)
-	case !bucketWalk(q.State) && (c.B != 0 || c.C != 0 || !c.At && (c.ID != "" || c.Sc != 0)):
-		return c, fmt.Errorf("%w: position", ErrBadCursor)
+	if e := checkCursor(c, q, f); e != "" {
+		return c, fmt.Errorf("%w: %s", ErrBadCursor, e)
 	}
 	return c, nil
+}
+
+// checkCursor says what is wrong with a parsed cursor c of query q, whose
+// filter hash is f ("": nothing). A version 1 cursor of a sorted-set
+// state was made by a daemon that listed those shard by shard: its
+// position means nothing in the merged order, so it is refused, saying so.
+func checkCursor(c listCursor, q ListQuery, f uint64) string {
+	want := mergeVersion
+	if bucketWalk(q.State) {
+		want = cursorVersion
+	}
+	switch {
+	case c.V == cursorVersion && want == mergeVersion:
+		return "made by an earlier version, which listed this state shard by shard"
+	case c.V != want:
+		return fmt.Sprintf("version %d", c.V)
+	case c.S != string(q.State):
+		return fmt.Sprintf("made for state %q", c.S)
+	case c.F != f:
+		return "made for another filter"
+	case c.Sh < 0 || c.Sh >= shardmap.MaxShards || (want == mergeVersion && c.Sh != 0):
+		return fmt.Sprintf("shard %d", c.Sh)
+	case c.B < 0 || c.B >= BucketsPerShard:
+		return fmt.Sprintf("bucket %d", c.B)
+	case len(c.ID) > task.MaxIDLen || math.IsNaN(c.Sc) || math.IsInf(c.Sc, 0):
+		return "position"
+	case bucketWalk(q.State) && (c.At || c.Sc != 0):
+		return "position"
+	case !bucketWalk(q.State) && (c.B != 0 || c.C != 0 || !c.At && (c.ID != "" || c.Sc != 0)):
+		return "position"
+	}
+	return ""
 }
 
 // filterHash identifies a query's filter (state, type, due range), so that
@@ -265,112 +289,37 @@ func (s *Store) List(ctx context.Context, q ListQuery) (ListPage, error) {
 	}
 	limit = min(limit, listMaxLimit)
 	f := filterHash(q)
-	c := listCursor{V: cursorVersion, S: string(q.State), F: f}
+	c := listCursor{V: mergeVersion, S: string(q.State), F: f}
+	if w.set == nil {
+		c.V = cursorVersion
+	}
 	if q.Cursor != "" {
 		if c, err = decodeCursor(q.Cursor, q, f); err != nil {
 			return ListPage{}, err
 		}
 	}
 	l := &lister{s: s, q: q, w: w, m: s.Map(), limit: limit, budget: max(limit*10, listMinBudget)}
+	if w.set != nil {
+		return l.merged(ctx, c) // listmerge.go
+	}
+	return l.byShard(ctx, c)
+}
+
+// byShard walks the fired (or delivered) tasks shard by shard from c's
+// position.
+func (l *lister) byShard(ctx context.Context, c listCursor) (ListPage, error) {
 	for c.Sh < l.m.Count {
-		var done bool
-		if w.set == nil {
-			done, err = l.fired(ctx, &c)
-		} else {
-			done, err = l.sorted(ctx, &c)
-		}
+		done, err := l.fired(ctx, &c)
 		if err != nil {
-			return ListPage{}, fmt.Errorf("list %s on shard %d: %w", q.State, c.Sh, err)
+			return ListPage{}, fmt.Errorf("list %s on shard %d: %w", l.q.State, c.Sh, err)
 		}
 		if !done {
 			l.page.Next = c.encode()
 			return l.page, nil
 		}
-		c = listCursor{V: cursorVersion, S: c.S, F: f, Sh: c.Sh + 1}
+		c = listCursor{V: cursorVersion, S: c.S, F: c.F, Sh: c.Sh + 1}
 	}
 	return l.page, nil
-}
-
-// sorted walks shard c.Sh's sorted set from c's position until the page is
-// full or the budget is spent (false, c at the last entry examined) or the
-// shard is done (true).
-func (l *lister) sorted(ctx context.Context, c *listCursor) (bool, error) {
-	sh := c.Sh
-	key := l.w.set(sh)
-	for l.budget > 0 {
-		sc, id := strconv.FormatFloat(l.w.lo, 'f', -1, 64), ""
-		if c.At {
-			sc, id = strconv.FormatFloat(c.Sc, 'f', -1, 64), c.ID
-		} else if math.IsInf(l.w.lo, -1) {
-			sc = "-inf"
-		}
-		count := min(listChunk, l.budget)
-		v, err := l.s.run(ctx, listAfterScript, []string{key}, sc, id, count)
-		if err != nil {
-			return false, err
-		}
-		zs, err := zsliceOf(v)
-		if err != nil {
-			return false, err
-		}
-		// the records of the entries in range, with their last errors
-		n := len(zs)
-		for i, z := range zs {
-			if z.score >= l.w.hi {
-				n = i
-				break
-			}
-		}
-		recs := make([]*redis.StringCmd, n)
-		var errs, rcpts []any
-		if n > 0 {
-			ids := make([]string, n)
-			var errsCmd, rcptCmd *redis.SliceCmd
-			_, err = l.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i, z := range zs[:n] {
-					ids[i] = z.id
-					recs[i] = p.HGet(ctx, l.s.k.bucket(sh, z.id), z.id)
-				}
-				errsCmd = p.HMGet(ctx, l.s.k.errs(sh), ids...)
-				rcptCmd = p.HMGet(ctx, l.s.k.receipts(sh), ids...)
-				return nil
-			})
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return false, err
-			}
-			errs, rcpts = errsCmd.Val(), rcptCmd.Val()
-		}
-		for i, z := range zs[:n] {
-			l.budget--
-			c.At, c.Sc, c.ID = true, z.score, z.id
-			v, err := recs[i].Result()
-			if err != nil {
-				continue // gone meanwhile
-			}
-			var le, rc string
-			if i < len(errs) {
-				le, _ = errs[i].(string)
-			}
-			if i < len(rcpts) {
-				rc, _ = rcpts[i].(string)
-			}
-			t, err := readRecord(l.m, sh, z.id, v, z.score, l.w.due, l.w.done, le, rc)
-			if err != nil {
-				continue // unreadable: Get tells more
-			}
-			var died time.Time
-			if l.w.dead {
-				died = task.FromMillis(int64(z.score))
-			}
-			if l.keep(t, died) {
-				return false, nil
-			}
-		}
-		if n < len(zs) || len(zs) < count {
-			return true, nil // past the range, or the set's end
-		}
-	}
-	return false, nil
 }
 
 // zentry is one sorted-set entry of a listAfter reply.

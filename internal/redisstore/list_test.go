@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ func TestListCluster(t *testing.T) {
 	t.Run("StableWalk", func(t *testing.T) { testListStableWalk(t, rdb) })
 	t.Run("Ties", func(t *testing.T) { testListTies(t, rdb) })
 	t.Run("States", func(t *testing.T) { testListStates(t, rdb) })
+	t.Run("MergedOrder", func(t *testing.T) { testListMergedOrder(t, rdb) })
 }
 
 func listSuite(t *testing.T, rdb redis.UniversalClient) {
@@ -42,6 +44,9 @@ func listSuite(t *testing.T, rdb redis.UniversalClient) {
 	t.Run("BadCursors", func(t *testing.T) { t.Parallel(); testListBadCursors(t, rdb) })
 	t.Run("Budget", func(t *testing.T) { t.Parallel(); testListBudget(t, rdb) })
 	t.Run("Bulk", func(t *testing.T) { t.Parallel(); testBulk(t, rdb) })
+	t.Run("MergedOrder", func(t *testing.T) { t.Parallel(); testListMergedOrder(t, rdb) })
+	t.Run("Skewed", func(t *testing.T) { t.Parallel(); testListSkewed(t, rdb) })
+	t.Run("DeadOrder", func(t *testing.T) { t.Parallel(); testListDeadOrder(t, rdb) })
 }
 
 // walkAll lists every page of q; it fails after maxPages.
@@ -78,22 +83,16 @@ func listedIDs(ls []Listed) []string {
 	return out
 }
 
-// checkOrder checks that ls go shard by shard and, within a shard, by due
-// time, bucket and id (the due set's order).
+// checkOrder checks that ls go by due time, bucket and id across every
+// shard (the due sets' order, merged).
 func checkOrder(t *testing.T, ls []Listed) {
 	t.Helper()
 	for i := 1; i < len(ls); i++ {
 		a, b := ls[i-1].Task, ls[i].Task
-		if a.Shard != b.Shard {
-			if a.Shard > b.Shard {
-				t.Fatalf("shard %d after shard %d", b.Shard, a.Shard)
-			}
-			continue
-		}
 		ka := []int64{task.Millis(a.DueAt), int64(bucketOf(a.ID))}
 		kb := []int64{task.Millis(b.DueAt), int64(bucketOf(b.ID))}
 		if c := slices.Compare(ka, kb); c > 0 || (c == 0 && a.ID >= b.ID) {
-			t.Fatalf("out of order: %s (%v, %d) before %s (%v, %d)", a.ID, a.DueAt, ka[1], b.ID, b.DueAt, kb[1])
+			t.Fatalf("out of order: %s (%v, %d, shard %d) before %s (%v, %d, shard %d)", a.ID, a.DueAt, ka[1], a.Shard, b.ID, b.DueAt, kb[1], b.Shard)
 		}
 	}
 }
@@ -143,6 +142,148 @@ func testListStableWalk(t *testing.T, rdb redis.UniversalClient) {
 	// "" lists scheduled and retrying: the same set
 	if got := walkAll(t, s, ListQuery{Limit: 1000}, 20, nil); len(got) != n {
 		t.Fatalf("state \"\": %d tasks", len(got))
+	}
+}
+
+// testListMergedOrder: tasks spread over 16 shards, due in an order that
+// has nothing to do with their shards. The first page is the earliest due
+// tasks of all shards, in order; paging through in pages of every size
+// gives every task once, in order; so does a filtered walk.
+func testListMergedOrder(t *testing.T, rdb redis.UniversalClient) {
+	s := newStore(t, rdb, Options{Shards: 16})
+	now := redisNow(t, s).Truncate(time.Millisecond)
+	const n = 1200
+	var tasks []*task.Task
+	for i := range n {
+		// due times a multiplicative permutation of 0..n-1 ms, so the
+		// creation order, the id order and the shards tell nothing
+		tk := mk(fmt.Sprintf("mo-%d", i), now.Add(time.Hour+time.Duration(i*7919%n)*time.Millisecond))
+		if i%3 == 0 {
+			tk.Type = "mail.send"
+		}
+		tasks = append(tasks, tk)
+	}
+	scheduleAll(t, s, tasks)
+	byDue := slices.Clone(tasks)
+	slices.SortFunc(byDue, func(a, b *task.Task) int { return a.DueAt.Compare(b.DueAt) })
+	ids := func(ts []*task.Task) []string {
+		out := make([]string, len(ts))
+		for i, tk := range ts {
+			out[i] = tk.ID
+		}
+		return out
+	}
+	shards := map[int]bool{}
+	first, err := s.List(t.Context(), ListQuery{Limit: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range first.Tasks {
+		shards[l.Task.Shard] = true
+	}
+	if got, want := listedIDs(first.Tasks), ids(byDue[:20]); !slices.Equal(got, want) || first.Next == "" {
+		t.Fatalf("first page: %v, want the 20 earliest due %v", got, want)
+	}
+	if len(shards) < 8 {
+		t.Fatalf("the first page holds tasks of %d shards only", len(shards))
+	}
+	for _, limit := range []int{1, 7, 100, 1000} {
+		all := walkAll(t, s, ListQuery{State: task.StateScheduled, Limit: limit}, n/limit+20, nil)
+		if got := listedIDs(all); !slices.Equal(got, ids(byDue)) {
+			t.Fatalf("limit %d: %d tasks listed, not every task in due order", limit, len(got))
+		}
+		checkOrder(t, all)
+	}
+	var mail []*task.Task
+	for _, tk := range byDue {
+		if tk.Type == "mail.send" {
+			mail = append(mail, tk)
+		}
+	}
+	if got := listedIDs(walkAll(t, s, ListQuery{Type: "mail.send", Limit: 9}, n, nil)); !slices.Equal(got, ids(mail)) {
+		t.Fatalf("by type: %d tasks listed, want %d in due order", len(got), len(mail))
+	}
+}
+
+// testListSkewed: on 16 shards, one shard holds the earliest 500 tasks
+// and the others a few later ones: the merge reads that shard again and
+// again within a page (its windows double) and keeps the order.
+func testListSkewed(t *testing.T, rdb redis.UniversalClient) {
+	s := newStore(t, rdb, Options{Shards: 16})
+	now := redisNow(t, s).Truncate(time.Millisecond)
+	var tasks []*task.Task
+	for i := 0; len(tasks) < 500; i++ {
+		if id := fmt.Sprintf("sk-%d", i); s.Shard(id) == 5 {
+			tasks = append(tasks, mk(id, now.Add(time.Hour+time.Duration(len(tasks))*time.Millisecond)))
+		}
+	}
+	for i := range 60 {
+		tasks = append(tasks, mk(fmt.Sprintf("late-%d", i), now.Add(2*time.Hour+time.Duration(i)*time.Millisecond)))
+	}
+	scheduleAll(t, s, tasks)
+	for _, limit := range []int{3, 250, 1000} {
+		all := walkAll(t, s, ListQuery{Limit: limit}, len(tasks)/limit+20, nil)
+		if len(all) != len(tasks) {
+			t.Fatalf("limit %d: %d listed, want %d", limit, len(all), len(tasks))
+		}
+		checkOrder(t, all)
+		for i, l := range all[:500] {
+			if l.Task.ID != tasks[i].ID {
+				t.Fatalf("limit %d: #%d is %s, want %s", limit, i, l.Task.ID, tasks[i].ID)
+			}
+		}
+	}
+}
+
+// testListDeadOrder: tasks of 16 shards die in three rounds a few
+// milliseconds apart; the dead walk lists them by time of death across
+// the shards (every round before the next), each with its died_at.
+func testListDeadOrder(t *testing.T, rdb redis.UniversalClient) {
+	s := newStore(t, rdb, Options{Shards: 16})
+	round := map[string]int{}
+	for r := range 3 {
+		now := redisNow(t, s)
+		for i := range 40 {
+			id := fmt.Sprintf("do-%d-%d", r, i)
+			round[id] = r
+			schedule1(t, s, mk(id, now.Add(-time.Second)))
+		}
+		for _, f := range takeAll(t, s, 1) {
+			mustFinish(t, s, Finish{ID: f.ID, Gen: f.Gen, Kind: Dead, Error: "round " + fmt.Sprint(r)})
+		}
+		// the next round dies at a later millisecond
+		end := redisNow(t, s)
+		for deadline := time.Now().Add(5 * time.Second); !redisNow(t, s).After(end.Add(2 * time.Millisecond)); {
+			if time.Now().After(deadline) {
+				t.Fatal("redis time does not advance")
+			}
+		}
+	}
+	for _, limit := range []int{7, 1000} {
+		all := walkAll(t, s, ListQuery{State: task.StateDead, Limit: limit}, 200, nil)
+		if len(all) != len(round) {
+			t.Fatalf("limit %d: %d dead listed, want %d", limit, len(all), len(round))
+		}
+		shards := map[int]bool{}
+		for i, l := range all {
+			shards[l.Task.Shard] = true
+			if l.Task.State != task.StateDead || l.DiedAt.IsZero() {
+				t.Fatalf("listed %+v died at %v", l.Task, l.DiedAt)
+			}
+			if i == 0 {
+				continue
+			}
+			p := all[i-1]
+			if c := p.DiedAt.Compare(l.DiedAt); c > 0 || (c == 0 && p.Task.ID >= l.Task.ID) {
+				t.Fatalf("limit %d: %s (died %v) before %s (died %v)", limit, p.Task.ID, p.DiedAt, l.Task.ID, l.DiedAt)
+			}
+			if round[p.Task.ID] > round[l.Task.ID] {
+				t.Fatalf("limit %d: %s of round %d before %s of round %d", limit, p.Task.ID, round[p.Task.ID], l.Task.ID, round[l.Task.ID])
+			}
+		}
+		if len(shards) < 12 {
+			t.Fatalf("the dead tasks are on %d shards only", len(shards))
+		}
 	}
 }
 
@@ -429,7 +570,9 @@ func testListBadCursors(t *testing.T, rdb redis.UniversalClient) {
 		"huge shard":     {q, craft(func(c *listCursor) { c.Sh = 1 << 20 })},
 		"negative shard": {q, craft(func(c *listCursor) { c.Sh = -1 })},
 		"bucket":         {q, craft(func(c *listCursor) { c.B = BucketsPerShard })},
-		"version":        {q, craft(func(c *listCursor) { c.V = 2 })},
+		"version":        {q, craft(func(c *listCursor) { c.V = 3 })},
+		"shard by shard": {q, craft(func(c *listCursor) { c.V = cursorVersion })},
+		"merged shard":   {q, craft(func(c *listCursor) { c.Sh = 1 })},
 		"long id":        {q, craft(func(c *listCursor) { c.ID = string(make([]byte, task.MaxIDLen+1)) })},
 		"id w/o pos":     {q, craft(func(c *listCursor) { c.At = false })},
 	} {
@@ -438,10 +581,22 @@ func testListBadCursors(t *testing.T, rdb redis.UniversalClient) {
 			t.Errorf("%s: %v, want ErrBadCursor", name, err)
 		}
 	}
-	// a shard beyond the map but within MaxShards: the walk is over
-	q.Cursor = craft(func(c *listCursor) { c.Sh = 100; c.At = false; c.ID = ""; c.Sc = 0 })
-	if p, err := s.List(t.Context(), q); err != nil || p.Next != "" || len(p.Tasks) != 0 {
+	// a cursor of the shard-by-shard walk that sorted-set states had
+	// before the merge: refused, saying why
+	q.Cursor = craft(func(c *listCursor) { c.V = cursorVersion })
+	if _, err := s.List(t.Context(), q); err == nil || !strings.Contains(err.Error(), "shard by shard") {
+		t.Fatalf("an old cursor: %v", err)
+	}
+	// fired tasks are still walked shard by shard: a shard beyond the map
+	// but within MaxShards ends the walk
+	fq := ListQuery{State: task.StateFired}
+	fq.Cursor = listCursor{V: cursorVersion, S: string(fq.State), F: filterHash(fq), Sh: 100}.encode()
+	if p, err := s.List(t.Context(), fq); err != nil || p.Next != "" || len(p.Tasks) != 0 {
 		t.Fatalf("shard past the map: %+v %v", p, err)
+	}
+	fq.Cursor = listCursor{V: mergeVersion, S: string(fq.State), F: filterHash(fq)}.encode()
+	if _, err := s.List(t.Context(), fq); !errors.Is(err, ErrBadCursor) {
+		t.Fatalf("a merged cursor for fired: %v", err)
 	}
 }
 
@@ -524,6 +679,7 @@ func testBulk(t *testing.T, rdb redis.UniversalClient) {
 func FuzzDecodeCursor(f *testing.F) {
 	q := ListQuery{State: task.StateDead, Type: "t"}
 	h := filterHash(q)
+	f.Add(listCursor{V: 2, S: "dead", F: h, At: true, Sc: 12.5, ID: "x"}.encode())
 	f.Add(listCursor{V: 1, S: "dead", F: h, Sh: 3, At: true, Sc: 12.5, ID: "x"}.encode())
 	f.Add(listCursor{V: 1, S: "dead", F: h, Sh: 4095, B: 1023, C: 77, ID: "y"}.encode())
 	f.Add("")
@@ -537,7 +693,7 @@ func FuzzDecodeCursor(f *testing.F) {
 			}
 			return
 		}
-		if c.Sh < 0 || c.Sh >= 4096 || c.B < 0 || c.B >= BucketsPerShard || len(c.ID) > task.MaxIDLen || math.IsNaN(c.Sc) {
+		if c.V != mergeVersion || c.Sh != 0 || c.B < 0 || c.B >= BucketsPerShard || len(c.ID) > task.MaxIDLen || math.IsNaN(c.Sc) {
 			t.Fatalf("accepted %+v", c)
 		}
 		c2, err := decodeCursor(c.encode(), q, h)

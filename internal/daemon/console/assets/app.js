@@ -734,7 +734,7 @@
     let next = '';
     add(view, [
       el('h2', { text: 'Tasks' }), form, err, result,
-      el('p', { class: 'note', text: 'Ordered shard by shard, then by due time within a shard. A page can hold fewer tasks than its size and still have a next page: each request examines a bounded number of entries.' }),
+      el('p', { class: 'note', text: 'Ordered by time across every shard, oldest first: due time (dead: time of death; succeeded, cancelled: when the record expires); fired and delivered tasks shard by shard. A page can hold fewer tasks than its size and still have a next page: each request examines a bounded number of entries.' }),
       list.table,
       el('div', { class: 'pager' }, prevBtn, pageLabel, nextBtn),
       el('div', { class: 'row' }, cancelMatching),
