@@ -160,16 +160,44 @@ const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // Result is the daemon's answer to one scheduled task.
 type Result struct {
-	ID      string    `json:"id"`
-	State   string    `json:"state"`   // "scheduled", or "journaled" while Redis was unreachable, or the existing task's state
-	Outcome string    `json:"outcome"` // "created", "unchanged", "updated" or "journaled"
-	DueAt   time.Time `json:"due_at"`
-	Shard   int       `json:"shard"`
+	ID      string `json:"id"`
+	State   string `json:"state"`   // "scheduled", or "journaled" while Redis was unreachable, or the existing task's state
+	Outcome string `json:"outcome"` // "created", "unchanged", "updated" or "journaled"
+	// Kept says what of an existing task stood against this submission
+	// (Outcome "unchanged"): KeptDueAt or KeptState; "" when nothing did.
+	// KeptDueAt and Ended read it.
+	Kept  string    `json:"kept,omitempty"`
+	DueAt time.Time `json:"due_at"` // the task's due time (with Kept set: the stored one, not the one asked)
+	Shard int       `json:"shard"`
 }
+
+// The values of Result.Kept.
+const (
+	// KeptDueAt: the task waits (or runs) at the due time of an earlier
+	// submission of its id. A relative due time (Delay, or none) is not
+	// computed again on a re-submit, so that a retried call does not push
+	// the task back; Client.Reschedule moves it.
+	KeptDueAt = "due_at"
+	// KeptState: the task had already ended (State is "succeeded",
+	// "dead", "cancelled" or "delivered") and nothing was scheduled: the
+	// id is spent. Schedule the work under another id, or Redrive a dead
+	// task.
+	KeptState = "state"
+)
 
 // Journaled reports whether the daemon kept the task in its journal
 // because Redis was unreachable; it reaches Redis later.
 func (r Result) Journaled() bool { return r.State == "journaled" }
+
+// KeptDueAt reports whether the task kept the due time of an earlier
+// submission of its id (DueAt is that one, not the one asked).
+func (r Result) KeptDueAt() bool { return r.Kept == KeptDueAt }
+
+// Ended reports whether the id names a task that had already ended
+// (State says how): the call scheduled nothing and will not run it
+// again. Schedule still answers it without an error, as the idempotent
+// re-submit it is; a caller for whom it is one checks Ended.
+func (r Result) Ended() bool { return r.Kept == KeptState }
 
 // BatchResult is one task's result in a batch: Err is set (an *APIError)
 // when that task was refused; the other tasks are unaffected.
@@ -195,6 +223,7 @@ type TaskInfo struct {
 	Timeout      Duration          `json:"timeout"`
 	Priority     int               `json:"priority"`
 	LastError    string            `json:"last_error"`
+	DiedAt       time.Time         `json:"died_at"` // a dead task: when it died (zero otherwise)
 
 	// The fire receipt of the task's latest fired copy: what Kafka
 	// acknowledged. All zero when the task was never fired (HasReceipt
@@ -216,7 +245,8 @@ func (t TaskInfo) HasReceipt() bool { return !t.FiredAt.IsZero() }
 // ("1m30s"): the daemon's wire type, declared once in package api.
 type Duration = api.Duration
 
-// DeadTask is a task in the dead set.
+// DeadTask is a task in the dead set. Its DiedAt is the one the list
+// answers (TaskInfo.DiedAt, shadowed, stays zero).
 type DeadTask struct {
 	TaskInfo
 	DiedAt time.Time `json:"died_at"`

@@ -12,7 +12,9 @@
 //
 // A Task is scheduled at DueAt, or Delay from now (measured on Redis'
 // clock), or now when neither is set. Re-submitting the same id with the
-// same content is a no-op (Result.Outcome "unchanged"); with other content
+// same content is a no-op (Result.Outcome "unchanged"; Result.KeptDueAt
+// reports that the earlier due time stands, Result.Ended that the id names a
+// task that already ended and nothing was scheduled); with other content
 // while the task still waits it is an upsert ("updated").
 //
 // When the daemon cannot reach Redis it keeps the task in its durable

@@ -217,7 +217,7 @@ func (p *Producer) Close() error {
 // precision, in UTC).
 func result(s *wire.Scheduled) client.Result {
 	return client.Result{ID: s.ID, State: string(s.State), Outcome: s.Outcome,
-		DueAt: s.DueAt.UTC().Truncate(time.Millisecond), Shard: s.Shard}
+		DueAt: s.DueAt.UTC().Truncate(time.Millisecond), Shard: s.Shard, Kept: s.Kept}
 }
 
 func apiError(e *wire.Error) *client.APIError {

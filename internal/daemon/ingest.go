@@ -218,7 +218,9 @@ func (co *core) settle(sc *scheduleCall, i int, r *redisstore.Result, counts *[5
 		sc.out[i] = wire.Scheduled{ID: r.ID, Err: co.internalError("schedule", r.Err, "task_id", r.ID, "outcome", r.Outcome)}
 	default:
 		counts[r.Outcome]++
-		sc.out[i] = wire.Scheduled{ID: r.ID, State: r.State, Outcome: r.Outcome.String(), DueAt: r.DueAt, Shard: r.Shard}
+		o := r.Outcome.String()
+		sc.out[i] = wire.Scheduled{ID: r.ID, State: r.State, Outcome: o, Kept: wire.KeptOf(o, r.State, sc.subs[i].Relative),
+			DueAt: r.DueAt, Shard: r.Shard}
 	}
 }
 

@@ -130,7 +130,7 @@ func (a *App) handleGet(c *call) (int, any, *wire.Error) {
 			return 0, nil, a.core.storeError(id, err)
 		}
 	}
-	b, err := wire.AppendTask(make([]byte, 0, 256+len(t.Payload)), t, time.Time{})
+	b, err := wire.AppendTask(make([]byte, 0, 256+len(t.Payload)), t, t.DiedAt) // a dead task: died_at
 	if err != nil {
 		return 0, nil, a.core.internalError("encode task", err, "task_id", id)
 	}

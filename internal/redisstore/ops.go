@@ -114,13 +114,14 @@ func (s *Store) get(ctx context.Context, m shardmap.Map, id string) (*task.Task,
 // task not found on a shard stamped by a newer map may have moved.
 func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*task.Task, error) {
 	var rec, lastErr, st, rcpt *redis.StringCmd
-	var due, done *redis.FloatCmd
+	var due, done, dead *redis.FloatCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		rec = p.HGet(ctx, s.k.bucket(sh, id), id)
 		lastErr = p.HGet(ctx, s.k.errs(sh), id)
 		rcpt = p.HGet(ctx, s.k.receipts(sh), id)
 		due = p.ZScore(ctx, s.k.due(sh), id)
 		done = p.ZScore(ctx, s.k.done(sh), id)
+		dead = p.ZScore(ctx, s.k.dead(sh), id)
 		st = p.Get(ctx, s.k.stamp(sh))
 		return nil
 	})
@@ -142,6 +143,9 @@ func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*
 	t, err := readRecord(m, sh, id, v, score, serr == nil, done.Err() == nil, le, rcpt.Val())
 	if err != nil {
 		return t, err
+	}
+	if died, derr := dead.Result(); derr == nil && t.State == task.StateDead {
+		t.DiedAt = task.FromMillis(int64(died)) // the dead set's score: ms of death
 	}
 	return t, s.unlessClaimed(ctx, sh, []*task.Task{t})
 }

@@ -71,6 +71,9 @@ type Task struct {
 	Gen       uint64 // generation: increases whenever the task waits again with something new (retry, deferral, reschedule, update, redrive); a Kafka copy of another generation is stale
 	Shard     int
 	LastError string
+	// DiedAt is when a dead task died (its dead-set score); zero for a
+	// task in any other state.
+	DiedAt time.Time
 	// Receipt is where and when the task's latest copy was fired (nil:
 	// never fired since the receipt was introduced).
 	Receipt *Receipt

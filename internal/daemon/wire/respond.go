@@ -63,14 +63,55 @@ const (
 	OutcomeJournaled = "journaled"
 )
 
+// What of an existing task stood against a re-submit answered
+// "unchanged" (the answer's "kept"; absent when nothing did):
+//   - KeptDueAt: the task waits (or runs) at the due time of an earlier
+//     submission of its id; a relative due time ("delay", or none) is not
+//     computed again on a re-submit (a retried request must not push the
+//     task back). To move it, PATCH /v1/tasks/{id}.
+//   - KeptState: the task had already ended (succeeded, dead, cancelled,
+//     delivered: the answer's "state"); nothing was scheduled. Another id
+//     runs the work again (a dead task: its redrive).
+const (
+	KeptDueAt = "due_at"
+	KeptState = "state"
+)
+
 // Scheduled is the outcome of one schedule request.
 type Scheduled struct {
 	ID      string
 	State   task.State
 	Outcome string // created, unchanged, updated, journaled
+	Kept    string // "", KeptDueAt or KeptState (an unchanged outcome only)
 	DueAt   time.Time
 	Shard   int
 	Err     *Error
+}
+
+// KeptOf is what a re-submit answered "unchanged" kept of the stored task
+// in state st: KeptState when the task had ended, KeptDueAt when the
+// request's due time was relative (it is not computed again), else ""
+// (an absolute due time is unchanged only when it is the stored one).
+func KeptOf(outcome string, st task.State, relative bool) string {
+	switch {
+	case outcome != OutcomeUnchanged:
+		return ""
+	case ended(st):
+		return KeptState
+	case relative:
+		return KeptDueAt
+	}
+	return ""
+}
+
+// ended reports whether st is an end state: the task will not run again
+// unless a redrive (dead) makes it wait again.
+func ended(st task.State) bool {
+	switch st {
+	case task.StateSucceeded, task.StateDead, task.StateCancelled, task.StateDelivered:
+		return true
+	}
+	return false
 }
 
 // Status is the HTTP status of a single schedule answer.
@@ -86,7 +127,7 @@ func (s *Scheduled) Status() int {
 	return http.StatusOK
 }
 
-// AppendScheduled writes {"id","state","outcome","due_at","shard"} or,
+// AppendScheduled writes {"id","state","outcome","kept"?,"due_at","shard"} or,
 // for a failed item, {"id"?,"error":{"code","message","status"}}.
 func AppendScheduled(b []byte, s *Scheduled) []byte {
 	b = append(b, '{')
@@ -109,6 +150,10 @@ func AppendScheduled(b []byte, s *Scheduled) []byte {
 	b = append(b, s.State...)
 	b = append(b, `","outcome":"`...)
 	b = append(b, s.Outcome...)
+	if s.Kept != "" {
+		b = append(b, `","kept":"`...)
+		b = append(b, s.Kept...)
+	}
 	b = append(b, `","due_at":"`...)
 	b = s.DueAt.UTC().AppendFormat(b, TimeLayout)
 	b = append(b, `","shard":`...)
@@ -213,7 +258,8 @@ func newReceiptView(r *task.Receipt) *receiptView {
 	}
 }
 
-// AppendTask appends the JSON of t; diedAt is set for the dead list.
+// AppendTask appends the JSON of t; diedAt (zero: none) is when a dead
+// task died (GET of a dead task, the dead list).
 func AppendTask(b []byte, t *task.Task, diedAt time.Time) ([]byte, error) {
 	v := taskView{
 		ID: t.ID, Type: t.Type, State: t.State, DueAt: FormatTime(t.DueAt), Attempt: t.Attempt,

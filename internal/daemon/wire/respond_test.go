@@ -90,3 +90,50 @@ func TestAppendTaskReceipt(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendScheduledKept: an unchanged answer says what of the stored
+// task stood ("kept"), without an allocation; other answers have no
+// "kept".
+func TestAppendScheduledKept(t *testing.T) {
+	due := time.Date(2030, 1, 2, 3, 4, 5, 6e6, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		outcome  string
+		state    task.State
+		relative bool
+		kept     string
+		want     string
+	}{
+		{"created", OutcomeCreated, task.StateScheduled, true, "",
+			`{"id":"a","state":"scheduled","outcome":"created","due_at":"2030-01-02T03:04:05.006Z","shard":3}`},
+		{"updated", OutcomeUpdated, task.StateScheduled, true, "", ""},
+		{"journaled", OutcomeJournaled, task.StateJournaled, true, "", ""},
+		{"unchanged absolute", OutcomeUnchanged, task.StateScheduled, false, "", ""},
+		{"unchanged relative", OutcomeUnchanged, task.StateScheduled, true, KeptDueAt,
+			`{"id":"a","state":"scheduled","outcome":"unchanged","kept":"due_at","due_at":"2030-01-02T03:04:05.006Z","shard":3}`},
+		{"unchanged relative, fired", OutcomeUnchanged, task.StateFired, true, KeptDueAt, ""},
+		{"unchanged relative, retrying", OutcomeUnchanged, task.StateRetrying, true, KeptDueAt, ""},
+		{"unchanged cancelled", OutcomeUnchanged, task.StateCancelled, false, KeptState,
+			`{"id":"a","state":"cancelled","outcome":"unchanged","kept":"state","due_at":"2030-01-02T03:04:05.006Z","shard":3}`},
+		{"unchanged cancelled, relative", OutcomeUnchanged, task.StateCancelled, true, KeptState, ""},
+		{"unchanged succeeded", OutcomeUnchanged, task.StateSucceeded, false, KeptState, ""},
+		{"unchanged dead", OutcomeUnchanged, task.StateDead, true, KeptState, ""},
+		{"unchanged delivered", OutcomeUnchanged, task.StateDelivered, false, KeptState, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kept := KeptOf(tc.outcome, tc.state, tc.relative)
+			if kept != tc.kept {
+				t.Fatalf("KeptOf = %q, want %q", kept, tc.kept)
+			}
+			s := &Scheduled{ID: "a", State: tc.state, Outcome: tc.outcome, Kept: kept, DueAt: due, Shard: 3}
+			buf := make([]byte, 0, 256)
+			got := string(AppendScheduled(buf, s))
+			if tc.want != "" && got != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+			if allocs := testing.AllocsPerRun(100, func() { buf = AppendScheduled(buf[:0], s) }); allocs != 0 {
+				t.Fatalf("AppendScheduled allocates %v times", allocs)
+			}
+		})
+	}
+}
