@@ -120,7 +120,11 @@ type Config struct {
 	Pause          PauseView
 	PauseReconcile time.Duration
 
-	Logger     *slog.Logger          // default: discard
+	// Logger receives the worker's logs (lifecycle at Info; what needs
+	// an operator, such as "kafka topics missing; the worker waits", at
+	// Warn). Default: slog.Default() as it is when New is called; pass
+	// slog.New(slog.DiscardHandler) for silence.
+	Logger     *slog.Logger
 	Registerer prometheus.Registerer // metrics are registered here when set
 	// MetricsMaxTypes bounds the values of the type label of the worker's
 	// metrics: the first MetricsMaxTypes task types seen keep their name,
@@ -137,6 +141,15 @@ type Config struct {
 	DeadLetterMaxAge time.Duration
 	InstanceID       string // names this worker in claims and logs; default host-pid
 
+	// UnhandledTypes says what becomes of a task whose type has no
+	// handler (none registered with Handle, and no HandleDefault):
+	// UnhandledFail (the default) fails it for good, dead at once with the
+	// error `no handler for task type "<type>"`; UnhandledRetry fails it
+	// like any error, retried with backoff until its last attempt (for
+	// rolling deployments where another worker of the group may already
+	// know the type).
+	UnhandledTypes Unhandled
+
 	// OnOutcome, when set, is called with the outcome of every execution
 	// (succeeded; failed and to be retried; dead) right after it was
 	// stored in Redis, on the worker's goroutine that received Redis'
@@ -150,6 +163,30 @@ type Config struct {
 	// finished execution, so each execution is reported at most once: a
 	// crash between storing the outcome and the call loses the call.
 	OnOutcome OnOutcomeFunc
+}
+
+// Unhandled is what a worker does with a task whose type has no handler
+// (Config.UnhandledTypes).
+type Unhandled int
+
+const (
+	// UnhandledFail fails the task permanently: it is dead at once, its
+	// error `no handler for task type "<type>"`. The default.
+	UnhandledFail Unhandled = iota
+	// UnhandledRetry fails the task like any handler error: it is retried
+	// with backoff and dies after its last attempt.
+	UnhandledRetry
+)
+
+// String is the policy's name: "fail" or "retry".
+func (u Unhandled) String() string {
+	switch u {
+	case UnhandledFail:
+		return "fail"
+	case UnhandledRetry:
+		return "retry"
+	}
+	return "Unhandled(" + strconv.Itoa(int(u)) + ")"
 }
 
 func (c *Config) setDefaults() {
@@ -209,7 +246,7 @@ func (c *Config) setDefaults() {
 		c.PauseReconcile = defaultPauseReconcile
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	if c.MetricsMaxTypes == 0 {
 		c.MetricsMaxTypes = DefaultMetricsMaxTypes
@@ -232,6 +269,8 @@ func (c *Config) validate() error {
 		return errors.New("worker: no Kafka brokers")
 	case c.Redis == nil:
 		return errors.New("worker: no Redis client")
+	case c.UnhandledTypes != UnhandledFail && c.UnhandledTypes != UnhandledRetry:
+		return fmt.Errorf("worker: UnhandledTypes %d is neither UnhandledFail nor UnhandledRetry", int(c.UnhandledTypes))
 	}
 	ec := c.engine(nil)
 	if err := ec.Validate(); err != nil {
@@ -250,7 +289,7 @@ func (c *Config) engine(handler func(typ string) engine.HandlerFunc) engine.Conf
 		Instance:  c.InstanceID,
 		DeadTopic: c.DeadTopic, DeadLetterQueue: c.DeadLetterQueue, DeadLetterMaxAge: c.DeadLetterMaxAge,
 		Logger: c.Logger, Registerer: c.Registerer, MetricsMaxTypes: c.MetricsMaxTypes,
-		Handler: handler, Backoff: c.Backoff.next,
+		Handler: handler, RetryUnhandled: c.UnhandledTypes == UnhandledRetry, Backoff: c.Backoff.next,
 		Limiter: limiterOf(c.Limiter), OnOutcome: outcomeOf(c.OnOutcome),
 	}
 	if c.Pause != nil {

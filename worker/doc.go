@@ -11,9 +11,28 @@
 //		Redis:   redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}),
 //	})
 //	w.Handle("order.cancel", func(ctx context.Context, t *worker.Task) error {
-//		return cancelOrder(ctx, t.Payload) // nil: done; error: retried
+//		order, err := worker.JSON[Order](t) // the payload, typed
+//		if err != nil {
+//			return err // marked Permanent: dead at once, not retried
+//		}
+//		return cancelOrder(ctx, order) // nil: done; error: retried
 //	})
 //	err = w.Run(ctx) // until ctx is cancelled
+//
+// # Handlers
+//
+// Handle registers a handler per task type, HandleDefault one for every
+// other type. A task whose type has neither fails as
+// Config.UnhandledTypes says: [UnhandledFail] (the default) kills it at
+// once with the error `no handler for task type "<type>"`;
+// [UnhandledRetry] retries it with backoff until its last attempt (for a
+// rolling deployment where another worker of the group knows the type).
+// A handler decodes a JSON payload with [JSON] (producers encode one with
+// client.JSONPayload); its error is marked [Permanent].
+//
+// The worker logs to Config.Logger, or slog.Default() when it is nil:
+// its lifecycle at Info, and at Warn what an operator must act on (a
+// consumed topic missing, Redis unreachable, dead letters not published).
 //
 // # Delivery
 //

@@ -38,9 +38,9 @@ func runWorker() error {
 		return err
 	}
 	w.Handle("order.cancel", func(ctx context.Context, t *worker.Task) error {
-		var order struct{ ID string }
-		if err := json.Unmarshal(t.Payload, &order); err != nil {
-			return worker.Permanent(err) // retrying will not fix the payload
+		order, err := worker.JSON[Order](t)
+		if err != nil {
+			return err // marked Permanent: retrying will not fix the payload
 		}
 		return cancelOrder(ctx, order.ID) // an error is retried with backoff
 	})
@@ -50,7 +50,33 @@ func runWorker() error {
 	return w.Run(ctx)
 }
 
+// Order is the payload of an order.cancel task, as its producer encoded
+// it (client.JSONPayload).
+type Order struct {
+	ID    string `json:"id"`
+	Items int    `json:"items"`
+}
+
 func cancelOrder(ctx context.Context, id string) error { return nil }
+
+// JSON decodes a task's payload into a typed value. A payload that does
+// not decode fails the task for good: the error is marked Permanent.
+func ExampleJSON() {
+	t := &worker.Task{ID: "order-42", Type: "order.cancel", ContentType: "application/json",
+		Payload: []byte(`{"id":"42","items":3}`)}
+	order, err := worker.JSON[Order](t)
+	fmt.Println(order.ID, order.Items, err)
+
+	t.Payload = []byte(`{"id":42}`) // a number where Order has a string
+	_, err = worker.JSON[Order](t)
+	var typeErr *json.UnmarshalTypeError
+	fmt.Println(worker.IsPermanent(err), errors.As(err, &typeErr))
+	fmt.Println(err)
+	// Output:
+	// 42 3 <nil>
+	// true true
+	// decode payload of task "order-42" (type "order.cancel", application/json) as worker_test.Order: json: cannot unmarshal number into Go struct field Order.id of type string
+}
 
 // Handlers say what a failure means by marking the error they return.
 func ExampleRetryAfter() {

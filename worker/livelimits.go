@@ -21,7 +21,7 @@ type LiveLimitsOptions struct {
 	Namespace string
 	// Registerer receives the delayq_limit_* metrics when set.
 	Registerer prometheus.Registerer
-	Logger     *slog.Logger // default: discard
+	Logger     *slog.Logger // default: slog.Default()
 }
 
 // LiveLimits is a [Limiter] that applies delayq's live per-type rate limits:
@@ -59,7 +59,7 @@ func NewLiveLimits(cli *clientv3.Client, rdb redis.UniversalClient, o LiveLimits
 		o.Namespace = "dq"
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+		o.Logger = slog.Default()
 	}
 	log := o.Logger.With("component", "limits")
 	rules, err := ratelimit.NewRules(cli, o.Namespace, log)

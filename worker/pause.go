@@ -38,7 +38,7 @@ type LivePauseOptions struct {
 	// Namespace of the pause state in etcd; it must match the other delayq
 	// processes (default "dq").
 	Namespace string
-	Logger    *slog.Logger // default: discard
+	Logger    *slog.Logger // default: slog.Default()
 }
 
 // LivePause is a [PauseView] of delayq's pause state in etcd (what
@@ -63,7 +63,7 @@ func NewLivePause(cli *clientv3.Client, o LivePauseOptions) (*LivePause, error) 
 		o.Namespace = "dq"
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+		o.Logger = slog.Default()
 	}
 	pw, err := pause.NewWatcher(cli, o.Namespace, o.Logger.With("component", "pause"))
 	if err != nil {

@@ -44,7 +44,8 @@ func (t *Task) LastAttempt() bool { return t.Attempt >= t.MaxAttempts }
 // HandlerFunc runs one task. A nil error means done. Any error means the
 // task is retried later with backoff, unless it is marked with [Permanent]
 // (dead now) or [RetryAfter] (retry after a given delay); after the task's
-// last attempt it is dead. The context ends when the task's timeout passes
+// last attempt it is dead. [JSON]'s errors are marked [Permanent] already:
+// a handler that returns one kills a task whose payload it cannot decode. The context ends when the task's timeout passes
 // (a timeout is a failure) or when the worker shuts down; handlers must
 // return soon after it ends. A panic is a failure.
 type HandlerFunc func(ctx context.Context, t *Task) error
@@ -92,8 +93,9 @@ func (w *Worker) Handle(taskType string, h HandlerFunc) {
 }
 
 // HandleDefault registers h for every task type without its own handler.
-// Without one, such tasks fail (and are retried: another worker version may
-// know the type) until they die.
+// Without one, such tasks fail as Config.UnhandledTypes says: dead at once
+// (UnhandledFail, the default) or retried until their last attempt
+// (UnhandledRetry: another worker version may know the type).
 func (w *Worker) HandleDefault(h HandlerFunc) {
 	hf := handlerOf(h)
 	w.mu.Lock()

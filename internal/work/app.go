@@ -40,8 +40,9 @@ type App struct {
 	pause  *pause.Watcher      // nil without DQ_ETCD_ENDPOINTS
 	procs  *registry.Registrar // nil without DQ_ETCD_ENDPOINTS
 	// topics checks that the consumed topics and the dead topic exist
-	// (creating them with DQ_KAFKA_AUTO_CREATE): while one is missing the
-	// process is not ready.
+	// (creating them with DQ_KAFKA_AUTO_CREATE): while a consumed one is
+	// missing the process is not ready; a missing dead topic is reported
+	// (ready.go).
 	topics *kafkatopic.TopicCheck
 	// outcomes publishes the worker's outcome records (nil: disabled)
 	outcomes *outcome.Publisher
@@ -221,6 +222,7 @@ func (a *App) workerConfig(kc config.Conn, reg *prometheus.Registry, pv worker.P
 		Logger:            a.log,
 		Registerer:        reg,
 		OnOutcome:         onOutcome(a.outcomes, cfg.OutcomesAttempts), // outcomes.go
+		UnhandledTypes:    cfg.unhandled(),
 	}
 }
 
@@ -251,31 +253,21 @@ func (a *App) handleWebhooks() error {
 	return nil
 }
 
-// listen binds the admin HTTP server, ready while the worker is and its
-// topics exist, and, with etcd, builds the registrar that advertises it.
+// listen binds the admin HTTP server, ready while the worker consumes and
+// its consumed topics exist (ready.go), and, with etcd, builds the
+// registrar that advertises it.
 func (a *App) listen(reg *prometheus.Registry) error {
 	cfg := a.cfg
-	ready := func(ctx context.Context) error {
-		err := a.worker.Ready(ctx)
-		if err == nil || errors.Is(err, worker.ErrWaitingForTopics) {
-			// while the worker waits for its topics, the topic check says
-			// why, with the configured TLS/SASL's diagnosis (a
-			// misconfigured login, a missing topic)
-			if terr := topicsReady(a.topics); terr != nil {
-				return terr
-			}
-		}
-		return err
-	}
+	a.registerDeadTopic(reg)
 	mux := http.NewServeMux()
-	admin.Mount(mux, reg, ready)
+	admin.MountReport(mux, reg, a.report)
 	var err error
 	if a.srv, err = admin.Listen(cfg.HTTPAddr, mux, a.log, cfg.ShutdownGrace, admin.WithTLS(cfg.HTTPTLS)); err != nil {
 		return fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
 	}
 	if a.limits != nil {
 		addr := registry.AdvertiseAddr(cfg.HTTPAddr, a.srv.Addr())
-		if a.procs, err = newRegistrar(a.limits, cfg.Namespace, a.id, addr, ready, reg, a.log); err != nil {
+		if a.procs, err = newRegistrar(a.limits, cfg.Namespace, a.id, addr, a.readyErr, reg, a.log); err != nil {
 			return err
 		}
 	}
@@ -383,19 +375,6 @@ func (a *App) declare(ctx context.Context, topics []string) (pending []string, e
 	return pending, err
 }
 
-// topicsReady is the Kafka topics' part of /readyz: a missing topic (or
-// no answer from Kafka yet) means not ready, naming the topics.
-func topicsReady(c *kafkatopic.TopicCheck) error {
-	missing, err := c.Missing()
-	switch {
-	case err != nil:
-		return fmt.Errorf("kafka: %w", err)
-	case len(missing) > 0:
-		return fmt.Errorf("kafka topics missing: %s (create them or set DQ_KAFKA_AUTO_CREATE=true)", strings.Join(missing, ", "))
-	}
-	return nil
-}
-
 // jitter maps the configured fraction to worker.Backoff's (where 0 means
 // the default and a negative value none).
 func jitter(j float64) float64 {
@@ -451,6 +430,7 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error { return a.procs.Run(gctx) }) // unregisters at the end
 	}
 	g.Go(func() error { return a.topics.Run(gctx) })
+	g.Go(func() error { a.watchDeadTopic(gctx); return nil })
 	if a.hooks != nil {
 		g.Go(func() error { return a.hooks.Run(gctx) }) // commits what it called, leaves its group
 	}

@@ -52,6 +52,11 @@ type Config struct {
 	// attempt that will be retried: best effort (see internal/outcome).
 	OutcomesTopic    string
 	OutcomesAttempts bool
+	// Unhandled (DQ_UNHANDLED_TYPES: fail, the default, or retry) is what
+	// becomes of a task whose type has no webhook (no DQ_WEBHOOK_URL and
+	// none of its own in DQ_WORK_CONFIG): dead at once, or retried until
+	// its last attempt (worker.Config.UnhandledTypes).
+	Unhandled string
 
 	// Webhooks are the per-type webhooks read from WorkConfig by Load.
 	Webhooks map[string]HookConfig
@@ -104,6 +109,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.Replication, "replication", "DQ_REPLICATION", 1, "replication factor of topics created by kafka-auto-create")
 	b.String(&c.OutcomesTopic, "outcomes-topic", "DQ_OUTCOMES_TOPIC", record.DefaultOutcomesTopic, `topic of outcome records (succeeded, dead; failed attempts with outcomes-attempts), published best effort; none (or "") disables (created by kafka-auto-create)`)
 	b.Bool(&c.OutcomesAttempts, "outcomes-attempts", "DQ_OUTCOMES_ATTEMPTS", false, "publish a \"failed\" outcome record for every failed attempt that will be retried, too")
+	b.String(&c.Unhandled, "unhandled-types", "DQ_UNHANDLED_TYPES", worker.UnhandledFail.String(), "a task whose type has no webhook: fail (dead at once, \"no handler for task type\") or retry (with backoff until its last attempt, e.g. while a rolling deployment adds the type's webhook)")
 }
 
 // ErrNoHandlers is returned when neither a default nor a per-type webhook
@@ -183,6 +189,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("replication %d: between 1 and 32", c.Replication)
 	case c.WebhookURL == "" && len(c.Webhooks) == 0:
 		return ErrNoHandlers
+	case c.Unhandled != "" && c.Unhandled != worker.UnhandledFail.String() && c.Unhandled != worker.UnhandledRetry.String():
+		return fmt.Errorf("unhandled-types %q: fail or retry", c.Unhandled)
 	}
 	if err := outcome.ValidateTopic(c.OutcomesTopic); err != nil {
 		return err
@@ -201,6 +209,15 @@ func (c *Config) Validate() error {
 		}
 	}
 	return validateHooks(c.Hooks, c.OutcomesTopic)
+}
+
+// unhandled is the worker's policy for task types without a webhook
+// (Validate checked the setting).
+func (c *Config) unhandled() worker.Unhandled {
+	if c.Unhandled == worker.UnhandledRetry.String() {
+		return worker.UnhandledRetry
+	}
+	return worker.UnhandledFail
 }
 
 // parseWorkConfig reads the per-type webhook file: webhooks and outcome

@@ -38,6 +38,21 @@
 // other 4xx) is a permanent failure: the task goes to the dead letters with
 // the status and the start of the response body as its error.
 //
+// A task whose type has no webhook (no DQ_WEBHOOK_URL, none of its own in
+// DQ_WORK_CONFIG) is dead at once with `no handler for task type "<type>"`;
+// DQ_UNHANDLED_TYPES=retry retries it with backoff until its last attempt
+// instead (a rolling deployment adding the type's webhook).
+//
+// # Readiness
+//
+// /readyz answers 200 while the worker consumes (Redis answers, the
+// consumer group runs) and every consumed topic (DQ_TOPICS) exists, 503
+// otherwise; its body has one line per check ("worker", "kafka topics",
+// "kafka dead topic <name>"). A missing dead topic does not make the
+// process unready (dead tasks are in Redis; the dead topic is a
+// notification): its line says "missing", delayq_work_dead_topic_missing
+// is 1 and a WARN is logged (ready.go).
+//
 // # Rate limits
 //
 // Per-type limits (window quota, token bucket, concurrency; package

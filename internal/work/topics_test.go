@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/task"
 	"github.com/delayq/delayq/internal/testenv"
 	"github.com/delayq/delayq/internal/testenv/worktest"
 )
@@ -17,6 +21,12 @@ import (
 // runUnready runs a work App until the end of the test without waiting
 // for it to be ready.
 func runUnready(t *testing.T, vars map[string]string) *App {
+	t.Helper()
+	return runUnreadyLog(t, vars, nil)
+}
+
+// runUnreadyLog is runUnready logging to log (nil: the configured logger).
+func runUnreadyLog(t *testing.T, vars map[string]string, log *slog.Logger) *App {
 	t.Helper()
 	var cfg Config
 	b := config.NewBinder("work")
@@ -27,7 +37,10 @@ func runUnready(t *testing.T, vars map[string]string) *App {
 	if err := cfg.Load(); err != nil {
 		t.Fatal(err)
 	}
-	app, err := New(t.Context(), cfg, cfg.Logger("work"))
+	if log == nil {
+		log = cfg.Logger("work")
+	}
+	app, err := New(t.Context(), cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,14 +65,70 @@ func strictKafka(t *testing.T) *testenv.Kafka {
 
 func workReadyz(t *testing.T, app *App) (int, string) {
 	t.Helper()
+	code, body := workReadyzBody(t, app)
+	return code, body.Reason
+}
+
+// workReadyzBody is /readyz's status and body.
+func workReadyzBody(t *testing.T, app *App) (int, admin.ReadyBody) {
+	t.Helper()
+	var body admin.ReadyBody
 	resp, err := httpGet("http://" + app.Addr() + "/readyz")
 	if err != nil {
-		return 0, err.Error()
+		body.Reason = err.Error()
+		return 0, body
 	}
 	defer resp.Body.Close()
-	var body map[string]string
-	_ = json.NewDecoder(resp.Body).Decode(&body)
-	return resp.StatusCode, body["reason"]
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		body.Reason = "decode /readyz: " + err.Error()
+	}
+	return resp.StatusCode, body
+}
+
+// A missing dead topic does not make the process unready (issue 43): the
+// worker consumes and runs tasks (a failing one ends dead in Redis), and
+// the dead topic is reported on a line of /readyz's body, by
+// delayq_work_dead_topic_missing and by a WARN log; once it exists, the
+// line, the metric and an INFO say so.
+func TestWorkReadyWithoutTheDeadTopic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := worktest.StrictKafka(t, "dq.tasks") // no dead topic
+	s := newSink(t)
+	vars := e.vars(s.srv.URL + "/w")
+	vars["DQ_KAFKA_BROKERS"] = k.Brokers[0]
+	vars["DQ_DEAD_TOPIC"] = "absent.dead"
+	logs := &logBuffer{}
+	app := runUnreadyLog(t, vars, slog.New(slog.NewTextHandler(logs, nil)))
+	const line = "kafka dead topic absent.dead: missing, not needed to be ready"
+	var body admin.ReadyBody
+	testenv.WaitFor(t, 20*time.Second, "ready, reporting the missing dead topic", func() bool {
+		var code int
+		code, body = workReadyzBody(t, app)
+		return code == http.StatusOK && slices.ContainsFunc(body.Checks, func(c string) bool { return strings.HasPrefix(c, line) })
+	})
+	if body.Status != "ready" || !strings.HasPrefix(body.Reason, line) {
+		t.Errorf("readyz body %+v: want status ready, reason the dead topic's line", body)
+	}
+	testenv.WaitFor(t, 10*time.Second, "delayq_work_dead_topic_missing 1 and a WARN", func() bool {
+		return strings.Contains(scrape(t, app), "delayq_work_dead_topic_missing 1") &&
+			strings.Contains(logs.String(), `level=WARN msg="kafka dead topic missing`)
+	})
+
+	// the worker works: a task whose webhook answers 400 ends dead in Redis
+	e.Firer.Writer = worktest.NewWriter(t, k.Brokers)
+	e.Firer.Start(t)
+	s.setRespond(func(_ call, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadRequest) })
+	worktest.Schedule(t, e.Store, jsonTask("doomed", "order.cancel"))
+	e.WaitState(t, 20*time.Second, task.StateDead, "doomed")
+
+	k.CreateTopic(t, "absent.dead", 2)
+	testenv.WaitFor(t, 20*time.Second, "the dead topic reported present", func() bool {
+		code, b := workReadyzBody(t, app)
+		return code == http.StatusOK && b.Reason == "" && slices.Contains(b.Checks, "kafka dead topic absent.dead: present") &&
+			strings.Contains(scrape(t, app), "delayq_work_dead_topic_missing 0") &&
+			strings.Contains(logs.String(), `level=INFO msg="kafka dead topic present"`)
+	})
 }
 
 // A consumed topic that does not exist makes the process unready, naming

@@ -61,9 +61,12 @@ type Config struct {
 	MetricsMaxTypes int
 
 	// Handler finds the handler of a task type (nil: none; the task
-	// fails). Backoff is the delay after a failed attempt (1-based).
-	Handler func(typ string) HandlerFunc
-	Backoff func(attempt int) time.Duration
+	// fails: for good, "no handler for task type ...", unless
+	// RetryUnhandled, when it is retried like any failure until its last
+	// attempt). Backoff is the delay after a failed attempt (1-based).
+	Handler        func(typ string) HandlerFunc
+	RetryUnhandled bool
+	Backoff        func(attempt int) time.Duration
 	// Limiter and Pause are optional (nil: everything runs). OnOutcome,
 	// when set, gets every stored outcome (see Outcome).
 	Limiter   Limiter

@@ -19,7 +19,7 @@ func (e *Engine) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger
 	h := e.cfg.Handler(x.Type)
 	e.met.lag.Observe(max(start.Sub(x.DueAt).Seconds(), 0))
 	if h == nil {
-		return time.Since(start), fmt.Errorf("no handler for task type %q", x.Type)
+		return time.Since(start), e.unhandled(x)
 	}
 	hctx := ht.startAt(start, x.Timeout)
 	defer ht.finish(hctx)
@@ -30,6 +30,16 @@ func (e *Engine) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger
 		err = fmt.Errorf("timed out after %s: %w", x.Timeout, err)
 	}
 	return ran, err
+}
+
+// unhandled is the failure of an execution whose type has no handler:
+// permanent (dead now) unless Config.RetryUnhandled.
+func (e *Engine) unhandled(x *Execution) error {
+	err := fmt.Errorf("no handler for task type %q", x.Type)
+	if e.cfg.RetryUnhandled {
+		return err
+	}
+	return &Mark{Err: err, Permanent: true}
 }
 
 func call(ctx context.Context, log *slog.Logger, h HandlerFunc, x *Execution) (err error) {
