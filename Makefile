@@ -4,12 +4,20 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build dev image test test-short test-integration lint fmt vet bench bench-short bench-scale bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory bench-bridge chaos fuzz clean
+.PHONY: all build install dev image test test-short test-integration lint fmt vet bench bench-short bench-scale bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory bench-bridge chaos fuzz clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# dq on your PATH: go install puts it in $(go env GOBIN), or in
+# $(go env GOPATH)/bin (~/go/bin) when GOBIN is unset.
+install:
+	$(GO) install ./cmd/dq
+	@d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPATH)/bin; \
+	echo "installed $$d/dq"; \
+	case ":$$PATH:" in *":$$d:"*) ;; *) echo "$$d is not on your PATH: export PATH=\"$$d:\$$PATH\"";; esac
 
 # The README's first command: the whole system in one process.
 dev:

@@ -44,10 +44,15 @@ func runDev(ctx context.Context, env Env, args []string) error {
 }
 
 // runDevSink is a webhook receiver for trying delayq out: it logs every
-// task the work binary delivers and answers 200.
+// task the work binary delivers and answers 200, except for the task
+// types SinkHandler fails on purpose.
 func runDevSink(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("dev sink", env)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: dq dev sink [flags]\n\nA webhook receiver that prints every task delivered to it.\n%s\nFlags:\n", sinkRules)
+		fs.PrintDefaults()
+	}
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -61,9 +66,46 @@ func runDevSink(ctx context.Context, env Env, args []string) error {
 	return serveUntil(ctx, srv, ln)
 }
 
+// The task types the built-in receiver fails on purpose, to show a
+// failure, a retry and a dead letter without writing a server: pinned,
+// the README's walkthrough names them.
+const (
+	// SinkFailPrefix: a task whose type starts with it is answered 400
+	// (a permanent failure: dead after its first attempt).
+	SinkFailPrefix = "fail."
+	// SinkFlakyPrefix: a task whose type starts with it is answered 500
+	// (retried) on its first SinkFlakyFailures attempts, 200 after.
+	SinkFlakyPrefix = "flaky."
+	// SinkFlakyFailures is how many attempts of a flaky task fail.
+	SinkFlakyFailures = 2
+)
+
+// sinkRules says what the built-in receiver answers (dq dev -h, dq dev
+// sink -h).
+const sinkRules = `It answers 200, except on purpose: a task whose type starts with "` + SinkFailPrefix + `"
+gets 400 (fails for good: dead after its first attempt); one whose type
+starts with "` + SinkFlakyPrefix + `" gets 500 on attempts 1 and 2 (retried: it succeeds
+on attempt 3 when its max_attempts allows).
+`
+
+// sinkAnswer is the built-in receiver's answer to attempt (1-based) of a
+// task of type typ: 200, or the status of a failure on purpose and why.
+func sinkAnswer(typ string, attempt int) (status int, why string) {
+	switch {
+	case strings.HasPrefix(typ, SinkFailPrefix):
+		return http.StatusBadRequest, "dq dev sink: " + SinkFailPrefix + "* tasks fail for good"
+	case strings.HasPrefix(typ, SinkFlakyPrefix) && attempt <= SinkFlakyFailures:
+		return http.StatusInternalServerError, fmt.Sprintf("dq dev sink: %s* tasks fail attempts 1 to %d", SinkFlakyPrefix, SinkFlakyFailures)
+	default:
+		return http.StatusOK, ""
+	}
+}
+
 // SinkHandler answers GET /healthz and logs every other request as a
 // delivered task (Dq-Id, Dq-Type, Dq-Attempt headers and the payload),
-// answering 200. count, when not nil, counts deliveries.
+// answering 200 — or, for the types of SinkFailPrefix and
+// SinkFlakyPrefix, failing it on purpose (400 or 500, logged as such,
+// the reason in the body). count, when not nil, counts requests.
 func SinkHandler(log *slog.Logger, count *atomic.Int64) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -74,13 +116,24 @@ func SinkHandler(log *slog.Logger, count *atomic.Int64) http.Handler {
 		if count != nil {
 			count.Add(1)
 		}
-		attrs := []any{"task_id", r.Header.Get("Dq-Id"), "type", r.Header.Get("Dq-Type"), "attempt", r.Header.Get("Dq-Attempt")}
+		typ, attemptHdr := r.Header.Get("Dq-Type"), r.Header.Get("Dq-Attempt")
+		attrs := []any{"task_id", r.Header.Get("Dq-Id"), "type", typ, "attempt", attemptHdr}
 		if ms, err := strconv.ParseInt(r.Header.Get("Dq-Due-At"), 10, 64); err == nil {
 			due := time.UnixMilli(ms)
 			attrs = append(attrs, "due", due.Local().Format("15:04:05.000"), "after_due", time.Since(due).Round(time.Millisecond))
 		}
-		log.Info("task delivered", append(attrs, "payload", string(body))...)
-		w.WriteHeader(http.StatusOK)
+		attempt, err := strconv.Atoi(attemptHdr)
+		if err != nil {
+			attempt = 1 // not delivered by work: taken as a first attempt
+		}
+		status, why := sinkAnswer(typ, attempt)
+		if status == http.StatusOK {
+			log.Info("task delivered", append(attrs, "payload", string(body))...)
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		log.Info("task failed on purpose", append(attrs, "answer", status, "why", why, "payload", string(body))...)
+		http.Error(w, why, status)
 	})
 	return mux
 }

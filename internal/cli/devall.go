@@ -9,9 +9,11 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -44,6 +46,13 @@ type devOptions struct {
 	redis   string // redis-server binary
 	topics  string // extra topics (comma-separated): created at start, consumed by work
 	tls     bool   // TLS, ACL users and SASL everywhere (devSecurity)
+	// settings are the DQ_* variables of dq dev's environment it passes
+	// on to the applications (devPassedEnv); ignored names those it
+	// found set but sets itself (devOwnedEnv).
+	settings map[string]string
+	fromEnv  []string // the names of the DQ_* variables applied
+	ignored  []string
+	token    string // the API token of settings (DQ_API_TOKEN or its file): the demo's and the banner's
 }
 
 // devNamespace is dq dev's namespace.
@@ -75,21 +84,146 @@ or run "make dev", which installs it through apt when it is missing.`
 // embedded etcd, an embedded Kafka-protocol broker (kfake), and the
 // daemon, event and work applications — for trying it out.
 func runDevAll(ctx context.Context, env Env, args []string) error {
+	o, err := parseDevArgs(env, args)
+	if err != nil {
+		return err
+	}
+	return devAll(ctx, env, o, nil)
+}
+
+// parseDevArgs reads dq dev's flags, then the DQ_* settings of env that
+// apply (flags win over them).
+func parseDevArgs(env Env, args []string) (devOptions, error) {
 	fs := newFlagSet("dev", env)
 	var o devOptions
 	fs.StringVar(&o.dir, "dir", "", "keep Redis, etcd and the journal here across runs (default: a temporary directory, removed at exit)")
 	fs.StringVar(&o.apiAddr, "api-addr", "127.0.0.1:7070", "address of the daemon's API")
-	fs.IntVar(&o.shards, "shards", 16, "number of shards")
-	fs.StringVar(&o.webhook, "webhook", "", "deliver tasks to this URL (default: a built-in receiver that prints each task)")
+	fs.IntVar(&o.shards, "shards", 16, "number of shards (env DQ_SHARDS)")
+	fs.StringVar(&o.webhook, "webhook", "", "deliver tasks to this URL (env DQ_WEBHOOK_URL; default: a built-in receiver that prints each task)")
 	fs.BoolVar(&o.demo, "demo", false, "schedule a few tasks and show them firing")
-	fs.BoolVar(&o.verbose, "verbose", false, "show the applications' info logs (default: warnings and errors)")
+	fs.BoolVar(&o.verbose, "verbose", false, "show the applications' info logs (default: warnings and errors, or DQ_LOG_LEVEL)")
 	fs.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
 	fs.StringVar(&o.topics, "topics", "", "more Kafka topics to create at start and consume besides dq.tasks (comma-separated, e.g. a,b); any other topic is created on first use")
 	fs.BoolVar(&o.tls, "tls", false, "secured connections: a throwaway CA in DIR/tls, Redis on TLS only with ACL user delayq (default user off), etcd on TLS with client certificates and authentication, Kafka on TLS with SASL SCRAM-SHA-256, the API on HTTPS; prints the settings another process needs")
+	fs.Usage = func() { devUsage(fs) }
 	if err := parseNoArgs(fs, args); err != nil {
-		return err
+		return o, err
 	}
-	return devAll(ctx, env, o, nil)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return o, o.applyEnv(env, set)
+}
+
+// devPassedEnv are the DQ_* settings dq dev takes from its environment
+// and passes on to the applications, by the application that reads them
+// (dq dev -h lists them).
+var devPassedEnv = []struct{ app, names string }{
+	{"all", "DQ_SHARDS DQ_RETENTION DQ_SHUTDOWN_TIMEOUT DQ_LOG_LEVEL DQ_LOG_FORMAT DQ_OUTCOMES_TOPIC"},
+	{"daemon", "DQ_API_TOKEN DQ_API_TOKEN_FILE DQ_MAX_BODY DQ_MAX_BATCH DQ_MAX_RECORD_BYTES DQ_REDIS_TIMEOUT DQ_ALLOWED_TOPICS DQ_ALLOWED_ORIGINS DQ_MAX_SCHEDULES"},
+	{"event", "DQ_FIRE_BATCH DQ_LEASE DQ_FIRE_AHEAD DQ_IDLE_POLL DQ_SESSION_TTL DQ_FIRE_POISON_GRACE DQ_SCHEDULER_LOOKAHEAD DQ_SCHEDULER_INTERVAL DQ_OUTCOMES_DELIVERED"},
+	{"work", "DQ_WEBHOOK_URL DQ_WORK_CONFIG DQ_WEBHOOK_SECRET DQ_WEBHOOK_SECRET_FILE DQ_WEBHOOK_TLS_CA DQ_WEBHOOK_TLS_CERT DQ_WEBHOOK_TLS_KEY DQ_WORK_CONCURRENCY DQ_WORK_MAX_HELD DQ_WORK_MAX_HELD_BYTES DQ_DEFAULT_TIMEOUT DQ_BACKOFF_MIN DQ_BACKOFF_MAX DQ_BACKOFF_JITTER DQ_MAX_PAYLOAD DQ_CLAIM_MARGIN DQ_OUTCOMES_ATTEMPTS DQ_METRICS_MAX_TYPES DQ_UNHANDLED_TYPES"},
+}
+
+// devOwnedEnv are the DQ_* settings dq dev sets itself (its flags and the
+// infrastructure it starts decide them): set in its environment, they are
+// ignored, and it says so.
+const devOwnedEnv = "DQ_NAMESPACE DQ_REDIS_ADDRS DQ_REDIS_USERNAME DQ_REDIS_PASSWORD DQ_REDIS_PASSWORD_FILE " +
+	"DQ_ETCD_ENDPOINTS DQ_KAFKA_BROKERS DQ_KAFKA_AUTO_CREATE DQ_TOPICS DQ_PARTITIONS DQ_DEAD_TOPIC " +
+	"DQ_JOURNAL_DIR DQ_HTTP_ADDR DQ_HTTP_TLS_CERT DQ_HTTP_TLS_KEY"
+
+// applyEnv takes the settings of devPassedEnv from env into o.settings
+// (DQ_SHARDS, DQ_WEBHOOK_URL and DQ_LOG_LEVEL unless the flag standing for
+// it was given: --shards, --webhook, --verbose), the API token, and notes
+// which of devOwnedEnv env sets.
+func (o *devOptions) applyEnv(env Env, set map[string]bool) error {
+	getenv := env.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	o.settings = map[string]string{}
+	for _, g := range devPassedEnv {
+		for _, k := range strings.Fields(g.names) {
+			if v := getenv(k); v != "" {
+				o.settings[k] = v
+			}
+		}
+	}
+	for k, flagName := range map[string]string{"DQ_SHARDS": "shards", "DQ_WEBHOOK_URL": "webhook", "DQ_LOG_LEVEL": "verbose"} {
+		if set[flagName] {
+			delete(o.settings, k)
+		}
+	}
+	o.fromEnv = slices.Sorted(maps.Keys(o.settings))
+	if v, ok := o.settings["DQ_SHARDS"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("dev: DQ_SHARDS %q: a whole number", v)
+		}
+		o.shards = n
+	}
+	if v, ok := o.settings["DQ_WEBHOOK_URL"]; ok {
+		o.webhook = v
+	}
+	// o.shards and o.webhook carry these two
+	delete(o.settings, "DQ_SHARDS")
+	delete(o.settings, "DQ_WEBHOOK_URL")
+	o.token = o.settings["DQ_API_TOKEN"]
+	if f := o.settings["DQ_API_TOKEN_FILE"]; f != "" && o.token == "" {
+		tok, err := config.ReadSecretFile(f)
+		if err != nil {
+			return fmt.Errorf("dev: DQ_API_TOKEN_FILE: %w", err)
+		}
+		o.token = tok
+	}
+	for _, k := range strings.Fields(devOwnedEnv) {
+		if getenv(k) != "" {
+			o.ignored = append(o.ignored, k)
+		}
+	}
+	return nil
+}
+
+// devUsage is dq dev -h: the flags, what the built-in receiver answers
+// and which DQ_* settings apply.
+func devUsage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprint(w, `Usage: dq dev [flags]
+       dq dev etcd | kafka | sink | certs [flags]   (one piece of it; dq dev NAME -h)
+
+Runs delayq in one process: redis-server (a child), an embedded etcd and
+Kafka broker, the daemon, event and work applications, and (without
+--webhook) a built-in webhook receiver that prints every task delivered.
+`+sinkRules+`
+Flags:
+`)
+	fs.PrintDefaults()
+	fmt.Fprint(w, "\nThese DQ_* variables apply to the applications (dq app NAME -h says what each\ndoes); --shards, --webhook and --verbose win over DQ_SHARDS, DQ_WEBHOOK_URL\nand DQ_LOG_LEVEL:\n")
+	for _, g := range devPassedEnv {
+		fmt.Fprint(w, wrapWords(fmt.Sprintf("  %-7s ", g.app), strings.Fields(g.names), 80))
+	}
+	fmt.Fprint(w, "dq dev sets these itself, and says so at start when they are set:\n")
+	fmt.Fprint(w, wrapWords("  ", strings.Fields(devOwnedEnv), 80))
+}
+
+// wrapWords writes words after prefix, wrapped before width columns,
+// continuation lines indented as deep as prefix.
+func wrapWords(prefix string, words []string, width int) string {
+	var b strings.Builder
+	indent := strings.Repeat(" ", len(prefix))
+	line := prefix
+	for i, w := range words {
+		if i > 0 && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line = indent + w
+			continue
+		}
+		if i > 0 {
+			line += " "
+		}
+		line += w
+	}
+	b.WriteString(line + "\n")
+	return b.String()
 }
 
 // devAll runs the system until ctx ends. ready, when not nil, receives the
@@ -98,6 +232,11 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	redisPath, lookErr := exec.LookPath(o.redis)
 	if lookErr != nil {
 		return errors.New(redisInstallHint) //nolint:staticcheck // ST1005: a multi-line install hint printed as is, never wrapped
+	}
+	// A taken API address is said before anything starts (once started,
+	// the other applications would log their cancellation first).
+	if err := checkListen(o.apiAddr); err != nil {
+		return err
 	}
 	out := &lockedWriter{w: env.Stdout}
 	say := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
@@ -134,15 +273,16 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 		return upErr
 	}
 	api := scheme + "://" + ports["daemon"]
-	s.banner(say, api, scheme, ports)
+	s.banner(say, api, scheme, ports, o)
 	if ready != nil {
 		ready(api)
 	}
 	if o.demo {
-		cl := client.New(api)
+		opts := []client.Option{client.WithToken(o.token)}
 		if s.sec != nil {
-			cl = client.New(api, client.WithHTTPClient(hc))
+			opts = append(opts, client.WithHTTPClient(hc))
 		}
+		cl := client.New(api, opts...)
 		g.Go(func() error { return devDemo(gctx, cl, say) })
 	}
 	err = g.Wait()
@@ -160,6 +300,7 @@ type devSystem struct {
 	etcdEndpoint string
 	brokers      string
 	webhook      string // where work delivers tasks
+	sinkOwn      bool   // webhook is the built-in receiver
 	delivered    atomic.Int64
 	stops        []func()
 }
@@ -262,7 +403,18 @@ func (s *devSystem) startSink(ctx context.Context, webhook string, out io.Writer
 	}()
 	s.onStop(func() { stopSink(); <-sinkDone })
 	s.webhook = "http://" + ln.Addr().String() + "/"
+	s.sinkOwn = true
 	return nil
+}
+
+// checkListen fails when addr cannot be listened on (taken, or not an
+// address of this machine).
+func checkListen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("dev: --api-addr %s: %w", addr, err)
+	}
+	return ln.Close()
 }
 
 // devPorts are the HTTP addresses of the daemon (apiAddr), event and work.
@@ -280,16 +432,25 @@ func devPorts(apiAddr string) (map[string]string, error) {
 
 // appEnv is the environment the three applications share.
 func (s *devSystem) appEnv(o devOptions) map[string]string {
-	level := "warn"
-	if o.verbose {
-		level = "info"
+	// the settings of dq dev's environment first (applyEnv dropped
+	// DQ_LOG_LEVEL for --verbose): what dq dev sets itself (below) wins
+	common := maps.Clone(o.settings)
+	if common == nil {
+		common = map[string]string{}
 	}
-	common := map[string]string{
+	if _, ok := common["DQ_LOG_LEVEL"]; !ok {
+		common["DQ_LOG_LEVEL"] = "warn"
+		if o.verbose {
+			common["DQ_LOG_LEVEL"] = "info"
+		}
+	}
+	if _, ok := common["DQ_LOG_FORMAT"]; !ok {
+		common["DQ_LOG_FORMAT"] = "text"
+	}
+	for k, v := range map[string]string{
 		"DQ_NAMESPACE":      "dq",
 		"DQ_REDIS_ADDRS":    s.redisAddr,
 		"DQ_SHARDS":         strconv.Itoa(o.shards),
-		"DQ_LOG_FORMAT":     "text",
-		"DQ_LOG_LEVEL":      level,
 		"DQ_JOURNAL_DIR":    filepath.Join(s.dir, "journal"),
 		"DQ_ETCD_ENDPOINTS": s.etcdEndpoint,
 		"DQ_KAFKA_BROKERS":  s.brokers,
@@ -298,6 +459,8 @@ func (s *devSystem) appEnv(o devOptions) map[string]string {
 		"DQ_KAFKA_AUTO_CREATE": "true",
 		"DQ_PARTITIONS":        strconv.Itoa(devPartitions),
 		"DQ_TOPICS":            strings.Join(s.topics, ","),
+	} {
+		common[k] = v
 	}
 	if s.sec != nil {
 		for k, v := range s.sec.env() {
@@ -333,20 +496,36 @@ func runDevApps(ctx context.Context, g *errgroup.Group, env Env, common, ports m
 }
 
 // banner says where everything is, and what to try.
-func (s *devSystem) banner(say func(string, ...any), api, scheme string, ports map[string]string) {
+func (s *devSystem) banner(say func(string, ...any), api, scheme string, ports map[string]string, o devOptions) {
 	say("delayq is running (data in %s)", s.dir)
 	say("  API             %s", api)
 	say("  console         %s/ui/", api)
 	say("  metrics         %s/metrics  %s://%s/metrics  %s://%s/metrics", api, scheme, ports["event"], scheme, ports["work"])
 	say("  redis           %s   etcd %s   kafka %s", s.redisAddr, s.etcdEndpoint, s.brokers)
 	say("  webhook         %s", s.webhook)
+	if s.sinkOwn {
+		say("  receiver        prints each task; fails %s* tasks for good (400), %s* tasks on attempts 1-%d (500)", SinkFailPrefix, SinkFlakyPrefix, SinkFlakyFailures)
+	}
 	say("  topics          %s consumed (others are created on first use; --topics a,b adds some)", strings.Join(s.topics, ","))
+	if len(o.fromEnv) > 0 {
+		say("  from the env    %s", strings.Join(o.fromEnv, " "))
+	}
+	if len(o.ignored) > 0 {
+		say("  ignored         %s (dq dev sets these itself)", strings.Join(o.ignored, " "))
+	}
+	auth := ""
+	if o.token != "" {
+		say("  API token       required on /v1/* (DQ_API_TOKEN); the console asks for it")
+		auth = ` -H "Authorization: Bearer $DQ_API_TOKEN"`
+	}
 	if s.sec != nil {
-		s.sec.banner(say, api, s.redisAddr, s.etcdEndpoint, s.brokers)
+		s.sec.banner(say, api, s.redisAddr, s.etcdEndpoint, s.brokers, auth)
 	} else {
 		say("try:")
-		say(`  curl -s %s/v1/tasks -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, api)
+		say(`  curl -s %s/v1/tasks%s -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, api, auth)
 		say("  dq schedule hello --in 5s --payload '{\"n\":1}'     (DQ_ADDR=%s)", api)
+		say("  dq schedule flaky.hello --in 1s                   (fails twice on purpose, succeeds on attempt 3)")
+		say("  dq schedule fail.hello --id f1 --in 1s; dq get f1 (fails for good: dead; dq dead redrive f1)")
 	}
 	say("Ctrl-C stops everything.")
 }
@@ -621,7 +800,7 @@ func (s *devSecurity) env() map[string]string {
 }
 
 // banner prints the settings a separate process needs and what to try.
-func (s *devSecurity) banner(say func(string, ...any), api, redisAddr, etcdEndpoint, brokers string) {
+func (s *devSecurity) banner(say func(string, ...any), api, redisAddr, etcdEndpoint, brokers, auth string) {
 	vars := s.env()
 	vars["DQ_NAMESPACE"] = devNamespace
 	vars["DQ_REDIS_ADDRS"] = redisAddr
@@ -644,7 +823,7 @@ func (s *devSecurity) banner(say func(string, ...any), api, redisAddr, etcdEndpo
 	}
 	say("try:")
 	say("  dq stats --addr %s --ca %s", api, s.certs.Server.CA)
-	say(`  curl -s --cacert %s %s/v1/tasks -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, s.certs.Server.CA, api)
+	say(`  curl -s --cacert %s %s/v1/tasks%s -H 'Content-Type: application/json' -d '{"type":"hello","payload":{"n":1},"delay":"5s"}'`, s.certs.Server.CA, api, auth)
 }
 
 // freeLoopbackAddr returns a 127.0.0.1 address whose port was free a
