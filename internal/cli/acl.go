@@ -13,6 +13,10 @@ import (
 // Kafka, printed as the commands that grant them (internal/acl).
 func runACL(_ context.Context, env Env, args []string) error {
 	fs := newFlagSet("acl", env)
+	withUsage(fs, `Usage: dq acl [--namespace NS] [--user U] [flags]
+
+Prints the least privileges of a namespace: the Redis ACL, the etcd role
+and the Kafka ACLs to grant.`)
 	ns := fs.String("namespace", envOr(env, "DQ_NAMESPACE", "dq"), "namespace (env DQ_NAMESPACE)")
 	user := fs.String("user", "delayq", "user name in Redis and etcd, principal User:<name> in Kafka")
 	topics := fs.String("topics", envOr(env, "DQ_TOPICS", "dq.tasks"), "every topic tasks fire to, comma-separated (env DQ_TOPICS)")

@@ -112,6 +112,12 @@ func (h headerFlags) Set(s string) error {
 
 func runSchedule(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("schedule", env)
+	withUsage(fs, `Usage: dq schedule TYPE [--id ID] [--in 90s | --at RFC3339] [--payload JSON | --payload-file FILE] [flags]
+
+Schedules one task of type TYPE (or --type), due in --in, at --at, or now.
+Re-submitting an id answers "unchanged" and keeps the stored task: its due
+time (a relative --in is not computed again: dq reschedule moves it), or,
+when it had ended (succeeded, dead, cancelled), its state.`)
 	api := bindAPI(fs, env)
 	var t client.Task
 	var in, at, timeout, payload, payloadFile string
@@ -187,8 +193,20 @@ func runSchedule(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "%s journaled: Redis is unreachable; the daemon keeps the task and writes it when Redis is back\n", res.ID)
 		return nil
 	}
-	fmt.Fprintf(env.Stdout, "%s %s (%s), due %s, shard %d\n", res.ID, res.State, res.Outcome, dueText(res.DueAt), res.Shard)
+	fmt.Fprintf(env.Stdout, "%s %s (%s), due %s, shard %d%s\n", res.ID, res.State, res.Outcome, dueText(res.DueAt), res.Shard, keptText(res))
 	return nil
+}
+
+// keptText says what of an existing task a re-submit kept ("" when
+// nothing): why the answer is not the one asked.
+func keptText(r client.Result) string {
+	switch {
+	case r.Ended():
+		return "; the task had already ended (" + r.State + "): nothing was scheduled, use another id"
+	case r.KeptDueAt():
+		return "; the due time of the earlier submission is kept (dq reschedule moves it)"
+	}
+	return ""
 }
 
 // readPayload reads a task payload from --payload or --payload-file (-
@@ -267,6 +285,10 @@ func oneArg(fs *flag.FlagSet, api *apiFlags, args []string, name, what, usage st
 
 func runGet(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("get", env)
+	withUsage(fs, `Usage: dq get ID [flags]
+
+Shows the task ID: its state, due time, attempts, payload, last error, the
+time of death of a dead task, and the fire receipt of its latest copy.`)
 	api := bindAPI(fs, env)
 	id, err := oneID("get", fs, args)
 	if err != nil {
@@ -324,6 +346,9 @@ func printTask(w io.Writer, t *client.TaskInfo) {
 	if t.LastError != "" {
 		row("last error", t.LastError)
 	}
+	if !t.DiedAt.IsZero() {
+		row("died at", timeText(t.DiedAt))
+	}
 	if t.HasReceipt() {
 		// the fire receipt: what Kafka acknowledged for the latest copy
 		row("fired at", fmt.Sprintf("%s (attempt %d)", timeText(t.FiredAt), t.FiredAttempt))
@@ -336,6 +361,9 @@ func printTask(w io.Writer, t *client.TaskInfo) {
 
 func runReschedule(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("reschedule", env)
+	withUsage(fs, `Usage: dq reschedule ID (--in 10m | --at RFC3339) [flags]
+
+Moves the waiting task ID (scheduled, retrying or paused) to a new due time.`)
 	api := bindAPI(fs, env)
 	var in, at string
 	fs.StringVar(&in, "in", "", "new delay from now, e.g. 10m")
@@ -379,6 +407,9 @@ func runReschedule(ctx context.Context, env Env, args []string) error {
 
 func runCancel(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("cancel", env)
+	withUsage(fs, `Usage: dq cancel ID [flags]
+
+Cancels the waiting task ID; dq tasks cancel cancels many.`)
 	api := bindAPI(fs, env)
 	id, err := oneID("cancel", fs, args)
 	if err != nil {
@@ -399,6 +430,9 @@ func runCancel(ctx context.Context, env Env, args []string) error {
 
 func runStats(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("stats", env)
+	withUsage(fs, `Usage: dq stats [--shards] [flags]
+
+The totals of the namespace and the figures of its busy shards.`)
 	api := bindAPI(fs, env)
 	all := fs.Bool("shards", false, "list every shard, not only the busy ones")
 	if err := parseNoArgs(fs, args); err != nil {

@@ -156,6 +156,15 @@ func newFlagSet(name string, env Env) *flag.FlagSet {
 	return fs
 }
 
+// withUsage makes -h (and a flag error) print usage — the command line
+// with its arguments, then what the command does — before the flags.
+func withUsage(fs *flag.FlagSet, usage string) {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), strings.TrimRight(usage, "\n")+"\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+}
+
 // parse parses flags and positional arguments in any order ("dq get ID -o
 // json" as well as "dq get -o json ID"); everything after "--" is
 // positional.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -169,26 +170,39 @@ func TestAPICommands(t *testing.T) {
 }
 
 // TestLimitsCommand: dq limits set/get/list/delete through the daemon's
-// limits API (rules in etcd).
+// limits API (rules in etcd), as a table by default and as the daemon's
+// JSON with -o json.
 func TestLimitsCommand(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	base, _ := startDaemon(t, etcd.Endpoints)
 	env := map[string]string{"DQ_ADDR": base}
-	out, _, err := runDQ(t, env, "limits", "set", "email.send", "--quota", "100", "--window", "1m", "--concurrency", "5", "--slot-ttl", "30s")
+	out, _, err := runDQ(t, env, "limits", "set", "email.send", "--quota", "100", "--window", "1m", "--concurrency", "5", "--slot-ttl", "30s", "-o", "json")
 	if err != nil || !strings.Contains(out, `"window_quota"`) || !strings.Contains(out, "100") {
 		t.Fatalf("limits set: %q, %v", out, err)
 	}
-	if out, _, err = runDQ(t, env, "limits", "get", "email.send"); err != nil || !strings.Contains(out, `"concurrency"`) {
-		t.Fatalf("limits get: %q, %v", out, err)
+	if out, _, err = runDQ(t, env, "limits", "get", "email.send", "-o", "json"); err != nil || !strings.Contains(out, `"concurrency"`) {
+		t.Fatalf("limits get -o json: %q, %v", out, err)
 	}
-	if out, _, err = runDQ(t, env, "limits"); err != nil || !strings.Contains(out, "email.send") {
-		t.Fatalf("limits list: %q, %v", out, err)
+	// text (the default, or -o text): a table, no JSON
+	for _, args := range [][]string{{"limits", "get", "email.send"}, {"limits", "get", "email.send", "-o", "text"}, {"limits"}, {"limits", "list", "-o", "text"}} {
+		out, _, err = runDQ(t, env, args...)
+		if err != nil || !regexp.MustCompile(`(?m)^TYPE\s+RULES\s+USAGE\n`).MatchString(out) ||
+			!regexp.MustCompile(`(?m)^email\.send\s+100 per 1m0s, 5 running\s+window 0/100, running 0/5$`).MatchString(out) || strings.Contains(out, "{") {
+			t.Fatalf("dq %s: %q, %v", strings.Join(args, " "), out, err)
+		}
 	}
-	if out, _, err = runDQ(t, env, "limits", "set", "sms.send", `{"token_bucket":{"rate":10,"burst":20}}`); err != nil || !strings.Contains(out, `"token_bucket"`) {
+	if out, _, err = runDQ(t, env, "limits", "-o", "json"); err != nil || !strings.Contains(out, "email.send") || !strings.Contains(out, `"limits"`) {
+		t.Fatalf("limits list -o json: %q, %v", out, err)
+	}
+	if out, _, err = runDQ(t, env, "limits", "set", "sms.send", `{"token_bucket":{"rate":10,"burst":20}}`, "-o", "json"); err != nil || !strings.Contains(out, `"token_bucket"`) {
 		t.Fatalf("limits set JSON: %q, %v", out, err)
 	}
+	if out, _, err = runDQ(t, env, "limits", "set", "sms.send", `{"token_bucket":{"rate":10,"burst":20}}`); err != nil ||
+		!regexp.MustCompile(`(?m)^sms\.send\s+10/s burst 20\s+tokens \d+\.\d$`).MatchString(out) {
+		t.Fatalf("limits set JSON, text answer: %q, %v", out, err)
+	}
 	// --concurrency without --slot-ttl, --rate without --burst: the defaults
-	if out, _, err = runDQ(t, env, "limits", "set", "pdf.render", "--concurrency", "2", "--rate", "2.5"); err != nil ||
+	if out, _, err = runDQ(t, env, "limits", "set", "pdf.render", "--concurrency", "2", "--rate", "2.5", "-o", "json"); err != nil ||
 		!strings.Contains(out, `"slot_ttl": "5m0s"`) || !strings.Contains(out, `"burst": 3`) {
 		t.Fatalf("limits set with defaults: %q, %v", out, err)
 	}
@@ -200,5 +214,60 @@ func TestLimitsCommand(t *testing.T) {
 	}
 	if _, _, err = runDQ(t, env, "limits", "get", "email.send"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("limits get after delete: %v, want not found", err)
+	}
+}
+
+// TestHelpShowsArguments: -h of a command taking arguments starts with
+// its usage line, arguments included; dq limits -h lists set's rule
+// flags too.
+func TestHelpShowsArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"get", "-h"}, []string{"Usage: dq get ID [flags]", "-addr"}},
+		{[]string{"schedule", "-h"}, []string{"Usage: dq schedule TYPE [--id ID]", "-payload", "unchanged"}},
+		{[]string{"reschedule", "-h"}, []string{"Usage: dq reschedule ID (--in 10m | --at RFC3339)", "-in"}},
+		{[]string{"cancel", "-h"}, []string{"Usage: dq cancel ID [flags]"}},
+		{[]string{"import", "-h"}, []string{"Usage: dq import FILE.jsonl [flags]", "-batch"}},
+		{[]string{"limits", "-h"}, []string{"Usage: dq limits [list] [flags]", "dq limits set TYPE", "Flags of set", "-quota", "-rate", "-concurrency", "-slot-ttl"}},
+		{[]string{"limits", "get", "-h"}, []string{"dq limits get TYPE", "-quota"}},
+		{[]string{"limits", "set", "-h"}, []string{"dq limits set TYPE", "-quota", "-window"}},
+	} {
+		_, stderr, err := runDQ(t, nil, tc.args...)
+		if !errors.Is(err, ErrHelp) {
+			t.Errorf("dq %s: %v, want ErrHelp", strings.Join(tc.args, " "), err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("dq %s lacks %q:\n%s", strings.Join(tc.args, " "), w, stderr)
+			}
+		}
+	}
+}
+
+// TestScheduleSaysWhatWasKept: dq schedule's text answer to a re-submit
+// says that the earlier due time stands, or that the task had ended.
+func TestScheduleSaysWhatWasKept(t *testing.T) {
+	base, _ := startDaemon(t, nil)
+	env := map[string]string{"DQ_ADDR": base}
+	if out, _, err := runDQ(t, env, "schedule", "x", "--id", "k-1", "--in", "1h"); err != nil || strings.Contains(out, "kept") {
+		t.Fatalf("schedule: %q, %v", out, err)
+	}
+	out, _, err := runDQ(t, env, "schedule", "x", "--id", "k-1", "--in", "3h")
+	if err != nil || !strings.Contains(out, "k-1 scheduled (unchanged)") || !strings.Contains(out, "the due time of the earlier submission is kept") {
+		t.Fatalf("re-submit with another delay: %q, %v", out, err)
+	}
+	if _, _, err := runDQ(t, env, "cancel", "k-1"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runDQ(t, env, "schedule", "x", "--id", "k-1", "--in", "1h")
+	if err != nil || !strings.Contains(out, "k-1 cancelled (unchanged)") || !strings.Contains(out, "had already ended (cancelled): nothing was scheduled") {
+		t.Fatalf("re-submit of a cancelled task: %q, %v", out, err)
+	}
+	out, _, err = runDQ(t, env, "schedule", "x", "--id", "k-1", "--in", "1h", "-o", "json")
+	var r client.Result
+	if err != nil || json.Unmarshal([]byte(out), &r) != nil || r.Kept != client.KeptState || !r.Ended() {
+		t.Fatalf("re-submit of a cancelled task -o json: %q, %v", out, err)
 	}
 }

@@ -16,6 +16,10 @@ import (
 // curl, so compose runs ["/dq", "health", "--url", "http://127.0.0.1:7070/healthz"].
 func runHealth(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("health", env)
+	withUsage(fs, `Usage: dq health (--url URL | --kafka HOST:PORT) [flags]
+
+Exits 0 when URL answers 2xx (or the Kafka broker answers), 1 otherwise:
+a container healthcheck.`)
 	url := fs.String("url", "", "GET this URL; healthy when it answers 2xx (e.g. http://127.0.0.1:7070/healthz)")
 	kafka := fs.String("kafka", "", "instead of --url: healthy when the Kafka broker at host:port answers an ApiVersions request")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")

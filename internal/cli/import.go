@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -93,8 +95,16 @@ type importer struct {
 	retryPause time.Duration
 }
 
+const importUsage = `Usage: dq import FILE.jsonl [flags]
+
+Schedules the tasks of FILE.jsonl, one task a line in the JSON of POST
+/v1/tasks, in batches; an interrupted import resumes where it stopped
+(FILE.jsonl.progress). Rejected lines are listed by line number; dq exits
+2 when there were some.`
+
 func runImport(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet("import", env)
+	withUsage(fs, importUsage)
 	api := bindAPI(fs, env)
 	batch := fs.Int("batch", 500, "tasks per batch request (the daemon allows 1000 by default)")
 	maxBytes := new(int)
@@ -179,6 +189,8 @@ func runImport(ctx context.Context, env Env, args []string) error {
 		return fmt.Errorf("import: remove %s: %w", progPath, err)
 	}
 	s := prog.Summary
+	// rejected by the daemon per batch, or here while reading: by line
+	slices.SortStableFunc(s.Bad, func(a, b badLine) int { return cmp.Compare(a.Line, b.Line) })
 	if api.output == "json" {
 		if s.Bad == nil {
 			s.Bad = []badLine{}

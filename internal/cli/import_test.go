@@ -194,3 +194,38 @@ func TestImportText(t *testing.T) {
 		t.Errorf("missing file: no error")
 	}
 }
+
+// TestImportRejectedInOrder: the summary lists rejected lines by line
+// number, whether the daemon refused them (per batch, after the read) or
+// dq did while reading; text and JSON alike.
+func TestImportRejectedInOrder(t *testing.T) {
+	base, _ := startDaemon(t, nil)
+	env := map[string]string{"DQ_ADDR": base}
+	path := filepath.Join(t.TempDir(), "order.jsonl")
+	// line 1 and 3: refused by the daemon when the batch goes; 2 and 4:
+	// refused while reading, before the batch is sent
+	lines := "{\"type\":\"\"}\n{oops\n{\"type\":\"a\",\"delay\":\"-1s\"}\n[1]\n{\"type\":\"a\",\"delay\":\"1h\"}\n"
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runDQ(t, env, "import", path, "--batch", "10", "-o", "json")
+	if !errors.As(err, new(*RejectedLinesError)) {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	var sum importSummary
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatalf("summary: %v\n%s", err, out)
+	}
+	var got []int64
+	for _, b := range sum.Bad {
+		got = append(got, b.Line)
+	}
+	if want := []int64{1, 2, 3, 4}; !slices.Equal(got, want) {
+		t.Fatalf("rejected lines %v, want %v", got, want)
+	}
+	out, _, _ = runDQ(t, env, "import", path, "--batch", "10", "--restart")
+	i1, i2, i3, i4 := strings.Index(out, "line 1:"), strings.Index(out, "line 2:"), strings.Index(out, "line 3:"), strings.Index(out, "line 4:")
+	if i1 < 0 || i1 > i2 || i2 > i3 || i3 > i4 {
+		t.Fatalf("text summary not by line:\n%s", out)
+	}
+}

@@ -10,9 +10,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
+	dqapi "github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/client"
 )
 
@@ -56,8 +59,7 @@ func rawCall(ctx context.Context, api *apiFlags, hc *http.Client, method, path s
 	return b, nil
 }
 
-// printRaw writes a JSON answer indented (both output modes: the limits
-// API's answers are small documents that read well as they are).
+// printRaw writes a JSON answer indented.
 func printRaw(w io.Writer, b []byte) error {
 	var out bytes.Buffer
 	if err := json.Indent(&out, b, "", "  "); err != nil {
@@ -69,29 +71,20 @@ func printRaw(w io.Writer, b []byte) error {
 	return err
 }
 
-// limitRules is the body of PUT /v1/limits/{type}; any subset.
-type limitRules struct {
-	WindowQuota *windowQuota `json:"window_quota,omitempty"`
-	TokenBucket *tokenBucket `json:"token_bucket,omitempty"`
-	Concurrency *concurrency `json:"concurrency,omitempty"`
-}
+const limitsUsage = `Usage: dq limits [list] [flags]
+       dq limits get TYPE [flags]
+       dq limits set TYPE (--quota N [--window 1m] | --rate R [--burst B] | --concurrency C [--slot-ttl 5m])... [flags]
+       dq limits set TYPE RULES-JSON [flags]
+       dq limits delete TYPE [flags]
 
-type windowQuota struct {
-	Limit  int64  `json:"limit"`
-	Window string `json:"window"`
-}
+  list    every type's rules and their live usage
+  get     one type's rules and usage
+  set     replace a type's rules: any of the three kinds, from flags or as
+          the JSON of PUT /v1/limits/{type}
+          ('{"window_quota":{"limit":100,"window":"1m"}}')
+  delete  remove a type's rules (its tasks run unlimited)
 
-type tokenBucket struct {
-	Rate        float64 `json:"rate"`
-	Burst       int64   `json:"burst"`
-	Reserve     int64   `json:"reserve,omitempty"`
-	MinPriority int     `json:"min_priority,omitempty"`
-}
-
-type concurrency struct {
-	Limit   int64  `json:"limit"`
-	SlotTTL string `json:"slot_ttl,omitempty"`
-}
+Work processes follow the rules live. -o json prints the daemon's answers.`
 
 // runLimits is dq limits: list, get TYPE, set TYPE ..., delete TYPE.
 func runLimits(ctx context.Context, env Env, args []string) error {
@@ -101,6 +94,7 @@ func runLimits(ctx context.Context, env Env, args []string) error {
 	}
 	fs := newFlagSet("limits "+sub, env)
 	api := bindAPI(fs, env)
+	fs.Usage = func() { limitsHelp(fs, sub) }
 	switch sub {
 	case "list", "get", "delete":
 		return limitsRead(ctx, env, sub, fs, api, args)
@@ -108,6 +102,22 @@ func runLimits(ctx context.Context, env Env, args []string) error {
 		return limitsSet(ctx, env, fs, api, args)
 	default:
 		return fmt.Errorf("limits %q: list, get TYPE, set TYPE ..., delete TYPE", sub)
+	}
+}
+
+// limitsHelp prints the usage of dq limits, the flags of sub, and those
+// of set's rules when sub is not set (dq limits -h: every sub-command's
+// flags in one text).
+func limitsHelp(fs *flag.FlagSet, sub string) {
+	w := fs.Output()
+	fmt.Fprint(w, limitsUsage+"\n\nFlags:\n")
+	fs.PrintDefaults()
+	if sub != "set" {
+		set := flag.NewFlagSet("limits set", flag.ContinueOnError)
+		set.SetOutput(w)
+		new(limitFlags).bind(set)
+		fmt.Fprint(w, "\nFlags of set (the rules):\n")
+		set.PrintDefaults()
 	}
 }
 
@@ -140,11 +150,70 @@ func limitsRead(ctx context.Context, env Env, sub string, fs *flag.FlagSet, api 
 	if err != nil {
 		return err
 	}
-	if sub == "delete" && api.output == "text" {
+	switch {
+	case api.output == "json":
+		return printRaw(env.Stdout, b)
+	case sub == "delete":
 		fmt.Fprintf(env.Stdout, "limits of %s deleted\n", pos[0])
 		return nil
+	case sub == "list":
+		var l dqapi.Limits
+		if err := json.Unmarshal(b, &l); err != nil {
+			return fmt.Errorf("limits: decode answer: %w", err)
+		}
+		return printLimits(env.Stdout, l.Limits)
 	}
-	return printRaw(env.Stdout, b)
+	return printLimit(env.Stdout, b)
+}
+
+// printLimit prints one type's limits (the answer b of GET or PUT
+// /v1/limits/{type}) as a table.
+func printLimit(w io.Writer, b []byte) error {
+	var l dqapi.TypeLimit
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("limits: decode answer: %w", err)
+	}
+	return printLimits(w, []dqapi.TypeLimit{l})
+}
+
+// printLimits prints limits as a table: type, rules, live usage.
+func printLimits(w io.Writer, ls []dqapi.TypeLimit) error {
+	if len(ls) == 0 {
+		_, err := fmt.Fprintln(w, "no limits (dq limits set TYPE --quota N | --rate R | --concurrency C sets one)")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tRULES\tUSAGE")
+	for _, l := range ls {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", l.Type, ruleText(&l.Rule), usageText(l)) // types.go
+	}
+	return tw.Flush()
+}
+
+// usageText is the live usage of l's rules: "window 3/100, tokens 2.5,
+// running 1/5"; the reason when it could not be read.
+func usageText(l dqapi.TypeLimit) string {
+	if l.UsageError != "" {
+		return "unknown: " + oneLine(l.UsageError, 60)
+	}
+	u := l.Usage
+	if u == nil {
+		return "-"
+	}
+	var parts []string
+	if q := l.Rule.WindowQuota; q != nil {
+		parts = append(parts, fmt.Sprintf("window %d/%d", u.WindowCount, q.Limit))
+	}
+	if l.Rule.TokenBucket != nil {
+		parts = append(parts, "tokens "+strconv.FormatFloat(u.Tokens, 'f', 1, 64))
+	}
+	if c := l.Rule.Concurrency; c != nil {
+		parts = append(parts, fmt.Sprintf("running %d/%d", u.Running, c.Limit))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // limitFlags are dq limits set's rule flags.
@@ -166,17 +235,29 @@ func (f *limitFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.slotTTL, "slot-ttl", "", "concurrency: a crashed worker's slot frees after this long (default 5m)")
 }
 
-// body is the rules the flags give, as the API's JSON.
+// body is the rules the flags give, as the API's JSON (api.LimitRule, the
+// wire type the daemon reads).
 func (f *limitFlags) body() ([]byte, error) {
-	var r limitRules
+	var r dqapi.LimitRule
 	if f.quota > 0 {
-		r.WindowQuota = &windowQuota{f.quota, f.window}
+		w, err := time.ParseDuration(f.window)
+		if err != nil {
+			return nil, fmt.Errorf("limits set: --window: %w", err)
+		}
+		r.WindowQuota = &dqapi.WindowQuota{Limit: f.quota, Window: dqapi.Duration(w)}
 	}
 	if f.rate > 0 {
-		r.TokenBucket = &tokenBucket{f.rate, f.burst, f.reserve, f.minPrio}
+		r.TokenBucket = &dqapi.TokenBucket{Rate: f.rate, Burst: f.burst, Reserve: f.reserve, MinPriority: f.minPrio}
 	}
 	if f.conc > 0 {
-		r.Concurrency = &concurrency{f.conc, f.slotTTL}
+		r.Concurrency = &dqapi.Concurrency{Limit: f.conc}
+		if f.slotTTL != "" {
+			ttl, err := time.ParseDuration(f.slotTTL)
+			if err != nil {
+				return nil, fmt.Errorf("limits set: --slot-ttl: %w", err)
+			}
+			r.Concurrency.SlotTTL = dqapi.Duration(ttl)
+		}
 	}
 	if r.WindowQuota == nil && r.TokenBucket == nil && r.Concurrency == nil {
 		return nil, errors.New("limits set: give --quota, --rate or --concurrency (or the rules as JSON)")
@@ -211,5 +292,8 @@ func limitsSet(ctx context.Context, env Env, fs *flag.FlagSet, api *apiFlags, ar
 	if err != nil {
 		return err
 	}
-	return printRaw(env.Stdout, b)
+	if api.output == "json" {
+		return printRaw(env.Stdout, b)
+	}
+	return printLimit(env.Stdout, b)
 }

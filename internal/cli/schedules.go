@@ -299,7 +299,8 @@ func tickText(t, now time.Time) string {
 	return t.Format(time.RFC3339) + " (" + rel + ")"
 }
 
-// scheduleState is active, paused or ended.
+// scheduleState is running, paused or ended (the console's words, and
+// dq types': a running schedule makes its ticks).
 func scheduleState(s *client.Schedule) string {
 	switch {
 	case s.Paused:
@@ -307,7 +308,7 @@ func scheduleState(s *client.Schedule) string {
 	case len(s.Next) == 0 && s.NextError == "":
 		return "ended"
 	}
-	return "active"
+	return "running"
 }
 
 func printSchedules(w io.Writer, list []client.Schedule) error {

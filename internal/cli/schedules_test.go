@@ -77,7 +77,7 @@ func TestSchedulesCommand(t *testing.T) {
 	if err != nil || len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") {
 		t.Fatalf("dq schedules: %q, %v", out, err)
 	}
-	if f := strings.Fields(lines[1]); f[0] != "b.second" || f[1] != "@daily" || f[2] != "UTC" || f[3] != "x" || f[4] != "active" || f[6] != "-" {
+	if f := strings.Fields(lines[1]); f[0] != "b.second" || f[1] != "@daily" || f[2] != "UTC" || f[3] != "x" || f[4] != "running" || f[6] != "-" {
 		t.Errorf("row %q", lines[1])
 	}
 	if f := strings.Fields(lines[2]); f[0] != "report" || f[1] != "@every" || f[2] != "1m" || f[5] != "paused" {

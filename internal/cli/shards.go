@@ -130,6 +130,16 @@ func printShardMap(w io.Writer, m *client.ShardMap) error {
 	return tw.Flush()
 }
 
+// growLine is the progress line of a migrating map m: "starting" until
+// the growth has counted what it moves (no figures yet, which would read
+// "0.0% (0 moved, 0 remaining)").
+func growLine(m *client.ShardMap) string {
+	if m.Moved == 0 && m.Remaining == 0 {
+		return fmt.Sprintf("migrating %d → %d shards: starting", m.Previous, m.Count)
+	}
+	return fmt.Sprintf("migrating %d → %d shards: %.1f%% (%d moved, %d remaining)", m.Previous, m.Count, 100*m.Progress(), m.Moved, m.Remaining)
+}
+
 // waitShards polls the map every interval, starting from m (the growth's
 // answer), until it is stable at target shards or more, and writes a
 // progress line to progress whenever the figures change. A read that
@@ -151,8 +161,7 @@ func waitShards(ctx context.Context, c *client.Client, m *client.ShardMap, targe
 				}
 			} else {
 				stale = 0
-				line := fmt.Sprintf("migrating %d → %d shards: %.1f%% (%d moved, %d remaining)", m.Previous, m.Count, 100*m.Progress(), m.Moved, m.Remaining)
-				if line != last {
+				if line := growLine(m); line != last {
 					fmt.Fprintln(progress, line)
 					last = line
 				}

@@ -355,3 +355,20 @@ func TestShardsHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestGrowLine: a growth without figures yet says "starting", not
+// "0.0% (0 moved, 0 remaining)"; with figures, the percentage.
+func TestGrowLine(t *testing.T) {
+	for _, tc := range []struct {
+		m    client.ShardMap
+		want string
+	}{
+		{client.ShardMap{Previous: 16, Count: 64, State: "migrating"}, "migrating 16 → 64 shards: starting"},
+		{client.ShardMap{Previous: 16, Count: 64, State: "migrating", Remaining: 200}, "migrating 16 → 64 shards: 0.0% (0 moved, 200 remaining)"},
+		{client.ShardMap{Previous: 16, Count: 64, State: "migrating", Moved: 50, Remaining: 150}, "migrating 16 → 64 shards: 25.0% (50 moved, 150 remaining)"},
+	} {
+		if got := growLine(&tc.m); got != tc.want {
+			t.Errorf("growLine(%+v) = %q, want %q", tc.m, got, tc.want)
+		}
+	}
+}
