@@ -7,15 +7,16 @@ import (
 	"testing"
 )
 
-// TestACLRecipeInREADME: the recipe the README shows for the namespace dq
-// is what dq acl prints, line for line (the secured tests apply the same
-// rules through internal/acl).
+// TestACLRecipeInREADME: the recipe the configuration reference
+// (docs/configuration.md, "Least privilege", linked from the README) shows
+// for the namespace dq is what dq acl prints, line for line (the secured
+// tests apply the same rules through internal/acl).
 func TestACLRecipeInREADME(t *testing.T) {
 	out, _, err := runDQ(t, map[string]string{"DQ_NAMESPACE": "", "DQ_TOPICS": "", "DQ_GROUP": ""}, "acl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "configuration.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func TestACLRecipeInREADME(t *testing.T) {
 		}
 		n++
 		if !strings.Contains(string(readme), line+"\n") {
-			t.Errorf("README.md lacks the line dq acl prints:\n%s", line)
+			t.Errorf("docs/configuration.md lacks the line dq acl prints:\n%s", line)
 		}
 	}
 	if n < 10 {

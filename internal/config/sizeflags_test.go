@@ -8,7 +8,7 @@ import (
 	"github.com/delayq/delayq/internal/work"
 )
 
-// TestEverySizeSettingTakesUnits: the README writes DQ_MAX_BODY=1MiB; every
+// TestEverySizeSettingTakesUnits: docs/configuration.md writes DQ_MAX_BODY=1MiB; every
 // size setting of every binary reads units.
 func TestEverySizeSettingTakesUnits(t *testing.T) {
 	env := map[string]string{"DQ_MAX_BODY": "2MiB", "DQ_MAX_RECORD_BYTES": "1MB", "DQ_MAX_PAYLOAD": "512KiB"}
