@@ -298,6 +298,109 @@ func TestConsole(t *testing.T) {
 	t.Logf("console: scenario ran in %v (after the cluster started); screenshots in %s", time.Since(start).Round(100*time.Millisecond), p.dir)
 }
 
+// TestConsoleWithoutToken: against a daemon without a token the console
+// asks for none (issue 43): a new tab on a deep link lands on its page;
+// #/task/ without an id says so; at 400 px wide the header fits the
+// screen, its links stay readable, and ids stay on one line.
+func TestConsoleWithoutToken(t *testing.T) {
+	chrome := requireChromium(t)
+	hook := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Header.Get("Dq-Type") == "narrow.fail" {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, "refused for good")
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	c := localProvisioner{}.Start(t, Spec{Daemons: 1, Events: 1, Workers: 1, Webhook: hook})
+	api := client.New(c.DaemonURL(0), client.WithHTTPClient(&http.Client{Timeout: 30 * time.Second}))
+	// ids long enough to wrap on a narrow screen, with break points
+	longID := "order-2024-11-05-eu-west-1-customer-0001234567-invoice-reminder"
+	deadID := "dead-" + longID
+	scheduleBatch(t, api, []client.Task{
+		{ID: longID, Type: "narrow.mail", DueAt: time.Now().Add(time.Hour).Truncate(time.Millisecond), Payload: json.RawMessage(`{}`)},
+		{ID: deadID, Type: "narrow.fail", MaxAttempts: 1, Payload: json.RawMessage(`{}`)},
+	})
+	waitState(t, api, []string{deadID}, "dead", 30*time.Second)
+
+	p := newConsolePage(t, chrome)
+	onPage := func(page string) string {
+		return `document.getElementById('login').hidden && !document.getElementById('view').hidden &&
+			document.getElementById('view').dataset.page === ` + jsString(page)
+	}
+	// A deep link in a fresh tab: the dead letters, no sign-in on the way
+	// (the sign-in form is never shown, not even for a moment).
+	p.do(chromedp.Navigate(c.DaemonURL(0) + "/ui/#/dead"))
+	p.waitJS("the dead letters page without a sign-in", onPage("dead")+` &&
+		!!document.querySelector('[data-testid=dead-row][data-id=`+jsString(deadID)+`]')`)
+	p.waitJS("no sign-out button without a token", `document.getElementById('logout').hidden &&
+		document.getElementById('login-error').textContent === ''`)
+	// A new tab holds nothing in its session storage: a task's deep link.
+	p.do(chromedp.Evaluate[chromedp.Void](`sessionStorage.clear()`), chromedp.Navigate("about:blank"),
+		chromedp.Navigate(c.DaemonURL(0)+"/ui/#/task/"+longID))
+	p.waitJS("the task's deep link without a sign-in", onPage("task")+` &&
+		(document.querySelector('[data-testid=task-id]') || {}).textContent === `+jsString(longID))
+	// #/task/ names no task: a message, not the API's 404.
+	p.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/task/'`))
+	p.waitJS("#/task/ says it has no id", onPage("task")+` &&
+		/^No task id/.test((document.querySelector('[data-testid=task-no-id]') || {}).textContent)`)
+	p.waitJS("no API error on #/task/", `!document.body.textContent.includes('404')`)
+
+	// 400 px wide: every page's header ends inside the screen, nothing
+	// widens the page, the nav links are readable (not squeezed: each
+	// on one line, inside the screen) and id cells hold one line.
+	p.do(chromedp.EmulateViewport(400, 800))
+	for _, page := range []string{"overview", "tasks", "dead", "limits", "types", "schedules"} {
+		p.do(chromedp.Evaluate[chromedp.Void](`location.hash = '#/` + page + `'`))
+		p.waitJS(page+" at 400 px", onPage(page))
+		if page == "tasks" {
+			p.do(chromedp.SetValue(chromedp.CSS("#f-type"), "narrow.mail"), chromedp.Click(chromedp.CSS("#task-search")))
+			p.waitJS("the long id listed", p.taskRows([]string{longID}, "scheduled"))
+		}
+		p.waitJS(page+": the header and page within 400 px", narrowFits)
+		switch page {
+		case "tasks":
+			p.waitJS("the task id on one line", oneLineID(`[data-testid=task-row][data-id=`+jsString(longID)+`] td.id`))
+		case "dead":
+			p.waitJS("the dead letter's id on one line", oneLineID(`[data-testid=dead-row][data-id=`+jsString(deadID)+`] td.id`))
+		}
+		p.shot("narrow-"+page, false)
+	}
+	p.checkConsole()
+}
+
+// narrowFits is an expression: the header's right edge and the page's
+// width are within the viewport, and each nav link is one line inside it.
+const narrowFits = `(() => {
+	const vw = window.innerWidth;
+	const top = document.querySelector('header.top');
+	const links = [...document.querySelectorAll('#nav a')];
+	return vw === 400 && top.getBoundingClientRect().right <= vw && top.scrollWidth <= top.clientWidth &&
+		document.documentElement.scrollWidth <= vw &&
+		links.length === 6 && links.every(a => {
+			const r = a.getBoundingClientRect();
+			return a.getClientRects().length === 1 && r.left >= 0 && r.right <= vw && r.width + 1 >= a.scrollWidth;
+		});
+})()`
+
+// oneLineID is an expression: the id cell that sel names shows its id on
+// one line (one line box, not taller than one line) and is wider than a
+// few characters.
+func oneLineID(sel string) string {
+	return `(() => {
+		const td = document.querySelector(` + jsString(sel) + `);
+		if (!td) return false;
+		const a = td.querySelector('a') || td;
+		const lh = parseFloat(getComputedStyle(a).lineHeight);
+		const r = a.getBoundingClientRect();
+		// one line box: every fragment (an ellipsis makes several) at one top
+		const tops = new Set([...a.getClientRects()].map(x => Math.round(x.top)));
+		return tops.size === 1 && r.height < 1.5 * lh && td.getBoundingClientRect().width > 80 &&
+			td.title === td.textContent;
+	})()`
+}
+
 func checkConsoleServed(t *testing.T, base string) {
 	t.Helper()
 	resp, err := hc.Get(base + "/ui")

@@ -398,8 +398,31 @@
     $('login').hidden = true;
     $('view').hidden = false;
     $('nav').hidden = false;
-    $('logout').hidden = false;
+    // nothing to sign out of when the daemon needs no token
+    $('logout').hidden = sessionStorage.getItem(TOKEN_KEY) === '';
     route();
+  }
+
+  // probe opens a tab that holds no token: it asks GET /v1/stats without
+  // one. A 401 means the daemon has a token: the sign-in is shown. Any
+  // other answer means it needs none: the page the address names opens at
+  // once (a new tab, a bookmark, a deep link such as #/task/ID or #/dead),
+  // as if an empty token had been entered. The probe bypasses request(),
+  // whose 401 handling would say "refused the token" for a token never
+  // given.
+  async function probe() {
+    let resp;
+    try {
+      resp = await fetch('/v1/stats', { method: 'GET', headers: { Accept: 'application/json' },
+        credentials: 'omit', cache: 'no-store', redirect: 'error' });
+    } catch (err) {
+      showLogin('the daemon did not answer: ' + err.message);
+      return;
+    }
+    if (signedIn()) return; // signed in meanwhile
+    if (resp.status === 401) { showLogin(''); return; }
+    sessionStorage.setItem(TOKEN_KEY, '');
+    showConsole();
   }
 
   // ------------------------------------------------------------ routing
@@ -614,8 +637,8 @@
 
         render(shards.body, shardRows, () => (shardRows.length ? shardRows.map((x) => el('tr', { testid: 'shard-row', dataset: { shard: String(x.shard) } },
           cell(String(x.shard), 'num'),
-          el('td', { class: 'id' }, x.leader ? x.leader.id : (c ? badge('none') : '–')),
-          el('td', { class: 'id' }, x.leader ? x.leader.addr : ''),
+          el('td', { class: 'id', title: x.leader ? String(x.leader.id) : null }, x.leader ? x.leader.id : (c ? badge('none') : '–')),
+          el('td', { class: 'id', title: x.leader ? String(x.leader.addr) : null }, x.leader ? x.leader.addr : ''),
           cell(num(x.leader_token), 'num'),
           cell(num(x.pending), 'num'),
           cell(c ? num(x.overdue) : '–', 'num'),
@@ -627,7 +650,7 @@
 
         const ps = c && c.processes ? c.processes : [];
         render(procs.body, ps, () => (ps.length ? ps.map((p) => el('tr', { testid: 'proc-row', dataset: { kind: String(p.kind || ''), id: String(p.id || '') } },
-          cell(p.kind), el('td', { class: 'id' }, p.id), cell(p.version), el('td', { class: 'id' }, p.addr),
+          cell(p.kind), el('td', { class: 'id', title: String(p.id || '') }, p.id), cell(p.version), el('td', { class: 'id', title: String(p.addr || '') }, p.addr),
           el('td', null, badge(p.ready ? 'ready' : 'not ready')),
           el('td', { class: 'err' }, p.reason || ''),
           timeCell(p.started_at),
@@ -639,7 +662,7 @@
             : !Array.isArray(c.worked_topics) ? 'the daemon does not list worked topics'
               : 'no worked topics: tasks fired to any topic end delivered';
         render(workedTopics.body, { wts, noTopics }, () => (wts.length ? wts.map((w) => el('tr', { testid: 'worked-row', dataset: { topic: String(w.topic || '') } },
-          el('td', { class: 'id' }, w.topic), cell(w.group), timeCell(w.since),
+          el('td', { class: 'id', title: String(w.topic || '') }, w.topic), cell(w.group), timeCell(w.since),
         )) : emptyRow(3, noTopics)));
       },
     };
@@ -811,7 +834,7 @@
       prevBtn.disabled = taskSearch.cursors.length <= 1;
       pageLabel.textContent = `page ${taskSearch.cursors.length} · ${tasks.length} task(s)${next ? '' : ' · end'}`;
       render(list.body, tasks, () => (tasks.length ? tasks.map((t) => el('tr', { testid: 'task-row', dataset: { id: String(t.id), state: String(t.state), type: String(t.type) } },
-        el('td', { class: 'id' }, link(['task', t.id], t.id, { testid: 'task-link' })),
+        el('td', { class: 'id', title: String(t.id) }, link(['task', t.id], t.id, { testid: 'task-link' })),
         cell(t.type), el('td', null, badge(t.state)), timeCell(t.due_at),
         cell(`${t.attempt}/${t.max_attempts}`, 'num'), cell(String(t.shard), 'num'),
         el('td', { class: 'err' }, t.last_error || ''))) : emptyRow(7, 'no task on this page')));
@@ -821,7 +844,19 @@
 
   // -------------------------------------------------------- task detail
 
+  // noTaskPage is #/task/ without an id: a message, not the API's 404.
+  function noTaskPage(view) {
+    add(view, [
+      el('p', null, link(['tasks'], '‹ back to the search')),
+      el('h2', { text: 'Task' }),
+      el('p', { id: 'task-error', class: 'error', testid: 'task-no-id',
+        text: 'No task id: the address names no task. Open one from Tasks or Dead letters, or put its id after #/task/.' }),
+    ]);
+    return { refresh: async () => {} };
+  }
+
   function taskPage(view, id, gen) {
+    if (!id) return noTaskPage(view);
     const err = el('p', { id: 'task-error', class: 'error', testid: 'task-error' });
     const result = el('p', { id: 'task-result', class: 'result', testid: 'task-result' });
     const fields = el('dl', { id: 'task-fields', class: 'fields', testid: 'task-fields' });
@@ -911,7 +946,7 @@
       kind.textContent = '(' + pv.kind + ')';
       if (payload.textContent !== pv.text) payload.textContent = pv.text;
       const hs = Object.entries(t.headers || {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-      render(headers.body, hs, () => (hs.length ? hs.map(([k, v]) => el('tr', { testid: 'header-row' }, el('td', { class: 'id' }, k), el('td', { class: 'id' }, v))) : emptyRow(2, 'no headers')));
+      render(headers.body, hs, () => (hs.length ? hs.map(([k, v]) => el('tr', { testid: 'header-row' }, el('td', { class: 'id wrap' }, k), el('td', { class: 'id wrap' }, v))) : emptyRow(2, 'no headers')));
       lastError.textContent = t.last_error || '(none)';
       lastError.classList.toggle('err', !!t.last_error);
     }
@@ -1022,7 +1057,7 @@
         armed(dl, () => run('delete', async () => { await api('DELETE', '/v1/dead/' + seg(t.id)); return `deleted ${t.id}`; }));
         return el('tr', { testid: 'dead-row', dataset: { id: String(t.id), type: String(t.type) } },
           el('td', null, box),
-          el('td', { class: 'id' }, link(['task', t.id], t.id)),
+          el('td', { class: 'id', title: String(t.id) }, link(['task', t.id], t.id)),
           cell(t.type), timeCell(t.died_at), cell(`${t.attempt}/${t.max_attempts}`, 'num'),
           el('td', { class: 'err', testid: 'dead-reason' }, t.last_error || ''),
           el('td', null, el('div', { class: 'row' }, rd, dl)));
@@ -1090,7 +1125,7 @@
         editBtn.dataset.type = l.type;
         editBtn.addEventListener('click', () => { type.value = l.type; rule.value = JSON.stringify(l.rule, null, 2); editErr.textContent = ''; editRes.textContent = ''; rule.focus(); });
         return el('tr', { testid: 'limit-row', dataset: { type: String(l.type) } },
-          el('td', { class: 'id' }, l.type), cell(ruleSummary(l.rule)),
+          el('td', { class: 'id', title: String(l.type) }, l.type), cell(ruleSummary(l.rule)),
           cell(u && r.window_quota ? `${num(u.window_count)} / ${num(r.window_quota.limit)}` : '–', 'num'),
           cell(u && r.token_bucket ? `${(Math.round(u.tokens * 10) / 10).toLocaleString('en-US')} / ${num(r.token_bucket.burst)}` : '–', 'num'),
           cell(u && r.concurrency ? `${num(u.running)} / ${num(r.concurrency.limit)}` : '–', 'num'),
@@ -1143,7 +1178,7 @@
         btn.dataset.type = t.type;
         btn.addEventListener('click', () => setPaused(t.type, !t.paused));
         return el('tr', { testid: 'type-row', dataset: { type: String(t.type), paused: String(!!t.paused) } },
-          el('td', { class: 'id' }, t.type),
+          el('td', { class: 'id', title: String(t.type) }, t.type),
           el('td', { testid: 'type-state' }, badge(t.paused ? 'paused' : 'running')),
           timeCell(t.paused_at),
           el('td', { class: 'num', testid: 'type-parked' }, num(t.parked || 0)),
@@ -1238,10 +1273,10 @@
         const next = s.next && s.next.length ? timeCell(s.next[0]) : cell(s.next_error ? 'unknown: ' + s.next_error : '–');
         if (s.next && s.next.length) next.title = s.next.join('\n');
         return el('tr', { testid: 'schedule-row', dataset: { id: String(s.id), paused: String(!!s.paused) } },
-          el('td', { class: 'id' }, s.id),
+          el('td', { class: 'id', title: String(s.id) }, s.id),
           el('td', { class: 'mono' }, s.cron),
           cell(s.timezone),
-          el('td', { class: 'id', testid: 'schedule-type' }, (s.task && s.task.type) || ''),
+          el('td', { class: 'id', testid: 'schedule-type', title: (s.task && s.task.type) || null }, (s.task && s.task.type) || ''),
           el('td', { testid: 'schedule-state' }, badge(state)),
           next,
           s.last_tick ? el('td', { title: s.last_task_id || '' }, fmtTime(s.last_tick), el('div', { class: 'muted', text: s.last_task_id || '' })) : cell('–'),
@@ -1278,7 +1313,7 @@
     });
     $('logout').addEventListener('click', () => signOut('Signed out.'));
     window.addEventListener('hashchange', () => { if (signedIn()) route(); });
-    if (signedIn()) showConsole(); else showLogin('');
+    if (signedIn()) showConsole(); else probe();
   }
 
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start); else start();
