@@ -110,6 +110,9 @@ func TestPollerPublishesDeliveredOutcomesWhenAsked(t *testing.T) {
 	}
 	schedule(t, f.store, 0, tasks...)
 	testenv.WaitFor(t, 15*time.Second, "every task delivered", func() bool { return metricValue(f.m.Delivered) >= 40 })
+	// The collector is an independent consumer: it sees a record some time
+	// after Kafka acknowledged it (and the task was settled delivered).
+	testenv.WaitFor(t, 15*time.Second, "every record collected", func() bool { return recs.Distinct() >= len(tasks) })
 	if n := len(pubs[1].get()); n != 0 {
 		t.Errorf("shard 1 (not asked) published %d delivered outcomes", n)
 	}
