@@ -22,8 +22,9 @@ import (
 	"github.com/delayq/delayq/internal/config"
 )
 
-// Namespace prefixes every delayq metric.
-const Namespace = "delayq"
+// Namespace prefixes every delayq metric (config.MetricsNamespace: one
+// definition, which config's own Redis metrics use too).
+const Namespace = config.MetricsNamespace
 
 // NewRegistry is a non-global registry with the Go and process collectors.
 func NewRegistry() *prometheus.Registry {

@@ -10,9 +10,8 @@ import (
 	"github.com/delayq/delayq/internal/config"
 )
 
-// Namespace is the one owner of the metric namespace. config cannot
-// import admin (admin imports config), so the Redis failover metrics that
-// config's clients export spell it themselves: held to Namespace here.
+// The Redis failover metrics that config's clients export use the metric
+// namespace like every other delayq metric.
 func TestRedisHAMetricsUseTheNamespace(t *testing.T) {
 	c := config.Common{RedisAddrs: []string{"127.0.0.1:1"}}
 	rdb, ha, err := c.RedisClientHA(slog.New(slog.DiscardHandler))

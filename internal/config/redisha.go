@@ -23,10 +23,10 @@ import (
 // the speed of the promotion (RELIABILITY.md 8b); this file makes every
 // client RedisClient builds do so, and says when it did.
 
-// metricsNamespace is admin.Namespace (the owner of the metric
-// namespace), which config cannot import (admin imports config); a test of
-// admin holds the two together.
-const metricsNamespace = "delayq"
+// MetricsNamespace prefixes every delayq metric. It is defined here, the
+// lowest package that exports metrics (its Redis clients do), and is
+// admin.Namespace for everything above.
+const MetricsNamespace = "delayq"
 
 // clusterStateReloadInterval is how old a cluster client's slot map may
 // get before a command reloads it (go-redis' default: 60 s). It costs one
@@ -200,11 +200,11 @@ func newRedisHA(log *slog.Logger, sentinel bool) *RedisHA {
 		sentinel: sentinel,
 		reported: map[string]bool{},
 		failovers: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "redis_failovers_total",
+			Namespace: MetricsNamespace, Name: "redis_failovers_total",
 			Help: "Redis primary changes the client followed: a slot range's master replaced by its replica (Redis Cluster), a new primary named by Sentinel, or the primary answering READONLY (demoted).",
 		}),
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "redis_slot_map_reloads_total",
+			Namespace: MetricsNamespace, Name: "redis_slot_map_reloads_total",
 			Help: "Redis Cluster slot maps (CLUSTER SLOTS) the client read.",
 		}),
 	}
