@@ -224,6 +224,13 @@ type TaskInfo struct {
 	Priority     int               `json:"priority"`
 	LastError    string            `json:"last_error"`
 	DiedAt       time.Time         `json:"died_at"` // a dead task: when it died (zero otherwise)
+	// Attempts are the task's ended attempts, oldest first: at most the
+	// last 16, AttemptsDropped counts the older ones the store no longer
+	// keeps. Failed attempts are always there, a success only when the
+	// task failed before (none for a first-attempt success). GET of one
+	// task only (Get): the lists leave them out.
+	Attempts        []Attempt `json:"attempts"`
+	AttemptsDropped int       `json:"attempts_dropped"`
 
 	// The fire receipt of the task's latest fired copy: what Kafka
 	// acknowledged. All zero when the task was never fired (HasReceipt

@@ -121,7 +121,7 @@ func runWalkthroughLine(t *testing.T, env map[string]string, words []string, com
 			out = run()
 			return strings.Contains(out, want)
 		})
-		if m := commentAtt.FindStringSubmatch(comment); m != nil && !regexp.MustCompile(`\b`+m[1]+`\D+`+m[2]+`\b`).MatchString(out) {
+		if m := commentAtt.FindStringSubmatch(comment); len(m) == 3 && !regexp.MustCompile(`\b`+m[1]+`\D+`+m[2]+`\b`).MatchString(out) {
 			t.Errorf("dq get %s: the README says attempt %s of %s; output:\n%s", args[1], m[1], m[2], out)
 		}
 		if strings.Contains(comment, "died_at") && !strings.Contains(out, "died") {

@@ -44,6 +44,11 @@ func (a *App) routes() http.Handler {
 	mux.Handle("PATCH /v1/tasks/{id}", handle(a.handleReschedule))
 	mux.Handle("DELETE /v1/tasks/{id}", handle(a.handleCancel))
 	mux.Handle("GET /v1/stats", handle(a.handleStats))
+	mux.Handle("GET /v1/counts", handle(a.handleCounts))   // census.go
+	mux.Handle("GET /v1/load", handle(a.handleLoad))       // census.go
+	mux.Handle("GET /v1/history", handle(a.handleHistory)) // census.go
+	mux.Handle("GET /v1/search", handle(a.handleSearch))   // search.go
+	mux.Handle("GET /v1/inflight", handle(a.handleInFlight))
 	mux.Handle("GET /v1/dead", handle(a.handleListDead))
 	mux.Handle("DELETE /v1/dead", handle(a.handleDeleteDeadMany))
 	mux.Handle("POST /v1/dead/redrive", handle(a.handleRedriveMany))

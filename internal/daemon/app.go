@@ -36,6 +36,7 @@ type App struct {
 	etcd   *clientv3.Client    // nil when the limits API is disabled
 	procs  *registry.Registrar // this daemon in the process registry; nil without etcd
 	limits *limitsAPI          // /v1/limits (limits.go)
+	census *census             // /v1/counts, /v1/load, /v1/history: the cached counts and the gauge sampler (census.go)
 
 	srv     *admin.Server
 	handler http.Handler
@@ -74,6 +75,7 @@ func newApp(ctx context.Context, cfg Config, log *slog.Logger, listen bool) (*Ap
 	}
 	a := &App{cfg: cfg, log: log, reg: admin.NewRegistry()}
 	a.hm = newHTTPMetrics(a.reg)
+	a.census = newCensus()
 	co, err := newCore(ctx, cfg, log, a.reg)
 	if err != nil {
 		return nil, err
@@ -159,6 +161,11 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error { return a.core.coalesce.Run(compCtx) })
 	g.Go(func() error { a.followShardMap(gctx); return nil })
 	g.Go(func() error { return a.runRegistrar(gctx) })
+	if a.srv != nil {
+		// GET /v1/history's gauges, for the console: a served daemon
+		// samples, an embedded producer (no console) does not
+		g.Go(func() error { a.census.gauges.run(gctx, a.sampleGauges); return nil })
+	}
 	a.log.Info("daemon started", "addr", a.Addr(), "namespace", a.cfg.Namespace,
 		"journal_dir", a.cfg.JournalDir, "journal_depth", a.core.journalDepth(), "redis_up", a.core.redisUp.Load())
 	err := g.Wait()

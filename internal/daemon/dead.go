@@ -19,11 +19,6 @@ import (
 // every shard (by the time they died); GET /v1/tasks?state=dead pages
 // through all of them the other way, oldest first.
 
-const (
-	defaultDeadLimit = 100
-	maxDeadLimit     = 1000
-)
-
 func (a *App) handleListDead(c *call) (int, any, *wire.Error) {
 	limit, e := deadListQuery(c) // operator.go
 	if e != nil {

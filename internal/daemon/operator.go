@@ -48,10 +48,11 @@ import (
 // a task already changed is not counted again.
 
 const (
-	defaultListLimit = 100
-	maxListLimit     = 1000
-	maxCursorLen     = 4096
-	bulkPage         = 500
+	// every list's page size when no limit is given, and the largest
+	defaultLimit = 100
+	maxLimit     = 1000
+	maxCursorLen = 4096
+	bulkPage     = 500
 )
 
 // bulkExamined is the most tasks one bulk-by-filter request looks at
@@ -126,7 +127,7 @@ func listQuery(c *call) (redisstore.ListQuery, *wire.Error) {
 		}
 	}
 	var bad string
-	if lq.Limit, bad = queryLimit(q, defaultListLimit, maxListLimit); bad != "" {
+	if lq.Limit, bad = queryLimit(q); bad != "" {
 		return lq, wire.InvalidTask(bad)
 	}
 	lq.Cursor = q.Get("cursor")
@@ -163,24 +164,24 @@ func deadListQuery(c *call) (int, *wire.Error) {
 		}
 		return 0, e
 	}
-	limit, bad := queryLimit(q, defaultDeadLimit, maxDeadLimit)
+	limit, bad := queryLimit(q)
 	if bad != "" {
 		return 0, wire.InvalidTask(bad)
 	}
 	return limit, nil
 }
 
-// queryLimit reads an optional limit parameter between 1 and most (def
-// when absent); bad says what is wrong with it ("" when nothing is), for
-// the caller to answer in its endpoint's error code.
-func queryLimit(q url.Values, def, most int) (limit int, bad string) {
+// queryLimit reads an optional limit parameter between 1 and maxLimit
+// (defaultLimit when absent); bad says what is wrong with it ("" when
+// nothing is), for the caller to answer in its endpoint's error code.
+func queryLimit(q url.Values) (limit int, bad string) {
 	v := q.Get("limit")
 	if v == "" {
-		return def, ""
+		return defaultLimit, ""
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > most {
-		return 0, fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(v, 32), most)
+	if err != nil || n < 1 || n > maxLimit {
+		return 0, fmt.Sprintf("limit: %q is not an integer between 1 and %d", task.Truncate(v, 32), maxLimit)
 	}
 	return n, ""
 }

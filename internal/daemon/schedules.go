@@ -243,7 +243,7 @@ func scheduleListQuery(c *call) (after string, limit int, e *wire.Error) {
 	if e != nil {
 		return "", 0, e
 	}
-	limit, bad := queryLimit(q, defaultListLimit, maxListLimit) // operator.go
+	limit, bad := queryLimit(q) // operator.go
 	if bad != "" {
 		return "", 0, invalidSchedule(bad)
 	}

@@ -130,10 +130,11 @@ func (a *App) handleGet(c *call) (int, any, *wire.Error) {
 			return 0, nil, a.core.storeError(id, err)
 		}
 	}
-	b, err := wire.AppendTask(make([]byte, 0, 256+len(t.Payload)), t, t.DiedAt) // a dead task: died_at
+	b, err := wire.AppendTask(make([]byte, 0, 256+len(t.Payload)+64*len(t.History)), t, t.DiedAt) // a dead task: died_at
 	if err != nil {
 		return 0, nil, a.core.internalError("encode task", err, "task_id", id)
 	}
+	b = wire.AppendAttempts(b, t) // GET only: the lists carry last_error alone
 	return http.StatusOK, append(b, '\n'), nil
 }
 

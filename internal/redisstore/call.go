@@ -236,7 +236,7 @@ func (s *Store) retryMigrating(ctx context.Context, op func() (any, error)) (any
 // prefix (see "Redis Cluster slot migration" above); runScript guards them.
 // TestPrefixScriptsAreGuarded keeps the list in step with the *.lua files.
 func prefixScripts() []*redis.Script {
-	return []*redis.Script{takeScript, settleScript, firePoisonScript, finishScript}
+	return []*redis.Script{takeScript, settleScript, firePoisonScript, finishScript, censusScript, censusLoadScript}
 }
 
 // guarded holds the hashes of prefixScripts.

@@ -407,3 +407,57 @@ local function sweep_claims(runs_key, now)
   end
   if #del > 0 then redis.call('HDEL', runs_key, unpack(del)) end
 end
+
+-- Attempt history (history.go reads it). The shard's err hash (prefix ..
+-- 'err', field = task id) holds each task's ended attempts (finish.lua:
+-- retries and deaths always, a success when a history exists;
+-- firepoison.lua: deaths), so that every
+-- script that already moves or deletes a task's last error (the purges of
+-- take.lua and purgedead.lua, the moves, probe) carries its history too:
+--   value = \1 <count: uint8> <dropped: uint32> <entry> ...
+--   entry = <attempt: uint16> <started ms: uint48, 0 unknown>
+--           <ended ms: uint48, Redis' clock> <outcome: r retry | d dead |
+--           S succeeded> <error length: uint16> <error>
+-- (integers big-endian), oldest first. A value that does not start with
+-- \1 is the plain last error written before the history existed: it
+-- becomes one entry (a retry of the attempt before the new one, at least
+-- 1, no times) when something is appended to it. At most history_max entries
+-- and, beyond the newest, history_max_bytes of them are kept: the oldest
+-- go first, counted in dropped.
+local history_max = 16
+local history_max_bytes = 8192
+
+-- history_entry packs an entry: run is the worker's 8 bytes (attempt,
+-- started ms; see Finish in finish.go), whose attempt att replaces when
+-- given (the record's, where the script read it); ended the 6 packed
+-- bytes of the end time.
+local function history_entry(run, att, ended, outcome, err)
+  local started = '\0\0\0\0\0\0'
+  if #run == 8 then started = string.sub(run, 3) end
+  if att == nil then
+    if #run == 8 then return run .. ended .. outcome .. struct.pack('>I2', #err) .. err end
+    att = 0
+  end
+  return struct.pack('>I2', att) .. started .. ended .. outcome .. struct.pack('>I2', #err) .. err
+end
+
+-- history_append is old (the err hash's value, false or nil for none) with
+-- entry appended.
+local function history_append(old, entry)
+  if not old then return '\1\1\0\0\0\0' .. entry end
+  local count, dropped, body
+  if string.byte(old, 1) == 1 and #old >= 6 then
+    count, dropped = struct.unpack('>BI4', old, 2)
+    body = string.sub(old, 7) .. entry
+  else
+    local att = math.max(struct.unpack('>I2', entry) - 1, 1)
+    count, dropped = 1, 0
+    body = struct.pack('>I2', att) .. string.rep('\0', 12) .. 'r' .. struct.pack('>I2', #old) .. old .. entry
+  end
+  count = count + 1
+  while count > history_max or (count > 1 and #body - #entry > history_max_bytes) do
+    body = string.sub(body, 18 + struct.unpack('>I2', body, 16))
+    count, dropped = count - 1, dropped + 1
+  end
+  return '\1' .. string.char(count) .. struct.pack('>I4', dropped) .. body
+end

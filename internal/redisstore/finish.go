@@ -51,6 +51,13 @@ type Finish struct {
 	Delay    time.Duration // for Retry and Defer when Relative
 	Relative bool          // Due is Redis' clock + Delay
 	Error    string        // last error, kept with Retry and Dead
+	// Attempt and Started are the attempt the worker ran and when it
+	// began running it (zero: unknown), for the task's attempt history
+	// (Succeeded, Retry, Dead; a deferral uses no attempt). The history
+	// takes the record's attempt wherever the script reads the record; a
+	// lean success (see common.lua) reads none and takes Attempt.
+	Attempt int
+	Started time.Time
 	// Owner, when set, is the value the worker's execution claim (run
 	// marker, see ClaimMany) holds: the same script call deletes the
 	// marker if it still holds Owner, whatever the outcome's code, so
@@ -102,9 +109,9 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, er
 		c.args = append(c.args, sh, s.k.prefix[sh], len(sec.idx))
 		for _, i := range sec.idx {
 			f := fs[i]
-			// a success needs four values; the other outcomes their due
+			// a success needs five values; the other outcomes their due
 			// time and error text too (see finish.lua)
-			c.args = append(c.args, f.ID, f.Gen, f.Owner, string(f.Kind))
+			c.args = append(c.args, f.ID, f.Gen, f.Owner, string(f.Kind), runArg(f))
 			if f.Kind != Succeeded {
 				due := ""
 				if f.Kind != Dead {
@@ -118,6 +125,23 @@ func (s *Store) FinishMany(ctx context.Context, fs []Finish) ([]FinishResult, er
 	err := fanOut(calls, "finish", func(c *shardCall) error { return fillFinishes(res, fs, c) },
 		func(i int, err error) { res[i].Err = err })
 	return res, err
+}
+
+// runArg packs the attempt and start of a run for finish.lua: the
+// history entry's first 8 bytes (uint16 attempt, uint48 ms, big-endian;
+// see history_append in common.lua). A success at the first attempt has
+// none (""): the hot path's lean success then writes no history at all
+// (see finish.lua).
+func runArg(f Finish) string {
+	if f.Kind == Succeeded && f.Attempt <= 1 {
+		return ""
+	}
+	var ms int64
+	if !f.Started.IsZero() {
+		ms = max(f.Started.UnixMilli(), 0)
+	}
+	a := uint16(min(max(f.Attempt, 0), 0xffff))
+	return string([]byte{byte(a >> 8), byte(a), byte(ms >> 40), byte(ms >> 32), byte(ms >> 24), byte(ms >> 16), byte(ms >> 8), byte(ms)})
 }
 
 // fillFinishes reads one finish call's reply into the results of its
@@ -217,7 +241,7 @@ func (s *Store) ListDead(ctx context.Context, limit int) ([]DeadTask, error) {
 		all = all[:limit]
 	}
 	for i := range all {
-		t, err := s.Get(ctx, all[i].Task.ID)
+		t, err := s.getTask(ctx, all[i].Task.ID, false)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}

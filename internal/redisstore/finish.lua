@@ -6,10 +6,14 @@
 -- shard, the shard's key prefix (bucket hashes are named from it, see
 -- bucket), n, then per task: id, gen, owner of the execution claim ('' none), outcome
 -- (S succeeded | r retry (attempt+1) | w wait (defer without using an
--- attempt) | d dead), and for r, w and d two more: due for r/w (absolute
--- ms, or "+<ms>" from Redis TIME; '' for d) and error text.
+-- attempt) | d dead), run (the attempt the worker ran, uint16, and when it
+-- started, uint48 ms, 0 unknown: 8 bytes, or '' for none), and for r, w
+-- and d two more: due for r/w (absolute ms, or "+<ms>" from Redis TIME;
+-- '' for d) and error text.
 -- KEYS, per section: the shard's claims hash (see claim_holder in
--- common.lua), due, done, dead, err hash. The claim is
+-- common.lua), due, done, dead, err hash (the attempt history, see
+-- history_append in common.lua: a retry and a death append an entry, a
+-- success one to a history that exists, a deferral none). The claim is
 -- deleted if it holds owner, whatever the code (the worker is done with
 -- its claim either way).
 -- Returns per task, in order, {code, state, due}: 1 done, 0 not found, 5 stale
@@ -17,8 +21,8 @@
 -- lean success (the record is not read).
 -- One call per batch (and per shard on a Redis Cluster): the fixed cost of
 -- a script call is paid once for all the outcomes a worker has ready, and
--- a shard's done-set and error writes of successes go out in one command
--- each.
+-- a shard's done-set and history writes of successes go out in one
+-- command each (an HMGET and an HSET of the err hash).
 -- A fired task's record is in state s or r (see common.lua; f and F are
 -- accepted from records written before). A retry or a deferral goes back
 -- to the due set with the next generation, so that a Kafka copy of this
@@ -30,13 +34,15 @@
 -- into the done set and out of the due set. Every other outcome reads the
 -- record (its bucket named here, see bucket: a success needs no key per
 -- task), and drops the claim of that generation whoever holds it.
-local now, expiry = nil, nil
+local now, expiry, ended = nil, nil, nil
 local function stamp()
   if not now then
     now = now_ms()
     -- the done set's score, formatted once: a Lua number passed to
     -- redis.call is printed with %.17g, which costs more than the ZADD
     expiry = string.format('%d', now + tonumber(ARGV[1]))
+    -- the history entries' end time, packed once
+    ended = struct.pack('>I6', now)
   end
 end
 local out = {}
@@ -47,16 +53,16 @@ local function finish_shard(k, a)
   local shard = ARGV[a]
   local prefix = ARGV[a + 1]
   -- the outcomes, one entry per task
-  local ids, gens, owners, outcomes, specs, errtexts = {}, {}, {}, {}, {}, {}
+  local ids, gens, owners, outcomes, runs, specs, errtexts = {}, {}, {}, {}, {}, {}, {}
   local n = tonumber(ARGV[a + 2])
   a = a + 3
   for t = 1, n do
-    ids[t], gens[t], owners[t], outcomes[t] = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+    ids[t], gens[t], owners[t], outcomes[t], runs[t] = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
     if outcomes[t] == 'S' then
-      a = a + 4
+      a = a + 5
     else
-      specs[t], errtexts[t] = ARGV[a + 4], ARGV[a + 5]
-      a = a + 6
+      specs[t], errtexts[t] = ARGV[a + 5], ARGV[a + 6]
+      a = a + 7
     end
   end
   -- the claims the callers hold: one HMGET for the section
@@ -91,7 +97,9 @@ local function finish_shard(k, a)
   local added = {}
   local min_new = nil
   local done, ndone = {}, 0
-  local cleared = {}
+  -- the successes: ids, runs and attempts (false: the run's, see
+  -- history_entry) for their history entries
+  local cleared, sruns, satts = {}, {}, {}
   local lean, lz = {}, {} -- the lean successes: as a set of claim fields, and their ids
   for i = 1, n do
     local id, outcome = ids[i], outcomes[i]
@@ -109,7 +117,12 @@ local function finish_shard(k, a)
         done[ndone + 1] = expiry
         done[ndone + 2] = id
         ndone = ndone + 2
-        cleared[#cleared + 1] = id
+        -- the worker's attempt (the record is not read); a success at
+        -- the first attempt ('' run) writes no history
+        if runs[i] ~= '' then
+          cleared[#cleared + 1] = id
+          sruns[#cleared], satts[#cleared] = runs[i], false
+        end
       end
     else
       local g = tonumber(gens[i])
@@ -144,11 +157,13 @@ local function finish_shard(k, a)
             done[ndone + 2] = id
             ndone = ndone + 2
             cleared[#cleared + 1] = id
+            sruns[#cleared], satts[#cleared] = runs[i], att
           elseif outcome == 'd' then
             state = 'd'
             redis.call('HSET', bkey, id, 'd' .. string.sub(v, 2))
             redis.call('ZADD', KEYS[k + 3], now, id)
-            redis.call('HSET', KEYS[k + 4], id, errtexts[i])
+            redis.call('HSET', KEYS[k + 4], id, history_append(redis.call('HGET', KEYS[k + 4], id),
+              history_entry(runs[i], att, ended, 'd', errtexts[i])))
           else
             local spec, ndue = specs[i], nil
             if string.sub(spec, 1, 1) == '+' then
@@ -157,8 +172,9 @@ local function finish_shard(k, a)
               ndue = tonumber(spec)
             end
             if outcome == 'r' then
+              redis.call('HSET', KEYS[k + 4], id, history_append(redis.call('HGET', KEYS[k + 4], id),
+                history_entry(runs[i], att, ended, 'r', errtexts[i])))
               att = att + 1
-              redis.call('HSET', KEYS[k + 4], id, errtexts[i])
             end
             state, rdue = waiting(att), ndue
             redis.call('HSET', bkey, id, record(state, gen + 1, att, ndue, string.sub(v, 14)))
@@ -177,7 +193,26 @@ local function finish_shard(k, a)
   if #del > 0 then redis.call('HDEL', KEYS[k], unpack(del)) end
   if ndone > 0 then
     zadd_all(KEYS[k + 2], done)
-    redis.call('HDEL', KEYS[k + 4], unpack(cleared))
+  end
+  if #cleared > 0 then
+    -- the successes' history entries, appended to the histories that
+    -- exist (of tasks that failed before) only: one HMGET, and one HSET
+    -- when there are any. A lean success at the first attempt is not
+    -- among them and writes nothing (GET shows its entry without
+    -- times): an entry for every success cost the hot path a quarter to a
+    -- third more Redis CPU and every succeeded task a hash field until
+    -- its purge, and an HMGET for every success still 5-13% (see
+    -- docs/design.md). The done set's purge deletes a history with the
+    -- record (take.lua).
+    local old = redis.call('HMGET', KEYS[k + 4], unpack(cleared))
+    local set = {}
+    for j = 1, #cleared do
+      if old[j] then
+        set[#set + 1] = cleared[j]
+        set[#set + 1] = history_append(old[j], history_entry(sruns[j], satts[j] or nil, ended, 'S', ''))
+      end
+    end
+    if #set > 0 then redis.call('HSET', KEYS[k + 4], unpack(set)) end
   end
   -- a lean success leaves the due set: its record may have been put back
   -- there (a take Kafka did not confirm, whose copy the worker ran)

@@ -3,8 +3,10 @@
 -- settle. Each one is either parked (back in the due set a little later,
 -- the record untouched, so that it does not hold its shard back while its
 -- grace runs) or, once its grace is over, made dead exactly as a worker's
--- dead outcome writes it (state d, the dead set, the error hash), so that
--- GET, the dead listing and redrive see it. Fenced.
+-- dead outcome writes it (state d, the dead set, an entry of the attempt
+-- history: see history_append in common.lua; no worker ran it, so the
+-- entry has no start time), so that GET, the dead listing and redrive see
+-- it. Fenced.
 -- KEYS[1] inflight, KEYS[2] due, KEYS[3] fence, KEYS[4] dead, KEYS[5] err,
 -- KEYS[6] done, KEYS[7] claims hash
 -- ARGV[1] token, ARGV[2] key prefix, ARGV[3] the take's lease member,
@@ -40,7 +42,8 @@ for i = 1, n do
       if not_before > 0 and now >= not_before then
         redis.call('HSET', bkey, id, record('d', gen, att, due, body))
         redis.call('ZADD', KEYS[4], now, id)
-        redis.call('HSET', KEYS[5], id, reason)
+        redis.call('HSET', KEYS[5], id, history_append(redis.call('HGET', KEYS[5], id),
+          history_entry('', att, struct.pack('>I6', now), 'd', reason)))
         drop_claim(KEYS[7], id, gen)
         code = 1
       else

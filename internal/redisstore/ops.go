@@ -83,14 +83,21 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 	return err
 }
 
-// Get reads one task with its state and last error. While the map grows,
-// a task still on its old shard is read there, and one on its way is read
-// from its moving record (as it will arrive).
+// Get reads one task with its state, last error and attempt history
+// (History). While the map grows, a task still on its old shard is read
+// there, and one on its way is read from its moving record (as it will
+// arrive).
 func (s *Store) Get(ctx context.Context, id string) (*task.Task, error) {
+	return s.getTask(ctx, id, true)
+}
+
+// getTask is Get; history tells whether to decode the attempt history
+// (the dead list shows the last error only).
+func (s *Store) getTask(ctx context.Context, id string, history bool) (*task.Task, error) {
 	var t *task.Task
 	err := s.routed(ctx, func(m shardmap.Map) error {
 		var err error
-		t, err = s.get(ctx, m, id)
+		t, err = s.get(ctx, m, id, history)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, task.ErrCorrupt) {
@@ -99,20 +106,20 @@ func (s *Store) Get(ctx context.Context, id string) (*task.Task, error) {
 	return t, err
 }
 
-func (s *Store) get(ctx context.Context, m shardmap.Map, id string) (*task.Task, error) {
+func (s *Store) get(ctx context.Context, m shardmap.Map, id string, history bool) (*task.Task, error) {
 	if o, moving := m.Old(id); moving {
 		// the old shard first: a task absent there has arrived on its new one
-		t, err := s.getOn(ctx, m, o, id)
+		t, err := s.getOn(ctx, m, o, id, history)
 		if !errors.Is(err, ErrNotFound) {
 			return t, err
 		}
 	}
-	return s.getOn(ctx, m, m.Shard(id), id)
+	return s.getOn(ctx, m, m.Shard(id), id, history)
 }
 
 // getOn reads id's record on shard sh. The shard's stamp is read along: a
 // task not found on a shard stamped by a newer map may have moved.
-func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*task.Task, error) {
+func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string, history bool) (*task.Task, error) {
 	var rec, lastErr, st, rcpt *redis.StringCmd
 	var due, done, dead *redis.FloatCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -147,6 +154,9 @@ func (s *Store) getOn(ctx context.Context, m shardmap.Map, sh int, id string) (*
 	if died, derr := dead.Result(); derr == nil && t.State == task.StateDead {
 		t.DiedAt = task.FromMillis(int64(died)) // the dead set's score: ms of death
 	}
+	if history {
+		setHistory(t, le)
+	}
 	return t, s.unlessClaimed(ctx, sh, []*task.Task{t})
 }
 
@@ -180,9 +190,10 @@ func (s *Store) unlessClaimed(ctx context.Context, sh int, ts []*task.Task) erro
 // readRecord turns a record read from shard sh into a task as Get answers
 // it: the state its due-set presence tells (score, when inDue) and its
 // done-set presence (inDone: a lean success or a delivery, see common.lua
-// and settle.lua), the last error, its fire receipt (rcpt, "" for none),
-// and a moving record as it will be on its new shard.
-func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue, inDone bool, lastErr, rcpt string) (*task.Task, error) {
+// and settle.lua), the last error its attempt history (hist, the err
+// hash's value, see history.go) tells, its fire receipt (rcpt, "" for
+// none), and a moving record as it will be on its new shard.
+func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue, inDone bool, hist, rcpt string) (*task.Task, error) {
 	if v != "" && v[0] == 'M' && len(v) > 8 {
 		// on its way to its new shard: as it will be there, where its
 		// due-set score is recomputed from the record (not parked)
@@ -194,7 +205,7 @@ func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue, inDo
 	if err != nil {
 		return t, err
 	}
-	t.LastError = lastErr
+	t.LastError = lastError(hist)
 	t.Receipt = unpackReceipt(rcpt)
 	if t.State == task.StateScheduled || t.State == task.StateRetrying {
 		switch {
@@ -213,6 +224,11 @@ func readRecord(m shardmap.Map, sh int, id, v string, score float64, inDue, inDo
 		case parkedScore(score, t.DueAt):
 			t.State = task.StatePaused
 		}
+	}
+	if t.State == task.StateSucceeded {
+		// a success at the first attempt after a redrive writes no
+		// history (finish.lua): its death would be the latest entry
+		t.LastError = ""
 	}
 	return t, nil
 }

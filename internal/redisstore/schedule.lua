@@ -79,6 +79,9 @@ local function schedule_shard(k, a, n)
         -- off the done set first: its purge would delete the new record
         code, state = 3, 's'
         redis.call('ZREM', KEYS[k + 2], id)
+        -- a new task: the cancelled one's attempt history (the err hash,
+        -- named from the due set like the parked index) is not its own
+        redis.call('HDEL', string.sub(due_key, 1, -4) .. 'err', id)
         redis.call('HSET', bkey, id, record('s', gen + 1, 1, due, body))
       elseif obody == body and (relative or odue == due) then
         code, due = 2, odue

@@ -77,7 +77,30 @@ type Task struct {
 	// Receipt is where and when the task's latest copy was fired (nil:
 	// never fired since the receipt was introduced).
 	Receipt *Receipt
+	// History is the task's ended attempts the store recorded, oldest
+	// first (failures always, a success when the task failed before; only
+	// a read of one task fills it, not a list);
+	// HistoryDropped counts the older ones it no longer keeps. (Not
+	// "Attempts": that is the method giving MaxAttempts' default.)
+	History        []Attempt
+	HistoryDropped int
 }
+
+// Attempt is one ended attempt of a task, in its history.
+type Attempt struct {
+	Attempt   int
+	StartedAt time.Time // when the worker began running it; zero: unknown
+	EndedAt   time.Time // when its outcome was stored (Redis' clock); zero: unknown
+	Outcome   string    // OutcomeRetry, OutcomeDead or OutcomeSucceeded
+	Error     string    // the handler's error ("" for a success)
+}
+
+// The outcomes of an attempt, as the API names them.
+const (
+	OutcomeRetry     = "retry"
+	OutcomeDead      = "dead"
+	OutcomeSucceeded = "succeeded"
+)
 
 // Receipt is the fire receipt of a task: what Kafka acknowledged for the
 // latest fired copy. It is kept through retries and after the task

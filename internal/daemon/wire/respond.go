@@ -291,3 +291,43 @@ func AppendTask(b []byte, t *task.Task, diedAt time.Time) ([]byte, error) {
 	}
 	return append(b, j...), nil
 }
+
+// AppendAttempts adds t's attempt history to the JSON object of t that
+// ends b (AppendTask's): "attempts", oldest first, each
+// {"attempt","started_at"?,"ended_at"?,"outcome","error"?} (api.Attempt),
+// and "attempts_dropped" when the store dropped older ones. Nothing when
+// t has no history. GET /v1/tasks/{id} only: the lists leave it out.
+func AppendAttempts(b []byte, t *task.Task) []byte {
+	if len(t.History) == 0 || len(b) == 0 || b[len(b)-1] != '}' {
+		return b
+	}
+	b = append(b[:len(b)-1], `,"attempts":[`...)
+	for i, a := range t.History {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"attempt":`...)
+		b = strconv.AppendInt(b, int64(a.Attempt), 10)
+		if !a.StartedAt.IsZero() {
+			b = append(b, `,"started_at":"`...)
+			b = append(a.StartedAt.UTC().AppendFormat(b, TimeLayout), '"')
+		}
+		if !a.EndedAt.IsZero() {
+			b = append(b, `,"ended_at":"`...)
+			b = append(a.EndedAt.UTC().AppendFormat(b, TimeLayout), '"')
+		}
+		b = append(b, `,"outcome":`...)
+		b = appendString(b, a.Outcome)
+		if a.Error != "" {
+			b = append(b, `,"error":`...)
+			b = appendString(b, a.Error)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, ']')
+	if t.HistoryDropped > 0 {
+		b = append(b, `,"attempts_dropped":`...)
+		b = strconv.AppendInt(b, int64(t.HistoryDropped), 10)
+	}
+	return append(b, '}')
+}

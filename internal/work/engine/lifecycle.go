@@ -425,7 +425,8 @@ type runInfo struct {
 func (e *Engine) decide(it *item, x *Execution, herr error, run runInfo) {
 	o := &it.out
 	*o = pendingOutcome{x: x, herr: herr, run: run,
-		f: redisstore.Finish{ID: x.ID, Gen: x.Gen, Owner: it.cl.value, Shard: it.cl.shard, ShardSet: it.cl.shard >= 0}}
+		f: redisstore.Finish{ID: x.ID, Gen: x.Gen, Owner: it.cl.value, Shard: it.cl.shard, ShardSet: it.cl.shard >= 0,
+			Attempt: x.Attempt, Started: run.started}} // the attempt history's entry
 	switch {
 	case herr == nil:
 		o.f.Kind, o.label = redisstore.Succeeded, outSucceeded
