@@ -360,7 +360,49 @@ func scenarioDelivery(t *testing.T, p Provisioner) {
 	recs := checkRecords(t, kl, want)
 	checkDuplicates(t, c, 2, kl, ids, "without any fault")
 	_, wd := duplicates(kl, rec, ids)
+	checkConsoleReads(t, api, len(ids))
 	t.Logf("delivery: %d tasks; %s; webhook duplicates %d", len(ids), lagStats(recs), wd)
+}
+
+// checkConsoleReads: the console's read endpoints answer over the real
+// daemon (in the secure tier as the least-privileged Redis ACL user of
+// dq acl, whose command list must cover their Go-side calls too) and
+// count the n tasks the scenario saw succeed.
+func checkConsoleReads(t *testing.T, api *client.Client, n int) {
+	t.Helper()
+	ctx := t.Context()
+	counts, err := api.Counts(ctx)
+	if err != nil || counts.Totals.Succeeded != int64(n) {
+		t.Errorf("GET /v1/counts: %+v %v, want %d succeeded", counts, err, n)
+	}
+	if _, err := api.Load(ctx, client.LoadOptions{Horizon: time.Hour, Step: 5 * time.Minute}); err != nil {
+		t.Errorf("GET /v1/load: %v", err)
+	}
+	h, err := api.History(ctx, time.Hour, time.Minute)
+	var succeeded int64
+	if err == nil {
+		for _, p := range h.Points {
+			succeeded += p.Succeeded
+		}
+	}
+	if err != nil || succeeded != int64(n) {
+		t.Errorf("GET /v1/history: %d succeeded in the last hour, %v; want %d", succeeded, err, n)
+	}
+	page, err := api.SearchTasks(ctx, "del-", 1000, "")
+	found := 0
+	for page != nil && err == nil {
+		found += len(page.Tasks)
+		if page.Cursor == "" {
+			break
+		}
+		page, err = api.SearchTasks(ctx, "del-", 1000, page.Cursor)
+	}
+	if err != nil || found != n {
+		t.Errorf("GET /v1/search?prefix=del-: %d found, %v; want %d", found, err, n)
+	}
+	if _, err := api.InFlight(ctx, 10); err != nil {
+		t.Errorf("GET /v1/inflight: %v", err)
+	}
 }
 
 // scenarioCancelReschedule: a cancelled task never fires; a task moved

@@ -16,7 +16,7 @@
 local from = tonumber(ARGV[1])
 local width = tonumber(ARGV[5])
 local prefix = string.sub(KEYS[1], 1, -4)
-local m = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[4], 'WITHSCORES', 'LIMIT', ARGV[2], ARGV[3])
+local m = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. ARGV[4], 'BYSCORE', 'LIMIT', ARGV[2], ARGV[3], 'WITHSCORES')
 local counts = {}
 local order = {}
 for j = 1, #m, 2 do

@@ -36,8 +36,9 @@ var RedisCommands = []string{
 	"hrandfield",
 	"zadd", "zrem", "zrange", "zrevrange", "zscore", "zmscore", "zcard", "zcount",
 	"zremrangebyrank", "zremrangebyscore", "zrank",
-	// task listing (the fired state has no index: the bucket hashes are scanned)
-	"hscan",
+	// task listing (the fired state has no index: the bucket hashes are
+	// scanned) and the id search (GET /v1/search: HSCAN, HLEN per bucket)
+	"hscan", "hlen",
 	// parked types (sets)
 	"sadd", "srem", "smembers",
 }
