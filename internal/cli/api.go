@@ -356,7 +356,29 @@ func printTask(w io.Writer, t *client.TaskInfo) {
 		row("partition/offset", fmt.Sprintf("%d/%d", t.Partition, t.Offset))
 		row("leader token", t.LeaderToken)
 	}
+	if t.AttemptsDropped > 0 {
+		row("earlier attempts", fmt.Sprintf("%d not kept", t.AttemptsDropped))
+	}
+	for _, a := range t.Attempts {
+		row(fmt.Sprintf("attempt %d", a.Attempt), attemptText(a))
+	}
 	tw.Flush()
+}
+
+// attemptText is one line of a task's attempt history: its outcome, when
+// it ran and for how long (when known), and its error.
+func attemptText(a client.Attempt) string {
+	s := a.Outcome
+	switch {
+	case !a.StartedAt.IsZero() && !a.EndedAt.IsZero():
+		s += fmt.Sprintf(", started %s, took %s", timeText(a.StartedAt), a.EndedAt.Sub(a.StartedAt))
+	case !a.EndedAt.IsZero():
+		s += ", ended " + timeText(a.EndedAt)
+	}
+	if a.Error != "" {
+		s += ": " + a.Error
+	}
+	return s
 }
 
 func runReschedule(ctx context.Context, env Env, args []string) error {

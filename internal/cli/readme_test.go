@@ -23,7 +23,8 @@ import (
 //   - a `dq get ID` line whose comment starts with a state name ("state:
 //     scheduled", "succeeded, …", "dead after …") is repeated until its
 //     output names that state (a reader waits for it), at most 45 s; "attempt
-//     N of M" and "died_at" in the comment must show in the output too.
+//     N of M", "died_at" and "its attempts: a, b, …" (the attempt history's
+//     outcomes, in order) in the comment must show in the output too.
 //   - a comment line saying what "dq dev prints" must come true: each
 //     quoted text (and each task_id=ID) shows in dq dev's output.
 //   - a `dq tasks list` or `dq dead list` line must list the ids its
@@ -123,6 +124,13 @@ func runWalkthroughLine(t *testing.T, env map[string]string, words []string, com
 		})
 		if m := commentAtt.FindStringSubmatch(comment); len(m) == 3 && !regexp.MustCompile(`\b`+m[1]+`\D+`+m[2]+`\b`).MatchString(out) {
 			t.Errorf("dq get %s: the README says attempt %s of %s; output:\n%s", args[1], m[1], m[2], out)
+		}
+		if _, list, ok := strings.Cut(comment, "its attempts: "); ok {
+			for i, outcome := range strings.Split(list, ", ") {
+				if !regexp.MustCompile(fmt.Sprintf(`(?m)^attempt %d:\s+%s\b`, i+1, regexp.QuoteMeta(outcome))).MatchString(out) {
+					t.Errorf("dq get %s: the README says attempt %d was %s; output:\n%s", args[1], i+1, outcome, out)
+				}
+			}
 		}
 		if strings.Contains(comment, "died_at") && !strings.Contains(out, "died") {
 			t.Errorf("dq get %s: the README promises its died_at; output:\n%s", args[1], out)
