@@ -108,20 +108,30 @@ func (c listCursor) encode() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// decodeCursor parses a cursor of query q (whose filter hash is f).
-func decodeCursor(s string, q ListQuery, f uint64) (listCursor, error) {
-	var c listCursor
+// parseCursor reads the JSON of an opaque cursor (base64url) into c:
+// the syntax every cursor shares (lists, the id search); its caller checks
+// what it says.
+func parseCursor(s string, c any) error {
 	if len(s) > maxCursorLen {
-		return c, fmt.Errorf("%w: longer than %d bytes", ErrBadCursor, maxCursorLen)
+		return fmt.Errorf("%w: longer than %d bytes", ErrBadCursor, maxCursorLen)
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return c, fmt.Errorf("%w: not base64url", ErrBadCursor)
+		return fmt.Errorf("%w: not base64url", ErrBadCursor)
 	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
-	if err := d.Decode(&c); err != nil || d.More() {
-		return c, fmt.Errorf("%w: does not parse", ErrBadCursor)
+	if err := d.Decode(c); err != nil || d.More() {
+		return fmt.Errorf("%w: does not parse", ErrBadCursor)
+	}
+	return nil
+}
+
+// decodeCursor parses a cursor of query q (whose filter hash is f).
+func decodeCursor(s string, q ListQuery, f uint64) (listCursor, error) {
+	var c listCursor
+	if err := parseCursor(s, &c); err != nil {
+		return c, err
 	}
 	if e := checkCursor(c, q, f); e != "" {
 		return c, fmt.Errorf("%w: %s", ErrBadCursor, e)

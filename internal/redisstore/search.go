@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/base64"
@@ -80,17 +79,8 @@ func (c searchCursor) encode() string {
 
 func decodeSearchCursor(s, prefix string) (searchCursor, error) {
 	var c searchCursor
-	if len(s) > maxCursorLen {
-		return c, fmt.Errorf("%w: longer than %d bytes", ErrBadCursor, maxCursorLen)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return c, fmt.Errorf("%w: not base64url", ErrBadCursor)
-	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&c); err != nil || d.More() {
-		return c, fmt.Errorf("%w: does not parse", ErrBadCursor)
+	if err := parseCursor(s, &c); err != nil { // list.go
+		return c, err
 	}
 	switch {
 	case c.V != searchVersion:
