@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"iter"
 	"net/http"
 	"net/url"
@@ -121,29 +120,13 @@ func (c *Client) SearchTasks(ctx context.Context, prefix string, limit int, curs
 // stops at the first error, which it yields. A task that stays put is
 // seen once.
 func (c *Client) Search(ctx context.Context, prefix string) iter.Seq2[ListedTask, error] {
-	return func(yield func(ListedTask, error) bool) {
-		cursor := ""
-		for {
-			p, err := c.SearchTasks(ctx, prefix, 0, cursor)
-			if err != nil {
-				yield(ListedTask{}, err)
-				return
-			}
-			for _, t := range p.Tasks {
-				if !yield(t, nil) {
-					return
-				}
-			}
-			if p.Cursor == "" {
-				return
-			}
-			if p.Cursor == cursor {
-				yield(ListedTask{}, fmt.Errorf("delayq: search: the daemon answered the cursor it was sent (%.40q)", cursor))
-				return
-			}
-			cursor = p.Cursor
+	return walkPages("search", "", func(cursor string) ([]ListedTask, string, error) {
+		p, err := c.SearchTasks(ctx, prefix, 0, cursor)
+		if err != nil {
+			return nil, "", err
 		}
-	}
+		return p.Tasks, p.Cursor, nil
+	})
 }
 
 func encodeQuery(q url.Values) string {

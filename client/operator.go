@@ -134,28 +134,14 @@ func (c *Client) ListTasks(ctx context.Context, o ListOptions) (*TaskPage, error
 //		fmt.Println(t.ID, t.LastError)
 //	}
 func (c *Client) Tasks(ctx context.Context, o ListOptions) iter.Seq2[ListedTask, error] {
-	return func(yield func(ListedTask, error) bool) {
-		for {
-			p, err := c.ListTasks(ctx, o)
-			if err != nil {
-				yield(ListedTask{}, err)
-				return
-			}
-			for _, t := range p.Tasks {
-				if !yield(t, nil) {
-					return
-				}
-			}
-			if p.NextCursor == "" {
-				return
-			}
-			if p.NextCursor == o.Cursor {
-				yield(ListedTask{}, fmt.Errorf("delayq: list tasks: the daemon answered the cursor it was sent (%.40q)", o.Cursor))
-				return
-			}
-			o.Cursor = p.NextCursor
+	return walkPages("list tasks", o.Cursor, func(cursor string) ([]ListedTask, string, error) {
+		o.Cursor = cursor
+		p, err := c.ListTasks(ctx, o)
+		if err != nil {
+			return nil, "", err
 		}
-	}
+		return p.Tasks, p.NextCursor, nil
+	})
 }
 
 // Selection picks the tasks of a bulk operation: IDs, or a filter (Type,

@@ -321,28 +321,14 @@ func (c *Client) ListSchedulesPage(ctx context.Context, o ScheduleListOptions) (
 // yields. A schedule that exists throughout the walk is seen exactly
 // once; one created or deleted meanwhile may or may not be.
 func (c *Client) Schedules(ctx context.Context, o ScheduleListOptions) iter.Seq2[Schedule, error] {
-	return func(yield func(Schedule, error) bool) {
-		for {
-			p, err := c.ListSchedulesPage(ctx, o)
-			if err != nil {
-				yield(Schedule{}, err)
-				return
-			}
-			for _, s := range p.Schedules {
-				if !yield(s, nil) {
-					return
-				}
-			}
-			if p.NextCursor == "" {
-				return
-			}
-			if p.NextCursor == o.Cursor {
-				yield(Schedule{}, fmt.Errorf("delayq: list schedules: the daemon answered the cursor it was sent (%.40q)", o.Cursor))
-				return
-			}
-			o.Cursor = p.NextCursor
+	return walkPages("list schedules", o.Cursor, func(cursor string) ([]Schedule, string, error) {
+		o.Cursor = cursor
+		p, err := c.ListSchedulesPage(ctx, o)
+		if err != nil {
+			return nil, "", err
 		}
-	}
+		return p.Schedules, p.NextCursor, nil
+	})
 }
 
 // DeleteSchedule removes schedule id (DELETE /v1/schedules/{id}): no tick
