@@ -279,7 +279,7 @@ func (s *Store) runScript(ctx context.Context, sc *redis.Script, keys []string, 
 		return s.retryMigrating(ctx, func() (any, error) { return s.runWaited(ctx, sc, keys, args...) })
 	}
 	return s.retryMigrating(ctx, func() (any, error) {
-		return sc.Run(ctx, s.rdb, keys, args...).Result()
+		return sc.Run(ctx, scripterFor(sc, s.rdb), keys, args...).Result()
 	})
 }
 
@@ -451,14 +451,14 @@ func (s *Store) execCalls(ctx context.Context, sc *redis.Script, calls []*shardC
 	}
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range calls {
-			c.cmd = sc.EvalSha(ctx, p, c.keys, c.args...)
+			c.cmd = sc.EvalSha(ctx, scripterFor(sc, p), c.keys, c.args...)
 		}
 		return nil
 	})
 	for _, c := range calls {
 		c.val, c.err = c.cmd.Result()
 		if isNoScript(c.err) {
-			c.val, c.err = sc.Run(ctx, s.rdb, c.keys, c.args...).Result()
+			c.val, c.err = sc.Run(ctx, scripterFor(sc, s.rdb), c.keys, c.args...).Result()
 		}
 		if errors.Is(c.err, redis.Nil) {
 			c.val, c.err = nil, nil

@@ -167,9 +167,9 @@ func (s *Store) runWaited(ctx context.Context, sc *redis.Script, keys []string, 
 	send := func(eval bool) {
 		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if eval {
-				cmd = sc.Eval(ctx, p, keys, args...)
+				cmd = sc.Eval(ctx, scripterFor(sc, p), keys, args...)
 			} else {
-				cmd = sc.EvalSha(ctx, p, keys, args...)
+				cmd = sc.EvalSha(ctx, scripterFor(sc, p), keys, args...)
 			}
 			w = s.queueWait(ctx, p)
 			return nil
@@ -209,9 +209,9 @@ func (s *Store) execWaited(ctx context.Context, sc *redis.Script, calls []*shard
 		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, call := range todo {
 				if eval {
-					call.cmd = sc.Eval(ctx, p, call.keys, call.args...)
+					call.cmd = sc.Eval(ctx, scripterFor(sc, p), call.keys, call.args...)
 				} else {
-					call.cmd = sc.EvalSha(ctx, p, call.keys, call.args...)
+					call.cmd = sc.EvalSha(ctx, scripterFor(sc, p), call.keys, call.args...)
 				}
 			}
 			w = s.queueWait(ctx, p)
