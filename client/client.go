@@ -301,7 +301,7 @@ func (e *APIError) Is(target error) bool {
 
 // Schedule schedules one task.
 func (c *Client) Schedule(ctx context.Context, t Task) (Result, error) {
-	b, err := t.encode()
+	b, err := tracedTask(ctx, &t).encode() // trace.go
 	if err != nil {
 		return Result{}, err
 	}
@@ -314,7 +314,7 @@ func (c *Client) Schedule(ctx context.Context, t Task) (Result, error) {
 func (c *Client) ScheduleBatch(ctx context.Context, tasks []Task) ([]BatchResult, error) {
 	bodies := make([][]byte, len(tasks))
 	for i := range tasks {
-		b, err := tasks[i].encode()
+		b, err := tracedTask(ctx, &tasks[i]).encode() // trace.go
 		if err != nil {
 			return nil, err
 		}
@@ -426,6 +426,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	traceRequest(ctx, req.Header) // trace.go
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/delayq/delayq/internal/cli/acl"
 	"github.com/delayq/delayq/internal/cli/devcert"
 	"github.com/delayq/delayq/internal/config"
+	"github.com/delayq/delayq/internal/tracing"
 )
 
 // devOptions configures dq dev.
@@ -46,6 +47,7 @@ type devOptions struct {
 	redis   string // redis-server binary
 	topics  string // extra topics (comma-separated): created at start, consumed by work
 	tls     bool   // TLS, ACL users and SASL everywhere (devSecurity)
+	trace   bool   // print every span (package tracing)
 	// settings are the DQ_* variables of dq dev's environment it passes
 	// on to the applications (devPassedEnv); ignored names those it
 	// found set but sets itself (devOwnedEnv).
@@ -105,6 +107,7 @@ func parseDevArgs(env Env, args []string) (devOptions, error) {
 	fs.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
 	fs.StringVar(&o.topics, "topics", "", "more Kafka topics to create at start and consume besides dq.tasks (comma-separated, e.g. a,b); any other topic is created on first use")
 	fs.BoolVar(&o.tls, "tls", false, "secured connections: a throwaway CA in DIR/tls, Redis on TLS only with ACL user delayq (default user off), etcd on TLS with client certificates and authentication, Kafka on TLS with SASL SCRAM-SHA-256, the API on HTTPS; prints the settings another process needs")
+	fs.BoolVar(&o.trace, "trace", false, "print the spans of every task's trace (OpenTelemetry: request, fire, attempt, webhook), one line each; without it the OTEL_* variables decide (e.g. OTEL_EXPORTER_OTLP_ENDPOINT)")
 	fs.Usage = func() { devUsage(fs) }
 	if err := parseNoArgs(fs, args); err != nil {
 		return o, err
@@ -262,6 +265,11 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	}
 	appsCtx, stopApps := context.WithCancel(ctx)
 	defer stopApps()
+	endTracing, err := devTracing(ctx, o, out)
+	if err != nil {
+		return err
+	}
+	defer endTracing()
 	g, gctx := errgroup.WithContext(appsCtx)
 	runDevApps(gctx, g, env, s.appEnv(o), ports)
 	// Wait for the three applications, then say where everything is.
@@ -468,6 +476,27 @@ func (s *devSystem) appEnv(o devOptions) map[string]string {
 		}
 	}
 	return common
+}
+
+// devTracing sets up the tracing of the three applications, which share
+// this process' tracer provider (service delayq-dev): with --trace every
+// span is printed to out, a line each (tracing.Printer), half a second
+// after it ends at most; otherwise the OTEL_* variables decide, as for
+// the binaries. The function returned flushes and stops it.
+func devTracing(ctx context.Context, o devOptions, out io.Writer) (func(), error) {
+	to := tracing.Options{Service: "delayq-dev", Version: config.Version("dq")}
+	if o.trace {
+		to.Exporter, to.BatchTimeout = tracing.NewPrinter(out), 500*time.Millisecond
+	}
+	end, err := tracing.Setup(ctx, to, slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = end(fctx)
+	}, nil
 }
 
 // runDevApps runs the daemon, event and work applications in g, each on

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/delayq/delayq/internal/tracing"
 )
 
 // RunFunc is a binary's whole life: parse args and environment, run until
@@ -16,15 +20,17 @@ import (
 type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error
 
 // Main is the body of every delayq binary's main: "version" or
-// "--version" prints the build's version; otherwise run until SIGINT or
-// SIGTERM (a graceful shutdown), and exit with ExitCode.
+// "--version" prints the build's version; otherwise set up tracing from
+// the OTEL_* variables (tracing.Setup: off by default), run until SIGINT
+// or SIGTERM (a graceful shutdown), flush the spans and exit with
+// ExitCode.
 func Main(name string, run RunFunc) {
 	if IsVersionArgs(os.Args[1:]) {
 		fmt.Fprintln(os.Stdout, Version(name))
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	err := WithTracing(name, run)(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	code := ExitCode(ctx, name, err, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -48,4 +54,24 @@ func ExitCode(ctx context.Context, name string, err error, stderr io.Writer) int
 		return ec.ExitCode()
 	}
 	return 1
+}
+
+// WithTracing is run with the process' tracing set up around it from the
+// OTEL_* variables (tracing.Setup: off unless they ask for it; the
+// OpenTelemetry SDK reads them from the process' environment), as
+// service "delayq-<name>"; the spans of its last seconds are flushed
+// when it returns (5 s at most).
+func WithTracing(name string, run RunFunc) RunFunc {
+	return func(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+		end, err := tracing.Setup(ctx, tracing.Options{Service: "delayq-" + name, Version: Version(name)},
+			slog.New(slog.NewJSONHandler(stderr, nil)).With("component", "tracing"))
+		if err != nil {
+			return err
+		}
+		err = run(ctx, args, getenv, stderr)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = end(fctx) // an export that fails was logged by the exporter
+		return err
+	}
 }

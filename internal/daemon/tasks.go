@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/delayq/delayq/internal/daemon/wire"
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/task"
@@ -25,6 +28,9 @@ func (a *App) handleSchedule(c *call) (int, any, *wire.Error) {
 	}
 	res := a.ScheduleTask(c.Context(), body)
 	s := &res
+	if span := trace.SpanFromContext(c.Context()); span.IsRecording() {
+		span.SetAttributes(attribute.String("delayq.task.id", s.ID), attribute.String("delayq.outcome", s.Outcome))
+	}
 	if s.Err != nil {
 		return 0, nil, s.Err
 	}
@@ -67,8 +73,13 @@ func (a *App) ScheduleTask(ctx context.Context, body []byte) wire.Scheduled {
 
 // ScheduleFields is ScheduleTask for a task given as Go values (package
 // embedded): the API's checks and answers, without JSON.
+// A caller's span context (ctx) is the parent of a delayq.schedule span
+// and the task's trace context (trace.go).
 func (a *App) ScheduleFields(ctx context.Context, f *wire.Fields) wire.Scheduled {
-	return a.core.scheduleOne(ctx, func(now time.Time) (redisstore.Submit, *wire.Error) { return wire.NewTask(f, now) })
+	ctx, span := traceEmbedded(ctx, 1)
+	s := a.core.scheduleOne(ctx, func(now time.Time) (redisstore.Submit, *wire.Error) { return wire.NewTask(f, now) })
+	endTrace(span, &s)
+	return s
 }
 
 // ScheduleTasks schedules the tasks of a batch (each in the API's JSON, an
@@ -83,6 +94,8 @@ func (a *App) ScheduleTasks(ctx context.Context, items [][]byte) []wire.Schedule
 
 // ScheduleFieldsBatch is ScheduleTasks for tasks given as Go values.
 func (a *App) ScheduleFieldsBatch(ctx context.Context, fs []wire.Fields) []wire.Scheduled {
+	ctx, span := traceEmbedded(ctx, len(fs))
+	defer endTrace(span, nil)
 	return a.core.scheduleMany(ctx, len(fs), func(i int, now time.Time) (redisstore.Submit, *wire.Error) {
 		return wire.NewTask(&fs[i], now)
 	})

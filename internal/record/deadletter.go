@@ -22,7 +22,8 @@ const (
 // its own topic: key = id, value = the payload when it could be read (its
 // first DeadPayloadMax bytes, with dq-payload-bytes the whole size when
 // cut), headers dq-id, dq-gen, dq-fired-at, dq-error (the reason, cut to
-// DeadReasonMax; and dq-due-at, dq-type when known).
+// DeadReasonMax; and dq-due-at, dq-type when known), and the task's trace
+// context (traceparent, tracestate, baggage) when it has one.
 func EncodeDead(t *task.Task, deadTopic string, firedAt time.Time, reason string) kafka.Message {
 	id := task.Clip(t.ID, DeadReasonMax)
 	hs := []kafka.Header{
@@ -37,6 +38,7 @@ func EncodeDead(t *task.Task, deadTopic string, firedAt time.Time, reason string
 	if t.Type != "" {
 		hs = append(hs, header(HeaderType, task.Clip(t.Type, DeadReasonMax)))
 	}
+	hs = traceHeaders(hs, t.Headers)
 	value := t.Payload
 	if len(value) > DeadPayloadMax {
 		hs = append(hs, header(HeaderPayloadBytes, strconv.Itoa(len(value))))

@@ -1,5 +1,7 @@
 package record
 
+import "github.com/segmentio/kafka-go"
+
 // The Kafka record headers delayq sets (the contract other consumers
 // depend on). Header names starting with "dq-" are reserved: a task's own
 // headers may not use the prefix.
@@ -30,3 +32,27 @@ const (
 	HeaderSourcePart   = "dq-source-partition"
 	HeaderSourceOffset = "dq-source-offset"
 )
+
+// The trace context of a task (W3C Trace Context and Baggage, package
+// tracing): kept among the task's own headers under these names, so
+// that a fired record carries them like any task header; dead-letter
+// and outcome records carry them too (traceHeaders). Pinned: a consumer
+// continues the producer's trace from them.
+const (
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
+	HeaderBaggage     = "baggage"
+)
+
+// traceHeaders appends the trace context headers of a task's headers.
+func traceHeaders(hs []kafka.Header, own map[string]string) []kafka.Header {
+	if own[HeaderTraceparent] == "" {
+		return hs
+	}
+	for _, k := range [...]string{HeaderTraceparent, HeaderTracestate, HeaderBaggage} {
+		if v := own[k]; v != "" {
+			hs = append(hs, header(k, v))
+		}
+	}
+	return hs
+}

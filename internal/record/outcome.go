@@ -123,7 +123,8 @@ func outcomeTime(t time.Time) string {
 }
 
 // EncodeOutcome is the Kafka record of o for topic: key = id, value =
-// JSON, headers dq-id, dq-outcome and dq-type, timestamp = finish time. The error
+// JSON, headers dq-id, dq-outcome and dq-type (and the task's trace
+// context: traceparent, tracestate, baggage), timestamp = finish time. The error
 // is cut to OutcomeErrorMax bytes (at a UTF-8 boundary).
 func EncodeOutcome(o *OutcomeRecord, topic string) kafka.Message {
 	v := outcomeJSON{
@@ -147,11 +148,11 @@ func EncodeOutcome(o *OutcomeRecord, topic string) kafka.Message {
 		Topic: topic,
 		Key:   []byte(o.ID),
 		Value: value,
-		Headers: []kafka.Header{
+		Headers: traceHeaders([]kafka.Header{
 			header(HeaderID, o.ID),
 			header(HeaderOutcome, o.Outcome),
 			header(HeaderType, o.Type),
-		},
+		}, o.Headers),
 		Time: o.FinishedAt,
 	}
 }
