@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/internal/redisstore"
 	"github.com/delayq/delayq/internal/retry"
 	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/tracing"
 )
 
 // The path of one take, on its own goroutine (launch, then fire):
@@ -33,9 +34,11 @@ type batch struct {
 	firedAt time.Time // the fire time, by Redis' clock
 	start   time.Time // firedAt on the local clock
 	msgs    []kafka.Message
-	dead    []bool  // unreadable records: written to the dead-letter topic
-	errs    []error // Kafka's answer, per record
-	settled []bool  // settled by SettlePoison (parked or dead)
+	dead    []bool     // unreadable records: written to the dead-letter topic
+	errs    []error    // Kafka's answer, per record
+	settled []bool     // settled by SettlePoison (parked or dead)
+	stored  bool       // the take's settle was stored (SettleAcks)
+	tr      *fireTrace // the batch's spans; nil unless tracing is on (trace.go)
 }
 
 // refusal is a record of a batch that Kafka refused for good.
@@ -47,7 +50,10 @@ type refusal struct {
 // launch starts a batch: wait for its due instant when it was taken ahead,
 // produce, then settle (release what Kafka did not confirm, the rest is
 // fired), on its own goroutine; the result comes back on p.results.
-func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, replyAt time.Time) {
+//
+// takeAt is when the take was asked for, replyAt when its reply came (the
+// local clock).
+func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, takeAt, replyAt time.Time) {
 	m := p.cfg.Metrics
 	if m != nil {
 		m.BatchSize.Observe(float64(len(taken.Tasks)))
@@ -69,7 +75,7 @@ func (p *Poller) launch(ctx context.Context, taken redisstore.Taken, replyAt tim
 		// since its reply. Never before a due time, whatever the local
 		// clock.
 		firedAt := taken.Now.Add(time.Since(replyAt)).Truncate(time.Millisecond)
-		p.results <- p.fire(ctx, taken, firedAt)
+		p.results <- p.fire(ctx, taken, takeAt, firedAt)
 	}()
 }
 
@@ -89,10 +95,16 @@ func waitUntil(ctx context.Context, at time.Time) {
 
 // fire produces one take's tasks, then settles the take: what Kafka
 // refused for good is parked or dead, what it did not confirm is
-// released, the rest is fired.
-func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.Time) batchResult {
+// released, the rest is fired. While tracing is on, the batch's spans
+// (trace.go) start at takeAt and end with it.
+func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, takeAt, firedAt time.Time) (r batchResult) {
 	b := p.encode(taken, firedAt)
+	if tracing.On() {
+		p.startTrace(ctx, b, takeAt)
+		defer func() { p.endTrace(b, r) }()
+	}
 	p.produce(ctx, b)
+	b.tr.produced(b)
 	poison, refused := p.refusals(ctx, b)
 	// The settles run even when leadership just ended: the fence refuses
 	// them if a newer leader adopted the shard meanwhile, and otherwise
@@ -104,9 +116,9 @@ func (p *Poller) fire(ctx context.Context, taken redisstore.Taken, firedAt time.
 		return batchResult{err: err}
 	}
 	p.poison.fired(taken.Tasks, b.errs)
-	r := p.settleTake(ctx, sctx, b)
+	r = p.settleTake(ctx, sctx, b)
 	if r.err == nil && len(deadMsgs) > 0 {
-		p.notifyDead(sctx, deadMsgs)
+		b.tr.deadNotified(p.notifyDead(sctx, deadMsgs))
 	}
 	return r
 }
@@ -234,6 +246,7 @@ func (p *Poller) settlePoison(ctx context.Context, b *batch, poison []redisstore
 		b.settled[i] = true
 		switch o {
 		case redisstore.PoisonParked:
+			b.tr.poisoned(i, fateParked)
 			continue
 		case redisstore.PoisonDead:
 			p.log.Warn("task is dead: kafka refused its record for good until its grace ended",
@@ -242,6 +255,8 @@ func (p *Poller) settlePoison(ctx context.Context, b *batch, poison []redisstore
 				m.DeadAtFire.WithLabelValues(class).Inc()
 			}
 			deadMsgs = append(deadMsgs, record.EncodeDead(t, p.cfg.DeadTopic, b.firedAt, poison[j].Reason))
+			b.tr.poisoned(i, fateDead)
+			b.tr.deadLetter(i, &deadMsgs[len(deadMsgs)-1])
 			p.publishDead(t, poison[j].Reason)
 		}
 		p.poison.forget(redisstore.Fired{ID: t.ID, Gen: t.Gen})
@@ -275,6 +290,7 @@ func (p *Poller) settleTake(ctx, sctx context.Context, b *batch) batchResult {
 	r := batchResult{failed: s.retriable}
 	var stored bool
 	stored, r.err = p.settle(sctx, b.taken, s.rels, s.acks)
+	b.stored = stored
 	if stored {
 		if m != nil {
 			m.Receipts.Add(float64(len(s.acks)))
@@ -411,8 +427,9 @@ func (p *Poller) topicMayExist(ctx context.Context, topic string) bool {
 
 // notifyDead writes the dead-letter records of tasks made dead at fire
 // time: a best-effort notification (the task is dead in Redis already,
-// listed and redrivable), tried once, after the settle.
-func (p *Poller) notifyDead(ctx context.Context, msgs []kafka.Message) {
+// listed and redrivable), tried once, after the settle; it returns
+// Kafka's answer per record.
+func (p *Poller) notifyDead(ctx context.Context, msgs []kafka.Message) []error {
 	errs := p.cfg.Producer.Produce(ctx, msgs)
 	failed := 0
 	for _, e := range errs {
@@ -428,6 +445,7 @@ func (p *Poller) notifyDead(ctx context.Context, msgs []kafka.Message) {
 		p.log.Warn("could not write dead-letter records; the tasks are dead in Redis regardless",
 			"topic", p.cfg.DeadTopic, "failed", failed, "err", firstErr(errs))
 	}
+	return errs
 }
 
 func firstRetriable(errs []error, settled []bool) error {

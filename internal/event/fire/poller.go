@@ -193,6 +193,7 @@ func (p *Poller) Run(ctx context.Context) (err error) {
 		if p.cfg.Wake != nil {
 			p.cfg.Wake.Disarm()
 		}
+		takeAt := time.Now()
 		taken, err := p.cfg.Store.TakeAhead(ctx, p.cfg.Shard, p.cfg.Token, p.cfg.Batch, p.cfg.Lease, p.cfg.Ahead)
 		replyAt := time.Now()
 		if err != nil {
@@ -207,7 +208,7 @@ func (p *Poller) Run(ctx context.Context) (err error) {
 		storeRetry.Reset()
 		n := len(taken.Tasks)
 		if n > 0 {
-			p.launch(ctx, taken, replyAt)
+			p.launch(ctx, taken, takeAt, replyAt)
 			for p.inflight >= p.cfg.Depth {
 				if err := p.handle(<-p.results); err != nil {
 					return err
