@@ -36,6 +36,10 @@ const (
 func WithoutScheduleCoalescing() Option { return func(c *Client) { c.noCoalesce = true } }
 
 type scheduleCall struct {
+	// vals is the caller's context without its cancellation: the
+	// request carries the caller's trace context (trace.go), and the
+	// task's body carries it too, so each task of a group keeps its own
+	vals context.Context
 	body []byte
 	res  Result
 	err  error
@@ -63,7 +67,7 @@ func (c *Client) scheduleTask(ctx context.Context, body []byte) (Result, error) 
 		co.mu.Unlock()
 		return c.scheduleOne(ctx, body)
 	}
-	call := &scheduleCall{body: body, done: make(chan struct{})}
+	call := &scheduleCall{vals: context.WithoutCancel(ctx), body: body, done: make(chan struct{})}
 	co.queue = append(co.queue, call)
 	if co.inflight < coalesceInflight {
 		co.inflight++
@@ -113,9 +117,10 @@ func (c *Client) sendQueued() {
 
 // sendGroup sends one group and hands each call its result. The request
 // runs under its own context: a caller that gives up does not cancel the
-// others' tasks (the client's timeout bounds it).
+// others' tasks (the client's timeout bounds it). It carries the first
+// call's values (its trace context).
 func (c *Client) sendGroup(group []*scheduleCall) {
-	ctx := context.Background()
+	ctx := group[0].vals
 	if len(group) == 1 {
 		group[0].res, group[0].err = c.scheduleOne(ctx, group[0].body)
 		close(group[0].done)
@@ -136,7 +141,7 @@ func (c *Client) sendGroup(group []*scheduleCall) {
 		c.co.single = true
 		c.co.mu.Unlock()
 		for _, call := range group {
-			call.res, call.err = c.scheduleOne(ctx, call.body)
+			call.res, call.err = c.scheduleOne(call.vals, call.body)
 			close(call.done)
 		}
 		return

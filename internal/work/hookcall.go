@@ -12,11 +12,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/retry"
+	"github.com/delayq/delayq/internal/tracing"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -175,7 +179,23 @@ func (c *hookCaller) post(ctx context.Context, hook, url, target string, timeout
 		req.Header.Set(worker.HeaderWebhookTimestamp, strconv.FormatInt(ts.Unix(), 10))
 		req.Header.Set(worker.HeaderWebhookSignature, worker.SignWebhook(c.secret, msgID, ts, body))
 	}
+	var span trace.Span
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		// the outcome record's trace context (see Hooks.handle): a span of
+		// this request when tracing is on, and its context sent on
+		if tracing.On() {
+			ctx, span = startWebhookSpan(ctx, "delayq.hook", target,
+				attribute.String("delayq.hook", hook), attribute.Int("delayq.hook.attempt", attempt),
+				attribute.String("delayq.task.id", o.ID), attribute.String("delayq.task.type", o.Type),
+				attribute.String("delayq.outcome", o.Outcome))
+			defer span.End()
+		}
+		tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
 	resp, err := c.client.Do(req)
+	if span != nil {
+		endWebhookSpan(span, resp, err)
+	}
 	if err != nil {
 		err = config.RedactError(err) // its *url.Error holds the whole URL, query included
 		if errors.Is(err, context.DeadlineExceeded) {

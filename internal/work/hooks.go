@@ -16,6 +16,7 @@ import (
 	"github.com/delayq/delayq/internal/lograte"
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/retry"
+	"github.com/delayq/delayq/internal/tracing"
 	"github.com/delayq/delayq/internal/work/kafkaread"
 	"github.com/delayq/delayq/worker"
 )
@@ -314,7 +315,9 @@ func (h *Hooks) handle(stop, callCtx context.Context, m *kafka.Message) bool {
 			"outcome", o.Outcome, "hook", hook, "age", age.Round(time.Second), "max_age", e.MaxAge)
 		return true
 	}
-	return h.caller.deliver(stop, callCtx, hook, url, e.Timeout, o, m.Value)
+	// the requests continue the trace of the outcome's task (its record's
+	// traceparent: the task's own)
+	return h.caller.deliver(stop, tracing.ContextOfRecord(callCtx, m), hook, url, e.Timeout, o, m.Value)
 }
 
 func headerValue(m *kafka.Message, key string) string {

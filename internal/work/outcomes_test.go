@@ -214,6 +214,15 @@ func TestOutcomeRecordOfWorkerOutcome(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)
 	}
+	// the task's trace context goes with its outcome records' headers
+	o.Task.Headers = map[string]string{"k": "v", "traceparent": testTP, "tracestate": testTS}
+	r := outcomeRecord(o)
+	m := record.EncodeOutcome(&r, "x")
+	for k, v := range map[string]string{"traceparent": testTP, "tracestate": testTS} {
+		if got := headerValue(&m, k); got != v {
+			t.Errorf("outcome record header %s = %q, want %q", k, got, v)
+		}
+	}
 	if onOutcome(nil, true) != nil {
 		t.Error("a hook without a publisher")
 	}

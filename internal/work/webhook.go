@@ -19,8 +19,15 @@ import (
 	"time"
 	"unicode"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/internal/task"
+	"github.com/delayq/delayq/internal/tracing"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -154,7 +161,27 @@ func (h *Webhook) Handle(ctx context.Context, t *worker.Task) error {
 		req.Header.Set(worker.HeaderWebhookSignature, worker.SignWebhook(h.Secret, msgID, ts, t.Payload))
 		req.Header.Set("Dq-Signature", Signature(h.Secret, t.ID, t.Attempt, t.Payload))
 	}
+	var span trace.Span
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		// the attempt's trace (engine/trace.go): a span of this request
+		// when tracing is on; its context, or the record's when tracing is
+		// off, sent on (traceparent, tracestate, baggage)
+		if tracing.On() {
+			ctx, span = startWebhookSpan(ctx, "delayq.webhook", target)
+			defer span.End()
+		}
+		tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	} else if tp := t.Headers[tracing.HeaderTraceparent]; tp != "" {
+		// run without the engine's context: the task's own trace context
+		req.Header.Set(tracing.HeaderTraceparent, tp)
+		if ts := t.Headers[tracing.HeaderTracestate]; ts != "" {
+			req.Header.Set(tracing.HeaderTracestate, ts)
+		}
+	}
 	resp, err := h.Client.Do(req)
+	if span != nil {
+		endWebhookSpan(span, resp, err)
+	}
 	if err != nil {
 		// the *url.Error holds the whole URL, query included: redacted
 		// here, before it becomes the task's last error, dead letter,
@@ -225,4 +252,26 @@ func printable(b []byte) string {
 		s = strings.ToValidUTF8(s[:200], "") + "..."
 	}
 	return s
+}
+
+// startWebhookSpan starts the client span of a webhook or hook request
+// to target (its URL, redacted), a child of ctx's span.
+func startWebhookSpan(ctx context.Context, name, target string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	return tracing.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(semconv.HTTPRequestMethodPost, semconv.URLFull(target)),
+		trace.WithAttributes(attrs...))
+}
+
+// endWebhookSpan sets a request's span's status from its answer (resp)
+// or error: Error for a failed request and for a status that is not 2xx.
+// The caller ends the span.
+func endWebhookSpan(span trace.Span, resp *http.Response, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, config.RedactError(err).Error())
+		return
+	}
+	span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		span.SetStatus(codes.Error, strconv.Itoa(resp.StatusCode)+" "+http.StatusText(resp.StatusCode))
+	}
 }

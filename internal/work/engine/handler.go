@@ -8,24 +8,36 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/delayq/delayq/internal/redisstore"
 )
 
 // execute runs the handler under the task's timeout, recovering a panic,
 // from start (now), and returns how long it ran. The handler's context
-// comes from ht (ctx's child), fenced by lease (nil: none; see
+// comes from ht (ctx's child), with tctx's values when not nil (its trace
+// context: see trace.go), fenced by lease (nil: none; see
 // limitLease.call).
-func (e *Engine) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger, x *Execution, start time.Time, lease *limitLease) (time.Duration, error) {
+func (e *Engine) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger, x *Execution, start time.Time, lease *limitLease,
+	tctx context.Context) (time.Duration, error) {
 	h := e.cfg.Handler(x.Type)
-	e.met.lag.Observe(max(start.Sub(x.DueAt).Seconds(), 0))
+	var ex prometheus.Labels // nil unless its attempt span is sampled
+	if tctx != nil {
+		ex = exemplar(tctx)
+	}
+	if lag := max(start.Sub(x.DueAt).Seconds(), 0); ex != nil {
+		observe(e.met.lag, lag, ex)
+	} else {
+		e.met.lag.Observe(lag)
+	}
 	if h == nil {
 		return time.Since(start), e.unhandled(x)
 	}
-	hctx := ht.startAt(start, x.Timeout)
+	hctx := ht.startWith(start, x.Timeout, tctx)
 	defer ht.finish(hctx)
 	err := lease.call(hctx, log, h, x)
 	ran := time.Since(start)
-	e.met.observeDuration(x.Type, ran.Seconds())
+	e.met.observeDuration(x.Type, ran.Seconds(), ex)
 	if err != nil && ctx.Err() == nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && !IsPermanent(err) {
 		err = fmt.Errorf("timed out after %s: %w", x.Timeout, err)
 	}

@@ -18,6 +18,7 @@ import (
 // Done channel is made only when asked for.
 type handlerCtx struct {
 	parent   context.Context
+	vals     context.Context // nil: parent's values; else these (a child of parent's: its trace context)
 	deadline time.Time
 
 	mu     sync.Mutex
@@ -52,7 +53,12 @@ func (c *handlerCtx) Err() error {
 	return c.err
 }
 
-func (c *handlerCtx) Value(key any) any { return c.parent.Value(key) }
+func (c *handlerCtx) Value(key any) any {
+	if c.vals != nil {
+		return c.vals.Value(key)
+	}
+	return c.parent.Value(key)
+}
 
 func (c *handlerCtx) String() string { return "worker.handlerCtx" }
 
@@ -164,7 +170,14 @@ func (h *handlerTimer) arm(now, deadline time.Time) {
 // read the clock) and runs for at most timeout; call finish when it
 // returned. One context at a time per handlerTimer.
 func (h *handlerTimer) startAt(now time.Time, timeout time.Duration) *handlerCtx {
-	c := &handlerCtx{parent: h.parent, deadline: now.Add(timeout)}
+	return h.startWith(now, timeout, nil)
+}
+
+// startWith is startAt of a context whose values are vals' when not nil
+// (a context derived from h's parent by adding values only: its trace
+// context).
+func (h *handlerTimer) startWith(now time.Time, timeout time.Duration, vals context.Context) *handlerCtx {
+	c := &handlerCtx{parent: h.parent, vals: vals, deadline: now.Add(timeout)}
 	if d, ok := h.parent.Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d // ended by the parent then
 	}

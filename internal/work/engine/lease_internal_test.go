@@ -97,7 +97,7 @@ func runLeased(t *testing.T, answers []string, wait, work time.Duration) *leaseR
 	time.Sleep(wait)
 	ht := newHandlerTimer(ctx)
 	defer ht.stop()
-	_, r.err = e.execute(ctx, ht, r.it.log, &Execution{ID: "a", Type: "conv", Timeout: time.Minute}, time.Now(), r.it.lease)
+	_, r.err = e.execute(ctx, ht, r.it.log, &Execution{ID: "a", Type: "conv", Timeout: time.Minute}, time.Now(), r.it.lease, nil)
 	close(ren.release) // a stalled renewal returns: stop waits for it
 	stop()
 	return r

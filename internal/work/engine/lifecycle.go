@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/internal/record"
 	"github.com/delayq/delayq/internal/redisstore"
@@ -88,6 +90,13 @@ type item struct {
 	stopRenew func()
 	lease     *limitLease    // what the Limiter admitted it with, renewed and fenced (see renewLimit); nil if nothing
 	out       pendingOutcome // set once its handler returned (decide)
+	// tctx is the context of a record that carries a trace context
+	// (trace.go): its attempt span's, or the record's own when tracing is
+	// off; nil for the others. span is the attempt span (nil: none), and
+	// traceOut the outcome of a skipped record, for it.
+	tctx     context.Context
+	span     trace.Span
+	traceOut string
 }
 
 // advance moves a record on from the state its last step left it in:
@@ -114,6 +123,9 @@ func (e *Engine) advance(ctx context.Context, it *item) {
 func (e *Engine) end(ctx context.Context, it *item, commit bool) {
 	if it.release {
 		e.claims.release(context.WithoutCancel(ctx), it.cl)
+	}
+	if it.span != nil {
+		traceEnd(it)
 	}
 	it.state = stateEnded
 	m := it.m
@@ -162,6 +174,9 @@ func (e *Engine) parse(ctx context.Context, msgs []kafka.Message) []*item {
 		}
 		*it = item{m: it.m, rec: rec, timeout: timeout, cl: e.claims.newClaim(rec.ID, rec.Gen, rec.Shard)}
 		it.initLogger(e.log)
+		if traced(rec) {
+			traceStart(ctx, it)
+		}
 		items = append(items, it)
 	}
 	return items
@@ -201,11 +216,17 @@ func (e *Engine) claim(ctx context.Context, items []*item) (ready, held []*item)
 			switch e.claimAnswered(ctx, it, r); it.state {
 			case stateClaimed:
 				it.t, it.claimed = r.Task, now
+				if it.span != nil {
+					traceClaimed(it)
+				}
 				if ready == nil {
 					ready = make([]*item, 0, len(items))
 				}
 				ready = append(ready, it)
 			case stateHeld:
+				if it.span != nil {
+					it.span.AddEvent("held") // another run holds its execution
+				}
 				held = append(held, it)
 			case stateParsed: // Redis' error: claimed again
 				again = append(again, it)
@@ -266,7 +287,7 @@ func (e *Engine) claimAnswered(ctx context.Context, it *item, r redisstore.Claim
 func (e *Engine) skip(ctx context.Context, it *item, verdict string) {
 	it.log.Debug("skipped", "reason", verdict)
 	e.met.handledInc(it.rec.Type, verdict)
-	it.state = stateSkipped
+	it.state, it.traceOut = stateSkipped, verdict
 	e.advance(ctx, it)
 }
 
@@ -275,7 +296,10 @@ func (e *Engine) skip(ctx context.Context, it *item, verdict string) {
 // back, whether or not the dead topic takes it.
 func (e *Engine) skipHostile(ctx context.Context, it *item, reason string) {
 	e.deadLetterHostile(it.m, reason)
-	it.state = stateSkipped
+	it.state, it.traceOut = stateSkipped, outHostile
+	if it.span != nil {
+		it.span.SetStatus(codes.Error, reason)
+	}
 	e.advance(ctx, it)
 }
 
@@ -339,8 +363,14 @@ func (e *Engine) runItem(ctx context.Context, r *runner, it *item) {
 		started = time.Now()
 	}
 	it.state = stateRunning
-	ran, herr := e.execute(ctx, r.ht, it.log, x, started, it.lease)
+	if it.span != nil {
+		traceRunning(it, started, x.DueAt)
+	}
+	ran, herr := e.execute(ctx, r.ht, it.log, x, started, it.lease, it.tctx)
 	at(stepAfterHandle)
+	if it.span != nil {
+		traceHandled(it, ran, herr)
+	}
 	stopRenew()
 	e.limitDone(ctx, it)
 	if ctx.Err() != nil {
@@ -535,6 +565,10 @@ func (e *Engine) stored(ctx context.Context, it *item, err error) bool {
 		// Fired again, cancelled, or finished by someone else meanwhile:
 		// nothing of ours to store.
 		log.Warn("outcome not stored", "outcome", o.label, "err", err)
+		it.traceOut = outNotStored
+	}
+	if it.span != nil && err == nil {
+		it.span.AddEvent("finished") // its outcome is stored
 	}
 	if o.label == outRetry {
 		e.met.retries.Inc()

@@ -211,13 +211,18 @@ func (m *metrics) handledInc(typ, outcome string) {
 	b.Inc()
 }
 
-// observeDuration records how long a handler of task type typ ran.
-func (m *metrics) observeDuration(typ string, seconds float64) {
+// observeDuration records how long a handler of task type typ ran, with
+// exemplar ex when not nil.
+func (m *metrics) observeDuration(typ string, seconds float64, ex prometheus.Labels) {
 	s := m.types.series(typ)
 	b := s.duration.Load()
 	if b == nil {
 		b = &observerBox{m.duration.WithLabelValues(s.label)}
 		s.duration.Store(b)
+	}
+	if ex != nil {
+		observe(b.Observer, seconds, ex)
+		return
 	}
 	b.Observe(seconds)
 }
