@@ -10,11 +10,29 @@ import (
 
 // LimitRule is the rate limit of a task type (PUT /v1/limits/{type}, and
 // "rule" in the answers): any subset of the three kinds, at least one.
+//
+// Scope says what each limit counts: the whole type ("type", the
+// default, also when empty), each task key ("key": the task's key, which
+// defaults to its id) or each value of a task header ("header:<name>",
+// e.g. "header:tenant"; tasks without the header share one value, the
+// empty one). With a key or header scope every limit applies per distinct
+// value, and the tasks of one value start in due order (FIFO: a deferred
+// or retried task is not overtaken by a later one of its value) unless
+// Unordered is set.
 type LimitRule struct {
+	Scope       string       `json:"scope,omitempty"`
+	Unordered   bool         `json:"unordered,omitempty"`
 	WindowQuota *WindowQuota `json:"window_quota,omitempty"`
 	TokenBucket *TokenBucket `json:"token_bucket,omitempty"`
 	Concurrency *Concurrency `json:"concurrency,omitempty"`
 }
+
+// The scopes of a LimitRule.
+const (
+	ScopeType         = "type"
+	ScopeKey          = "key"
+	ScopeHeaderPrefix = "header:"
+)
 
 // WindowQuota admits at most Limit tasks per fixed Window. Windows are
 // aligned on the Unix epoch by Redis' clock, so every worker agrees on
@@ -43,11 +61,26 @@ type Concurrency struct {
 	SlotTTL Duration `json:"slot_ttl,omitempty"`
 }
 
-// LimitUsage is a rule's live usage.
+// LimitUsage is a rule's live usage. With a key or header scope the
+// three figures are the sums over the active values (Tokens: of the
+// listed ones), ActiveKeys counts the values with state in Redis and Keys
+// lists the busiest of them (bounded; most slots held, then most tasks
+// waiting in order, then most admitted in the window).
 type LimitUsage struct {
-	WindowCount int64   `json:"window_count"` // admitted in the current window
-	Tokens      float64 `json:"tokens"`       // in the bucket now
-	Running     int64   `json:"running"`      // concurrency slots held
+	WindowCount int64      `json:"window_count"` // admitted in the current window
+	Tokens      float64    `json:"tokens"`       // in the bucket now
+	Running     int64      `json:"running"`      // concurrency slots held
+	ActiveKeys  int64      `json:"active_keys,omitempty"`
+	Keys        []KeyUsage `json:"keys,omitempty"`
+}
+
+// KeyUsage is the usage of one value of a keyed rule's scope.
+type KeyUsage struct {
+	Key         string  `json:"key"`
+	WindowCount int64   `json:"window_count"`
+	Tokens      float64 `json:"tokens"`
+	Running     int64   `json:"running"`
+	Waiting     int64   `json:"waiting"` // deferred or retried tasks its later tasks wait behind (FIFO)
 }
 
 // TypeLimit is the rate limit of one type with its usage (GET

@@ -440,8 +440,11 @@ type (
 	// crashed worker holds frees itself after SlotTTL (0: the daemon's
 	// default, 5m).
 	Concurrency = api.Concurrency
-	// LimitUsage is a rule's live usage.
+	// LimitUsage is a rule's live usage (with a key or header scope: the
+	// sums, the active values and the busiest of them).
 	LimitUsage = api.LimitUsage
+	// KeyUsage is the usage of one value of a keyed rule's scope.
+	KeyUsage = api.KeyUsage
 	// TypeLimit is the rate limit of one type with its usage.
 	TypeLimit = api.TypeLimit
 )

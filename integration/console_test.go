@@ -198,6 +198,7 @@ func TestConsole(t *testing.T) {
 	if status, code, msg := consoleGet(t, c.DaemonURL(0)+"/v1/limits/console.mail"); status != http.StatusOK || !strings.Contains(msg, `"limit":500`) {
 		t.Fatalf("GET /v1/limits/console.mail after the console saved it: %d %s %s", status, code, msg)
 	}
+	consoleKeyedLimit(t, p, api, c.DaemonURL(0))
 	p.shot("limits", true)
 
 	// Dead letters: the reason as text; redrive from the list, and the
@@ -638,6 +639,55 @@ func artifactsDir(t *testing.T) string {
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// consoleKeyedLimit: the limits page sets a rule's scope with its
+// controls (written into the rule's JSON, which is what is sent), lists
+// the rule with its scope, the busiest values once tasks of two tenants
+// ran, and loads the scope back into the controls on Edit.
+func consoleKeyedLimit(t *testing.T, p *consolePage, api *client.Client, base string) {
+	t.Helper()
+	p.do(chromedp.SetValue(chromedp.CSS("#limit-type"), "console.tenant"),
+		chromedp.SetValue(chromedp.CSS("#limit-rule"), `{"window_quota": {"limit": 500, "window": "1h"}}`),
+		chromedp.Evaluate[chromedp.Void](`(() => {
+			const s = document.getElementById('limit-scope');
+			s.value = 'header';
+			s.dispatchEvent(new Event('change'));
+			const h = document.getElementById('limit-scope-header');
+			h.value = 'x-tenant';
+			h.dispatchEvent(new Event('input'));
+			document.getElementById('limit-unordered').click();
+		})()`))
+	p.waitJS("the scope written into the rule", `(() => {
+		const r = JSON.parse(document.getElementById('limit-rule').value);
+		return r.scope === 'header:x-tenant' && r.unordered === true && r.window_quota.limit === 500;
+	})()`)
+	p.do(chromedp.Click(chromedp.CSS("#limit-save")))
+	p.waitJS("the keyed rule saved and listed with its scope", `document.getElementById('limit-result').textContent.startsWith('saved') &&
+		(document.querySelector('[data-testid=limit-row][data-type="console.tenant"] [data-testid=limit-scope]') || {}).textContent === 'per header x-tenant, unordered'`)
+	if status, code, msg := consoleGet(t, base+"/v1/limits/console.tenant"); status != http.StatusOK || !strings.Contains(msg, `"scope":"header:x-tenant","unordered":true`) {
+		t.Fatalf("GET /v1/limits/console.tenant after the console saved it: %d %s %s", status, code, msg)
+	}
+
+	// Two tasks of acme and one of globex run: both values are listed,
+	// acme first (more admitted in the window).
+	var tasks []client.Task
+	for i, tenant := range []string{"acme", "acme", "globex"} {
+		tasks = append(tasks, client.Task{ID: fmt.Sprintf("tenant-%d", i), Type: "console.tenant", Payload: json.RawMessage(`{}`),
+			Headers: map[string]string{"x-tenant": tenant}})
+	}
+	scheduleBatch(t, api, tasks)
+	waitState(t, api, []string{"tenant-0", "tenant-1", "tenant-2"}, "succeeded", 30*time.Second)
+	p.waitJS("the busiest values listed", `(() => {
+		const rows = [...document.querySelectorAll('[data-testid=limit-key-row][data-type="console.tenant"]')];
+		return rows.length === 2 && rows[0].dataset.key === 'acme' && rows[0].textContent.includes('2 / 500') && rows[1].dataset.key === 'globex';
+	})()`)
+
+	// Edit loads the rule and its scope into the form.
+	p.do(chromedp.SetValue(chromedp.CSS("#limit-scope"), "type"),
+		chromedp.Click(chromedp.CSS(`[data-testid=limit-row][data-type="console.tenant"] [data-testid=limit-edit]`)))
+	p.waitJS("the scope loaded on Edit", `document.getElementById('limit-scope').value === 'header' &&
+		document.getElementById('limit-scope-header').value === 'x-tenant' && document.getElementById('limit-unordered').checked`)
 }
 
 // consoleLimitPut PUTs a rate-limit rule and returns the answer's status

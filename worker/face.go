@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"time"
 
 	"github.com/delayq/delayq/internal/work/engine"
 )
@@ -67,6 +68,15 @@ func (f limiterFace) Admit(ctx context.Context, items []engine.LimitItem) ([]eng
 
 func (f limiterFace) Done(ctx context.Context, it engine.LimitItem, d engine.LimitDecision) {
 	f.l.Done(ctx, LimitItem(it), LimitDecision(d))
+}
+
+// Hold forwards to a Limiter that is a LimitHolder (engine.LimitHolder);
+// for any other it holds nothing.
+func (f limiterFace) Hold(ctx context.Context, it engine.LimitItem, until time.Time) error {
+	if h, ok := f.l.(LimitHolder); ok {
+		return h.Hold(ctx, LimitItem(it), until)
+	}
+	return nil
 }
 
 // renewerFace is a LimitRenewer as the engine sees it.

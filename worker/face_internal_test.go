@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -70,11 +71,12 @@ func (l *faceLimiter) Renew(_ context.Context, it LimitItem, _ LimitDecision) (b
 func TestLimiterFace(t *testing.T) {
 	l := &faceLimiter{}
 	el := limiterOf(l)
-	ds, err := el.Admit(t.Context(), []engine.LimitItem{{ID: "a", Type: "t", Priority: 2}})
+	due := time.UnixMilli(1_700_000_000_000)
+	ds, err := el.Admit(t.Context(), []engine.LimitItem{{ID: "a", Type: "t", Priority: 2, Key: "k", Headers: map[string]string{"tenant": "x"}, Due: due}})
 	if err != nil || len(ds) != 1 || !ds[0].Run || ds[0].Ticket != "tk" || ds[0].HoldFor != 3*time.Second {
 		t.Fatalf("decisions %+v, %v", ds, err)
 	}
-	if len(l.items) != 1 || l.items[0] != (LimitItem{ID: "a", Type: "t", Priority: 2}) {
+	if len(l.items) != 1 || !reflect.DeepEqual(l.items[0], LimitItem{ID: "a", Type: "t", Priority: 2, Key: "k", Headers: map[string]string{"tenant": "x"}, Due: due}) {
 		t.Fatalf("items %+v", l.items)
 	}
 	el.Done(t.Context(), engine.LimitItem{ID: "a"}, ds[0])

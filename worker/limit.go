@@ -42,11 +42,28 @@ type Limiter interface {
 	Done(ctx context.Context, item LimitItem, d LimitDecision)
 }
 
+// LimitHolder is a Limiter that keeps the tasks of a key in order (a
+// rule with a key or header scope, delayq's LiveLimits): the worker calls
+// Hold when a task fails and goes to retry at until, before it calls
+// Done, so that a later task of the key does not start before the retry.
+// An error is logged; the retry is stored all the same.
+type LimitHolder interface {
+	Limiter
+	Hold(ctx context.Context, item LimitItem, until time.Time) error
+}
+
 // LimitItem is one task as a Limiter sees it.
 type LimitItem struct {
 	ID       string
 	Type     string
 	Priority int
+	// Key is the task's key ("" when it has none: the id stands for it),
+	// Headers its own headers (shared with the task: read only) and Due
+	// its due time: what a rule with a key or header scope limits by, and
+	// orders by (api.LimitRule).
+	Key     string
+	Headers map[string]string
+	Due     time.Time
 }
 
 // LimitDecision says whether an item runs now.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -92,7 +93,7 @@ func (l *LiveLimits) Ready() <-chan struct{} { return l.rules.Ready() }
 func (l *LiveLimits) Admit(ctx context.Context, items []LimitItem) ([]LimitDecision, error) {
 	in := make([]ratelimit.Item, len(items))
 	for i, it := range items {
-		in[i] = ratelimit.Item{ID: it.ID, Type: it.Type, Priority: it.Priority}
+		in[i] = ratelimit.Item(it)
 	}
 	ds, err := l.lim.Admit(ctx, in)
 	if err != nil {
@@ -115,7 +116,17 @@ func (l *LiveLimits) Renew(ctx context.Context, it LimitItem, d LimitDecision) (
 	if !ok {
 		return true, nil
 	}
-	return l.lim.Refresh(ctx, ratelimit.Item{ID: it.ID, Type: it.Type, Priority: it.Priority}, rd)
+	return l.lim.Refresh(ctx, ratelimit.Item(it), rd)
+}
+
+var _ LimitHolder = (*LiveLimits)(nil)
+
+// Hold implements [LimitHolder]: a task of a type whose rule has a key or
+// header scope (and is ordered) that goes to retry at until keeps its
+// place in its value's order; later tasks of the value wait behind it.
+// Other types cost nothing.
+func (l *LiveLimits) Hold(ctx context.Context, it LimitItem, until time.Time) error {
+	return l.lim.Hold(ctx, ratelimit.Item(it), until)
 }
 
 // Done implements [Limiter]: it frees the item's concurrency slot.
@@ -124,7 +135,7 @@ func (l *LiveLimits) Done(ctx context.Context, it LimitItem, d LimitDecision) {
 	if !ok {
 		return
 	}
-	if err := l.lim.Done(ctx, ratelimit.Item{ID: it.ID, Type: it.Type, Priority: it.Priority}, rd); err != nil {
+	if err := l.lim.Done(ctx, ratelimit.Item(it), rd); err != nil {
 		l.log.Debug("free concurrency slot", "task_id", it.ID, "type", it.Type, "err", err)
 	}
 }

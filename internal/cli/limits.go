@@ -14,9 +14,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	dqapi "github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/task"
 )
 
 // rawCall sends one request to the daemon and returns the body of a 2xx
@@ -73,7 +75,8 @@ func printRaw(w io.Writer, b []byte) error {
 
 const limitsUsage = `Usage: dq limits [list] [flags]
        dq limits get TYPE [flags]
-       dq limits set TYPE (--quota N [--window 1m] | --rate R [--burst B] | --concurrency C [--slot-ttl 5m])... [flags]
+       dq limits set TYPE (--quota N [--window 1m] | --rate R [--burst B] | --concurrency C [--slot-ttl 5m])...
+                [--scope key|header:NAME [--unordered]] [flags]
        dq limits set TYPE RULES-JSON [flags]
        dq limits delete TYPE [flags]
 
@@ -83,6 +86,12 @@ const limitsUsage = `Usage: dq limits [list] [flags]
           the JSON of PUT /v1/limits/{type}
           ('{"window_quota":{"limit":100,"window":"1m"}}')
   delete  remove a type's rules (its tasks run unlimited)
+
+--scope key applies every limit to each task key separately (a task
+without a key counts under its id), --scope header:NAME to each value of
+the task header NAME (tasks without it share one value); the tasks of one
+value then start in due order unless --unordered. get and list show the
+busiest values of such a rule.
 
 Work processes follow the rules live. -o json prints the daemon's answers.`
 
@@ -176,7 +185,8 @@ func printLimit(w io.Writer, b []byte) error {
 	return printLimits(w, []dqapi.TypeLimit{l})
 }
 
-// printLimits prints limits as a table: type, rules, live usage.
+// printLimits prints limits as a table: type, rules, live usage; then,
+// for each keyed rule whose usage lists values, its busiest values.
 func printLimits(w io.Writer, ls []dqapi.TypeLimit) error {
 	if len(ls) == 0 {
 		_, err := fmt.Fprintln(w, "no limits (dq limits set TYPE --quota N | --rate R | --concurrency C sets one)")
@@ -185,13 +195,83 @@ func printLimits(w io.Writer, ls []dqapi.TypeLimit) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tRULES\tUSAGE")
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", l.Type, ruleText(&l.Rule), usageText(l)) // types.go
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", l.Type, scopedRuleText(&l.Rule), usageText(l))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, l := range ls {
+		if err := printKeys(w, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keyed reports whether r limits each value of a key or header scope
+// rather than the whole type.
+func keyed(r *dqapi.LimitRule) bool {
+	return r.Scope != "" && r.Scope != dqapi.ScopeType
+}
+
+// scopedRuleText is ruleText (types.go) with a keyed rule's scope in
+// front, "per key: 1 running" or "per header:tenant (unordered): 10/s
+// burst 10", so that a per-value limit never reads as the type's.
+func scopedRuleText(r *dqapi.LimitRule) string {
+	if r == nil || !keyed(r) {
+		return ruleText(r)
+	}
+	scope := "per " + oneLine(r.Scope, 80)
+	if r.Unordered {
+		scope += " (unordered)"
+	}
+	return scope + ": " + ruleText(r)
+}
+
+// maxKeyText bounds a value as printed: a header value may be long.
+const maxKeyText = 48
+
+// printKeys prints the busiest values of a keyed rule (the daemon's
+// usage.keys, already bounded and ordered), one short table per type;
+// nothing for a type-wide rule or when no value is listed.
+func printKeys(w io.Writer, l dqapi.TypeLimit) error {
+	if !keyed(&l.Rule) || l.Usage == nil || len(l.Usage.Keys) == 0 {
+		return nil
+	}
+	r := &l.Rule
+	fmt.Fprintf(w, "\nbusiest values of %s (%s; %d of %d active):\n", l.Type, oneLine(r.Scope, 80), len(l.Usage.Keys), max(l.Usage.ActiveKeys, int64(len(l.Usage.Keys))))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  VALUE\tRUNNING\tWAITING\tWINDOW\tTOKENS")
+	for _, k := range l.Usage.Keys {
+		running, window, tokens := "-", "-", "-"
+		if c := r.Concurrency; c != nil {
+			running = fmt.Sprintf("%d/%d", k.Running, c.Limit)
+		}
+		if q := r.WindowQuota; q != nil {
+			window = fmt.Sprintf("%d/%d", k.WindowCount, q.Limit)
+		}
+		if r.TokenBucket != nil {
+			tokens = strconv.FormatFloat(k.Tokens, 'f', 1, 64)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", keyText(k.Key), running, k.Waiting, window, tokens)
 	}
 	return tw.Flush()
 }
 
+// keyText is a value as one printable cell: quoted when it is empty (the
+// value of the tasks without the header) or holds white space or control
+// characters, which would break the table.
+func keyText(k string) string {
+	if k == "" || strings.IndexFunc(k, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0 {
+		return task.Truncate(strconv.Quote(k), maxKeyText)
+	}
+	return task.Truncate(k, maxKeyText)
+}
+
 // usageText is the live usage of l's rules: "window 3/100, tokens 2.5,
-// running 1/5"; the reason when it could not be read.
+// running 1/5"; for a keyed rule the active values and the sums over
+// them ("12 active, running 3, window 40"), a per-value limit being no
+// bound of a sum; the reason when it could not be read.
 func usageText(l dqapi.TypeLimit) string {
 	if l.UsageError != "" {
 		return "unknown: " + oneLine(l.UsageError, 60)
@@ -199,6 +279,16 @@ func usageText(l dqapi.TypeLimit) string {
 	u := l.Usage
 	if u == nil {
 		return "-"
+	}
+	if keyed(&l.Rule) {
+		parts := []string{fmt.Sprintf("%d active", u.ActiveKeys)}
+		if l.Rule.Concurrency != nil {
+			parts = append(parts, fmt.Sprintf("running %d", u.Running))
+		}
+		if l.Rule.WindowQuota != nil {
+			parts = append(parts, fmt.Sprintf("window %d", u.WindowCount))
+		}
+		return strings.Join(parts, ", ")
 	}
 	var parts []string
 	if q := l.Rule.WindowQuota; q != nil {
@@ -219,9 +309,10 @@ func usageText(l dqapi.TypeLimit) string {
 // limitFlags are dq limits set's rule flags.
 type limitFlags struct {
 	quota, burst, reserve, conc int64
-	window, slotTTL             string
+	window, slotTTL, scope      string
 	rate                        float64
 	minPrio                     int
+	unordered                   bool
 }
 
 func (f *limitFlags) bind(fs *flag.FlagSet) {
@@ -233,12 +324,14 @@ func (f *limitFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.minPrio, "min-priority", 0, "token bucket: priority that may use the reserve")
 	fs.Int64Var(&f.conc, "concurrency", 0, "at most this many running at once across workers")
 	fs.StringVar(&f.slotTTL, "slot-ttl", "", "concurrency: a crashed worker's slot frees after this long (default 5m)")
+	fs.StringVar(&f.scope, "scope", "", "what each limit counts: type (the default), key (each task key) or header:NAME (each value of a header)")
+	fs.BoolVar(&f.unordered, "unordered", false, "with --scope key or header:NAME: a value's tasks need not start in due order")
 }
 
 // body is the rules the flags give, as the API's JSON (api.LimitRule, the
 // wire type the daemon reads).
 func (f *limitFlags) body() ([]byte, error) {
-	var r dqapi.LimitRule
+	r := dqapi.LimitRule{Scope: f.scope, Unordered: f.unordered}
 	if f.quota > 0 {
 		w, err := time.ParseDuration(f.window)
 		if err != nil {
@@ -281,6 +374,11 @@ func limitsSet(ctx context.Context, env Env, fs *flag.FlagSet, api *apiFlags, ar
 	}
 	var body []byte
 	if len(pos) == 2 {
+		if f.scope != "" || f.unordered {
+			// RULES-JSON is sent as written: a flag merged into it would
+			// be a second, silent source of the rule.
+			return errors.New(`limits set: --scope and --unordered go with the rule flags; with RULES-JSON write "scope" and "unordered" in it`)
+		}
 		body = []byte(pos[1])
 		if !json.Valid(body) {
 			return errors.New("limits set: the rules are not valid JSON")

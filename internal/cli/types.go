@@ -95,7 +95,7 @@ func printTypes(w io.Writer, types []client.TypeInfo) error {
 				at = t.PausedAt.UTC().Format(time.RFC3339)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", t.Type, state, at, t.Parked, ruleText(t.Limit))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", t.Type, state, at, t.Parked, scopedRuleText(t.Limit))
 	}
 	return tw.Flush()
 }

@@ -26,7 +26,10 @@ import (
 // a change within a second). Usage comes from Redis (no limiter: usage is
 // null); when Redis fails, usage is null and "usage_error" says why: rules
 // stay manageable while Redis is in trouble. Without etcd every /v1/limits
-// request answers 503.
+// request answers 503. A rule's "scope" and "unordered" are validated by
+// ratelimit (a bad one answers 422 naming the field, as every rule
+// field); the usage of a keyed rule adds "active_keys" and its busiest
+// values, "keys".
 
 // limitsTimeout bounds each etcd and Redis call of a request, so that an
 // unreachable etcd answers 503 instead of hanging.
@@ -171,8 +174,12 @@ func (l *limitsAPI) usageOf(ctx context.Context, rules map[string]ratelimit.Rule
 	return l.lim.UsageOf(ctx, rules)
 }
 
+// limitUsage is the wire form of u. A keyed rule's usage also carries its
+// active values and the busiest of them, as the Limiter bounded them (the
+// daemon adds no bound of its own: it would differ from the console's and
+// the CLI's reading of the same rule).
 func limitUsage(u ratelimit.Usage) *api.LimitUsage {
-	return &api.LimitUsage{WindowCount: u.WindowCount, Tokens: u.Tokens, Running: u.Running}
+	return &api.LimitUsage{WindowCount: u.WindowCount, Tokens: u.Tokens, Running: u.Running, ActiveKeys: u.ActiveKeys, Keys: u.Keys}
 }
 
 // limitType reads and checks the {type} path value with validate:

@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/ratelimit"
@@ -300,4 +304,143 @@ func redisMillis(t *testing.T, rdb redis.UniversalClient) int64 {
 		t.Fatal(err)
 	}
 	return tm.UnixMilli()
+}
+
+// A rule's scope and order travel through PUT, etcd and GET as sent; a
+// scope the rule validation refuses answers 422 invalid_rule naming
+// "scope", and leaves the stored rule alone.
+func TestLimitsScope(t *testing.T) {
+	e := newAPIEnv(t, nil)
+	for _, c := range []struct{ typ, body, want string }{
+		{"order.pay", `{"scope":"key","concurrency":{"limit":1,"slot_ttl":"30s"}}`,
+			`{"scope":"key","concurrency":{"limit":1,"slot_ttl":"30s"}}`},
+		{"api.call", `{"scope":"header:tenant","unordered":true,"token_bucket":{"rate":10,"burst":10}}`,
+			`{"scope":"header:tenant","unordered":true,"token_bucket":{"rate":10,"burst":10,"reserve":0,"min_priority":0}}`},
+		{"mail", `{"scope":"type","window_quota":{"limit":5,"window":"1s"}}`,
+			`{"scope":"type","window_quota":{"limit":5,"window":"1s"}}`},
+	} {
+		r := e.do(t, "PUT", "/v1/limits/"+c.typ, "application/json", strings.NewReader(c.body))
+		var v viewAnswer
+		r.decode(t, &v)
+		if r.status != 200 || string(v.Rule) != c.want || v.Usage == nil {
+			t.Fatalf("PUT %s: %d %s", c.body, r.status, r.body)
+		}
+		if stored, _ := e.raw(t, c.typ); stored != c.want {
+			t.Fatalf("stored %s, want %s", stored, c.want)
+		}
+		r = e.do(t, "GET", "/v1/limits/"+c.typ, "", nil)
+		if r.decode(t, &v); r.status != 200 || string(v.Rule) != c.want {
+			t.Fatalf("GET %s: %d %s", c.typ, r.status, r.body)
+		}
+	}
+	r := e.do(t, "GET", "/v1/limits", "", nil)
+	var list api.Limits
+	if r.decode(t, &list); r.status != 200 || len(list.Limits) != 3 || list.Limits[0].Rule.Scope != "header:tenant" || !list.Limits[0].Rule.Unordered {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+
+	before, rev := e.raw(t, "order.pay")
+	for _, bad := range []string{
+		`{"scope":"header:","concurrency":{"limit":1}}`,
+		`{"scope":"tenant","concurrency":{"limit":1}}`,
+		`{"scope":"header:dq-x","concurrency":{"limit":1}}`,
+		`{"scope":"header:DQ-id","concurrency":{"limit":1}}`,
+		`{"scope":"Key","concurrency":{"limit":1}}`,
+		`{"scope":"header:` + strings.Repeat("h", 257) + `","concurrency":{"limit":1}}`,
+		`{"scope":"header:a b","concurrency":{"limit":1}}`,
+		`{"scope":5,"concurrency":{"limit":1}}`,
+	} {
+		r := e.do(t, "PUT", "/v1/limits/order.pay", "application/json", strings.NewReader(bad))
+		var ea errAnswer
+		r.decode(t, &ea)
+		if r.status != 422 || ea.Error.Code != "invalid_rule" || !strings.HasPrefix(ea.Error.Message, "scope: ") {
+			t.Errorf("PUT %.80s: %d %s, want 422 invalid_rule naming scope", bad, r.status, r.body)
+		}
+	}
+	// unordered means nothing without a key or header scope
+	for _, bad := range []string{`{"unordered":true,"concurrency":{"limit":1}}`, `{"scope":"type","unordered":true,"concurrency":{"limit":1}}`} {
+		r := e.do(t, "PUT", "/v1/limits/order.pay", "application/json", strings.NewReader(bad))
+		var ea errAnswer
+		r.decode(t, &ea)
+		if r.status != 422 || ea.Error.Code != "invalid_rule" || !strings.HasPrefix(ea.Error.Message, "unordered: ") {
+			t.Errorf("PUT %s: %d %s, want 422 invalid_rule naming unordered", bad, r.status, r.body)
+		}
+	}
+	if after, arev := e.raw(t, "order.pay"); after != before || arev != rev {
+		t.Fatalf("stored rule changed: %s (rev %d) -> %s (rev %d)", before, rev, after, arev)
+	}
+}
+
+// GET /v1/limits/{type} and GET /v1/limits show a keyed rule's active
+// values and its busiest ones, as a worker's limiter left them in Redis.
+func TestLimitsKeysUsage(t *testing.T) {
+	e := newAPIEnv(t, nil)
+	const body = `{"scope":"header:tenant","concurrency":{"limit":2,"slot_ttl":"30s"}}`
+	if r := e.do(t, "PUT", "/v1/limits/render", "application/json", strings.NewReader(body)); r.status != 200 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	rule, _, err := e.rules.Get(t.Context(), "render")
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := ratelimit.NewLimiter(e.rdb, ratelimit.StaticRules{"render": rule}, ratelimit.Options{Namespace: e.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// acme: 3 tasks (2 run, 1 waits), globex: 1, and 1 without the header
+	now := time.Now()
+	var items []ratelimit.Item
+	for i, tenant := range []string{"acme", "acme", "acme", "globex", ""} {
+		it := ratelimit.Item{ID: fmt.Sprintf("r-%d", i), Type: "render", Due: now.Add(time.Duration(i) * time.Millisecond)}
+		if tenant != "" {
+			it.Headers = map[string]string{"tenant": tenant}
+		}
+		items = append(items, it)
+	}
+	if _, err := worker.Admit(t.Context(), items); err != nil {
+		t.Fatal(err)
+	}
+	var one api.TypeLimit
+	r := e.do(t, "GET", "/v1/limits/render", "", nil)
+	r.decode(t, &one)
+	var list api.Limits
+	rl := e.do(t, "GET", "/v1/limits", "", nil)
+	rl.decode(t, &list)
+	for _, u := range []*api.LimitUsage{one.Usage, list.Limits[0].Usage} {
+		if u == nil || u.ActiveKeys != 3 || u.Running != 4 || len(u.Keys) != 3 {
+			t.Fatalf("usage: %s / %s", r.body, rl.body)
+		}
+		if k := u.Keys[0]; k.Key != "acme" || k.Running != 2 || k.Waiting != 1 {
+			t.Fatalf("busiest key: %+v in %s", k, r.body)
+		}
+	}
+	strictRoundTrip(t, r.body, new(api.TypeLimit)) // the keys' wire shape is api.KeyUsage's, byte for byte
+	strictRoundTrip(t, rl.body, new(api.Limits))
+}
+
+// The limit schemas of api/openapi.yaml name exactly the JSON fields of
+// the wire types the daemon writes (api.LimitRule, LimitUsage, KeyUsage).
+func TestOpenAPILimitSchemas(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]yaml.Node `yaml:"properties"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for schema, v := range map[string]any{"Rule": api.LimitRule{}, "Usage": api.LimitUsage{}, "KeyUsage": api.KeyUsage{}} {
+		var fields []string
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			fields = append(fields, name)
+		}
+		documented := slices.Sorted(maps.Keys(doc.Components.Schemas[schema].Properties))
+		if slices.Sort(fields); !slices.Equal(documented, fields) {
+			t.Errorf("schema %s documents %q, %T has %q", schema, documented, v, fields)
+		}
+	}
 }

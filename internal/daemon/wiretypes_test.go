@@ -44,9 +44,10 @@ func TestWireTypesShared(t *testing.T) {
 		`{"window_quota":{"limit":600,"window":"10s"}}`,
 		`{"token_bucket":{"rate":0.5,"burst":1},"concurrency":{"limit":5}}`,
 		`{"token_bucket":{"rate":200,"burst":50,"reserve":10,"min_priority":5},"concurrency":{"limit":5,"slot_ttl":"30s"}}`,
+		`{"scope":"header:tenant","unordered":true,"concurrency":{"limit":1}}`,
 	}
 	for i, rule := range rules {
-		typ := []string{"mail", "render", "api.call"}[i]
+		typ := []string{"mail", "render", "api.call", "per.tenant"}[i]
 		put := app.do("PUT", "/v1/limits/"+typ, rule)
 		if put.Status != http.StatusOK {
 			t.Fatalf("put %s: %d %s", typ, put.Status, put.Raw)

@@ -34,7 +34,7 @@ const nowLine = "math.floor(tonumber(t[2]) / 1000)\n"
 // productionScripts are the scripts a clockShift rewrites, by hash.
 var productionScripts = func() map[string]string {
 	m := map[string]string{}
-	for _, src := range []string{admitLua, refreshLua, usageLua} {
+	for _, src := range []string{admitLua, refreshLua, usageLua, admitKeyedLua, holdLua, usageKeyedLua} {
 		full := scriptSource(src)
 		h := sha1.Sum([]byte(full))
 		m[hex.EncodeToString(h[:])] = full

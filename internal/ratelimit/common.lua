@@ -72,3 +72,140 @@ local function slots_prune(key, now)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
   return redis.call('ZCARD', key)
 end
+
+-- Keys of a rule with a key or header scope (keys.go has the layout), all
+-- under the type's hash tag. The state of every value is a field of a few
+-- keys of the type, so that one HMGET/HSET serves a batch's values:
+--   kw    hash  value -> "<window start ms> <count>" (window_field)
+--   kb    hash  value -> "<tokens %.17g> <ms>" (bucket_field)
+--   kr    hash  value -> the ids of the slots it took, space-separated
+--   ks    zset  slot id -> expiry ms: every slot of the type (as :run)
+--   keys  zset  value -> last activity ms (or the latest expected return of
+--               its waiting tasks): the active values, pruned past an idle
+--               horizon (their kw, kb, kr fields go with them)
+--   qs    zset  value -> when its queue expires: the values with a queue
+-- Only a value with waiting tasks has keys of its own, value_key(base, v) ..
+--   q     zset  member = id of a waiting task, score = the first due (ms)
+--               it waited with: the value's tasks in due order
+--   qt    hash  id -> when the task is expected back (ms)
+-- built here rather than passed in KEYS, so that one call decides a
+-- batch's many values; they share the declared keys' slot (base holds the
+-- tag), on Redis Cluster too. q and qt expire grace after the latest
+-- expected return they held. The value is length-prefixed: no two values'
+-- keys meet.
+local function value_key(base, v)
+  return base .. 'k:' .. #v .. ':' .. v .. ':'
+end
+
+-- queue_head returns the head of the value's queue and its expected return
+-- (nil when the queue is empty), first dropping heads whose expected return
+-- passed more than grace ago (their task will not come back to claim its
+-- place). At most 64 are dropped per call; a longer run of stale heads
+-- goes on the next calls.
+local function queue_head(vk, now, grace)
+  local q, qt = vk .. 'q', vk .. 'qt'
+  local id, e
+  for _ = 1, 64 do
+    id = redis.call('ZRANGE', q, 0, 0)[1]
+    if not id then return nil, nil end
+    e = tonumber(redis.call('HGET', qt, id))
+    if e and e + grace >= now then return id, e end
+    redis.call('ZREM', q, id)
+    redis.call('HDEL', qt, id)
+  end
+  id = redis.call('ZRANGE', q, 0, 0)[1]
+  if not id then return nil, nil end
+  return id, tonumber(redis.call('HGET', qt, id)) or now
+end
+
+-- queue_expire makes the value's queue keys last at least ms more; existed
+-- says they already had a TTL (every write sets one), which GT then only
+-- extends (GT on a key without a TTL does nothing).
+local function queue_expire(vk, ms, existed)
+  if existed then
+    redis.call('PEXPIRE', vk .. 'q', int(ms), 'GT')
+    redis.call('PEXPIRE', vk .. 'qt', int(ms), 'GT')
+  else
+    redis.call('PEXPIRE', vk .. 'q', int(ms))
+    redis.call('PEXPIRE', vk .. 'qt', int(ms))
+  end
+end
+
+-- expire_at_least makes key last at least ms more (PEXPIRE NX sets a TTL
+-- on a key without one, GT then only extends it).
+local function expire_at_least(key, ms)
+  redis.call('PEXPIRE', key, int(ms), 'NX')
+  redis.call('PEXPIRE', key, int(ms), 'GT')
+end
+
+-- index_touch records the activity of values in the type's :keys (pairs:
+-- score, value, ...; GT keeps a later expected return) and keeps the key
+-- until horizon after its latest score (maxscore). admitkeyed.lua prunes
+-- it (with the values' fields).
+local function index_touch(key, pairs, now, maxscore, horizon)
+  if #pairs == 0 then return end
+  redis.call('ZADD', key, 'GT', unpack(pairs))
+  expire_at_least(key, maxscore + horizon - now)
+end
+
+-- window_field reads a value's window field ("<start> <count>", or nil):
+-- the start of the window that holds now and its count so far.
+local function window_field(f, win, now)
+  local start = now - (now % win)
+  if f then
+    local s, n = string.match(f, '^(%d+) (%d+)$')
+    if tonumber(s) == start then return start, tonumber(n) end
+  end
+  return start, 0
+end
+
+-- bucket_field reads a value's bucket field ("<tokens> <ms>", or nil: a
+-- full bucket) as bucket_load does a bucket hash.
+local function bucket_field(f, rate, burst, now)
+  if not f then return burst, now end
+  local t, at = string.match(f, '^(%S+) (%S+)$')
+  local tokens, ts = tonumber(t), tonumber(at)
+  if tokens == nil or ts == nil then return burst, now end
+  if now > ts then
+    tokens = tokens + (now - ts) * rate / 1000
+    ts = now
+  end
+  if tokens > burst then tokens = burst end
+  return tokens, ts
+end
+
+-- slots_held returns, for each of the m values whose :kr fields are
+-- lists, the ids still live in ks (ZMSCORE, 1,000 at a time; an expiry at
+-- or before now is not live), with the
+-- earliest expiry among them (.earliest) and whether any listed id is gone
+-- (.stale: the field must be rewritten).
+local function slots_held(ks, lists, m, now)
+  local out, ids, owner = {}, {}, {}
+  for j = 1, m do
+    out[j] = {}
+    local l = lists[j]
+    if l and not string.find(l, ' ', 1, true) then -- one slot: the common case
+      ids[#ids + 1] = l
+      owner[#ids] = j
+    elseif l then
+      for id in string.gmatch(l, '%S+') do
+        ids[#ids + 1] = id
+        owner[#ids] = j
+      end
+    end
+  end
+  for from = 1, #ids, 1000 do
+    local to = math.min(from + 999, #ids)
+    local sc = redis.call('ZMSCORE', ks, unpack(ids, from, to))
+    for k = from, to do
+      local h, e = out[owner[k]], tonumber(sc[k - from + 1])
+      if e and e > now then
+        h[#h + 1] = ids[k]
+        if h.earliest == nil or e < h.earliest then h.earliest = e end
+      else
+        h.stale = true
+      end
+    end
+  end
+  return out
+end

@@ -27,6 +27,9 @@ const (
 	ReasonWindowQuota = "window_quota"
 	ReasonTokenBucket = "token_bucket"
 	ReasonConcurrency = "concurrency"
+	// ReasonOrder: a rule with a key or header scope keeps the tasks of
+	// one value in due order, and an earlier task of the value waits.
+	ReasonOrder = "order"
 )
 
 // maxScriptItems bounds the slots one admit script adds (one ZADD); a
@@ -70,6 +73,10 @@ type Options struct {
 	// ConcurrencyRetry is how long a task held back by a full concurrency
 	// limit waits (±20% jitter); default DefaultConcurrencyRetry.
 	ConcurrencyRetry time.Duration
+	// OrderGrace is how long after its expected return a task heading its
+	// value's queue (an ordered keyed rule) keeps its place before it is
+	// dropped; default DefaultOrderGrace.
+	OrderGrace time.Duration
 }
 
 // Limiter enforces the rate limits of task types in Redis, atomically and
@@ -79,7 +86,11 @@ type Limiter struct {
 	rules RuleSource
 	ns    string
 	retry time.Duration
-	m     *metrics
+	grace time.Duration // Options.OrderGrace
+	// minIdle is the least idle horizon of a keyed rule's :keys index
+	// (minIdleHorizon; tests shorten it to see the index empty)
+	minIdle time.Duration
+	m       *metrics
 
 	id  string        // random per Limiter: slot ids are id-seq
 	seq atomic.Uint64 // slot id counter
@@ -94,6 +105,9 @@ func NewLimiter(rdb redis.UniversalClient, rules RuleSource, o Options) (*Limite
 	if o.ConcurrencyRetry <= 0 {
 		o.ConcurrencyRetry = DefaultConcurrencyRetry
 	}
+	if o.OrderGrace <= 0 {
+		o.OrderGrace = DefaultOrderGrace
+	}
 	if r, ok := rules.(*Rules); ok && r == nil {
 		rules = nil // a nil *Rules means no rules, not a nil-pointer panic later
 	}
@@ -104,7 +118,7 @@ func NewLimiter(rdb redis.UniversalClient, rules RuleSource, o Options) (*Limite
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	return &Limiter{
-		rdb: rdb, rules: rules, ns: o.Namespace, retry: o.ConcurrencyRetry, m: m,
+		rdb: rdb, rules: rules, ns: o.Namespace, retry: o.ConcurrencyRetry, grace: o.OrderGrace, minIdle: minIdleHorizon, m: m,
 		id: hex.EncodeToString(id[:]),
 	}, nil
 }
@@ -114,6 +128,13 @@ type Item struct {
 	ID       string
 	Type     string
 	Priority int
+	// Key is the task's key ("" when it has none: the id stands for it),
+	// Headers its own headers (read only) and Due its due time: what a
+	// rule with a key or header scope limits by (Rule.Scope), and orders
+	// its values' tasks by.
+	Key     string
+	Headers map[string]string
+	Due     time.Time
 }
 
 // Decision says whether an item runs now. A deferred item (Run false) must
@@ -122,12 +143,13 @@ type Item struct {
 type Decision struct {
 	Run       bool
 	NotBefore time.Time // deferred: the moment it can pass (by Redis' clock)
-	Reason    string    // deferred: ReasonWindowQuota, ReasonTokenBucket or ReasonConcurrency
+	Reason    string    // deferred: ReasonWindowQuota, ReasonTokenBucket, ReasonConcurrency or ReasonOrder
 
 	slot    string        // concurrency slot held while it runs
 	slotTTL time.Duration // the slot's TTL when it was taken (Refresh renews it by as much)
 	sent    time.Time     // this process's clock (monotonic) when Admit sent the script that took it
-	window  int64         // quota window (start ms) an admitted item counted in
+	window  int64         // quota window (start ms) an admitted item counted in (type scope)
+	runKey  string        // keyed rule: its value's running zset, where Done and Refresh find the slot
 }
 
 // Slot is the concurrency slot the item holds while it runs ("" if none).
@@ -181,6 +203,10 @@ type group struct {
 	idx   []int // item indexes in decision order
 	high  int   // how many of idx are at or above the bucket's min priority (all without a bucket)
 	calls []*call
+
+	// a keyed rule (Rule.Scope key or header): idx is grouped by value
+	vals []string // the scope value of idx[k]
+	dues []int64  // the due ms of idx[k]
 }
 
 // call is one script run, kept so that it can be re-sent after NOSCRIPT.
@@ -222,7 +248,12 @@ func (l *Limiter) Admit(ctx context.Context, items []Item) ([]Decision, error) {
 	var calls []*call
 	for _, g := range groups {
 		for first := 0; first < len(g.idx); first += maxScriptItems {
-			c := l.admitCall(g, first, min(first+maxScriptItems, len(g.idx)))
+			var c *call
+			if g.rule.keyed() {
+				c = l.admitKeyedCall(g, items, first, min(first+maxScriptItems, len(g.idx)))
+			} else {
+				c = l.admitCall(g, first, min(first+maxScriptItems, len(g.idx)))
+			}
 			g.calls = append(g.calls, c)
 			calls = append(calls, c)
 		}
@@ -230,7 +261,11 @@ func (l *Limiter) Admit(ctx context.Context, items []Item) ([]Decision, error) {
 	l.exec(ctx, calls)
 	var firstErr error
 	for _, g := range groups {
-		if err := l.decide(g, items, out, sent); err != nil && firstErr == nil {
+		decide := l.decide
+		if g.rule.keyed() {
+			decide = func(g *group, _ []Item, out []Decision, sent time.Time) error { return l.decideKeyed(g, out, sent) }
+		}
+		if err := decide(g, items, out, sent); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
@@ -274,6 +309,10 @@ func (l *Limiter) group(items []Item) []*group {
 		}
 	}
 	for _, g := range groups {
+		if g.rule.keyed() {
+			sortKeyed(g, items)
+			continue
+		}
 		slices.SortStableFunc(g.idx, func(a, b int) int { return cmp.Compare(items[b].Priority, items[a].Priority) })
 		g.high = len(g.idx)
 		if b := g.rule.TokenBucket; b != nil {
@@ -340,7 +379,7 @@ func isNoScript(err error) bool {
 func (l *Limiter) decide(g *group, items []Item, out []Decision, sent time.Time) error {
 	var (
 		admitted  int
-		deferred  [3]int
+		deferred  [numReasons]int
 		tokenWait int // token-deferred items so far: each waits for one more token
 		st        state
 	)
@@ -394,7 +433,7 @@ func (l *Limiter) decide(g *group, items []Item, out []Decision, sent time.Time)
 			deferred[reason-1]++
 		}
 	}
-	l.m.observe(g.typ, g.rule, admitted, deferred, st)
+	l.m.observe(g.typ, g.rule, admitted, deferred, st, true)
 	return nil
 }
 
@@ -458,6 +497,10 @@ func (l *Limiter) giveBack(ctx context.Context, groups []*group, out []Decision)
 		var slots []any
 		for _, i := range g.idx {
 			if s := out[i].slot; s != "" {
+				if k := out[i].runKey; k != "" {
+					_ = l.rdb.ZRem(ctx, k, s).Err() // a keyed rule's: in its value's set
+					continue
+				}
 				slots = append(slots, s)
 			}
 		}
@@ -509,8 +552,11 @@ func (l *Limiter) Done(ctx context.Context, it Item, d Decision) error {
 	if d.slot == "" {
 		return nil
 	}
-	keys := typeKeys(l.ns, it.Type)
-	if err := l.rdb.ZRem(ctx, keys[keyRunning], d.slot).Err(); err != nil {
+	key := d.runKey
+	if key == "" {
+		key = typeKeys(l.ns, it.Type)[keyRunning]
+	}
+	if err := l.rdb.ZRem(ctx, key, d.slot).Err(); err != nil {
 		return fmt.Errorf("release %s: %w", it.Type, err)
 	}
 	return nil
@@ -534,19 +580,29 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 	if !ok || rule.Concurrency == nil {
 		return true, nil // no limit any more: nothing to hold
 	}
-	keys := typeKeys(l.ns, it.Type)
-	v, err := refreshScript.Run(ctx, l.rdb, keys[keyRunning:keyRunning+1], d.slotTTL.Milliseconds(), d.slot).Int64()
+	key := d.runKey
+	if key == "" {
+		key = typeKeys(l.ns, it.Type)[keyRunning]
+	}
+	v, err := refreshScript.Run(ctx, l.rdb, []string{key}, d.slotTTL.Milliseconds(), d.slot).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh slot %s: %w", it.Type, err)
 	}
 	return v == 1, nil
 }
 
-// Usage is a type's current consumption, for the API.
+// Usage is a type's current consumption, for the API. Under a rule with
+// a key or header scope, ActiveKeys is how many values have state, Keys
+// the busiest of them (at most 10 among the 1,000 most recently active:
+// most slots held, then most tasks waiting in order, then most admitted
+// in the window), WindowCount and Running the sums over those 1,000 and
+// Tokens the sum over the listed ones.
 type Usage struct {
-	WindowCount int64   `json:"window_count"` // admitted in the current quota window
-	Tokens      float64 `json:"tokens"`       // tokens in the bucket now
-	Running     int64   `json:"running"`      // concurrency slots held (unexpired)
+	WindowCount int64      `json:"window_count"` // admitted in the current quota window
+	Tokens      float64    `json:"tokens"`       // tokens in the bucket now
+	Running     int64      `json:"running"`      // concurrency slots held (unexpired)
+	ActiveKeys  int64      `json:"active_keys,omitempty"`
+	Keys        []KeyUsage `json:"keys,omitempty"`
 }
 
 // Usage reads typ's current usage under rule. It changes nothing.
@@ -563,6 +619,11 @@ func (l *Limiter) UsageOf(ctx context.Context, rules map[string]Rule) (map[strin
 	types := make([]string, 0, len(rules))
 	calls := make([]*call, 0, len(rules))
 	for typ, rule := range rules {
+		if rule.keyed() {
+			types = append(types, typ)
+			calls = append(calls, l.usageKeyedCall(typ, rule))
+			continue
+		}
 		var win int64
 		if q := rule.WindowQuota; q != nil {
 			win = q.Window.D().Milliseconds()
@@ -583,6 +644,14 @@ func (l *Limiter) UsageOf(ctx context.Context, rules map[string]Rule) (map[strin
 		v, err := c.cmd.Slice()
 		if err != nil {
 			return nil, fmt.Errorf("usage %s: %w", types[k], err)
+		}
+		if c.script == usageKeyedScript {
+			u, err := parseUsageKeyed(v)
+			if err != nil {
+				return nil, fmt.Errorf("usage %s: %w", types[k], err)
+			}
+			out[types[k]] = u
+			continue
 		}
 		if len(v) != 4 {
 			return nil, fmt.Errorf("usage %s: script returned %d values", types[k], len(v))

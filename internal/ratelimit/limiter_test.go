@@ -362,9 +362,9 @@ func TestMetrics(t *testing.T) {
 	if tok := series[`delayq_limit_tokens{type="m"}`]; tok < 95 || tok > 96 {
 		t.Errorf("tokens = %v, want 95..96", tok)
 	}
-	// admitted 1 + deferred 3 reasons + 3 gauges; unlimited types get none
-	if len(series) != 7 {
-		t.Errorf("series %v, want 7", series)
+	// admitted 1 + deferred 4 reasons + 3 gauges; unlimited types get none
+	if len(series) != 8 {
+		t.Errorf("series %v, want 8", series)
 	}
 	// the rule goes away: the type's gauges go too
 	l.rules = StaticRules{}

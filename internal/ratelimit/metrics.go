@@ -26,13 +26,18 @@ type metrics struct {
 // a lock per call).
 type typeMetrics struct {
 	admitted prometheus.Counter
-	deferred [3]prometheus.Counter // by reason code 1..3
+	deferred [numReasons]prometheus.Counter // by reason code 1..4
 
 	mu     sync.Mutex
 	gauged [3]bool // tokens, window, running currently exported
 }
 
-var reasons = [3]string{ReasonWindowQuota, ReasonTokenBucket, ReasonConcurrency}
+// reasons are the deferred counter's reason labels, by reason code 1..4
+// (admit.lua, admitkeyed.lua). A fixed set: a rule with a key or header
+// scope adds no label per value, however many values it limits.
+var reasons = [numReasons]string{ReasonWindowQuota, ReasonTokenBucket, ReasonConcurrency, ReasonOrder}
+
+const numReasons = 4
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -42,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"type"}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: admin.Namespace, Subsystem: "limit", Name: "deferred_total",
-			Help: "Tasks deferred by a rate limit, by the limit that held them back (window_quota, token_bucket, concurrency).",
+			Help: "Tasks deferred by a rate limit, by the limit that held them back (window_quota, token_bucket, concurrency; order: an earlier task of its key waits).",
 		}, []string{"type", "reason"}),
 		tokens: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: admin.Namespace, Subsystem: "limit", Name: "tokens",
@@ -108,7 +113,10 @@ func (m *metrics) of(typ string) *typeMetrics {
 }
 
 // observe records one decided group and the state the script reported.
-func (m *metrics) observe(typ string, rule Rule, admitted int, deferred [3]int, st state) {
+// gauges is false for a rule with a key or header scope: its state is per
+// value, and a gauge per value would grow without bound, so the type's
+// gauges are not exported (dropped if they were).
+func (m *metrics) observe(typ string, rule Rule, admitted int, deferred [numReasons]int, st state, gauges bool) {
 	tm := m.of(typ)
 	if admitted > 0 {
 		tm.admitted.Add(float64(admitted))
@@ -120,9 +128,9 @@ func (m *metrics) observe(typ string, rule Rule, admitted int, deferred [3]int, 
 	}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	m.gauge(tm, 0, m.tokens, typ, rule.TokenBucket != nil, st.tokens)
-	m.gauge(tm, 1, m.window, typ, rule.WindowQuota != nil, float64(st.windowCount))
-	m.gauge(tm, 2, m.running, typ, rule.Concurrency != nil, float64(st.running))
+	m.gauge(tm, 0, m.tokens, typ, gauges && rule.TokenBucket != nil, st.tokens)
+	m.gauge(tm, 1, m.window, typ, gauges && rule.WindowQuota != nil, float64(st.windowCount))
+	m.gauge(tm, 2, m.running, typ, gauges && rule.Concurrency != nil, float64(st.running))
 }
 
 func (m *metrics) gauge(tm *typeMetrics, i int, g *prometheus.GaugeVec, typ string, set bool, v float64) {

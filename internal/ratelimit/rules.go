@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/task"
@@ -108,6 +110,9 @@ func (r Rule) validateStored() error { return r.validate(0) }
 // validate checks the rule with minRate as the least token rate (0: any
 // rate above 0).
 func (r Rule) validate(minRate float64) error {
+	if err := r.validateScope(); err != nil {
+		return err
+	}
 	if r.WindowQuota == nil && r.TokenBucket == nil && r.Concurrency == nil {
 		return fieldErr("rule", "at least one of window_quota, token_bucket or concurrency is required")
 	}
@@ -142,6 +147,64 @@ func (r Rule) validate(minRate float64) error {
 		}
 	}
 	return nil
+}
+
+// validateScope checks Scope and Unordered. "" and "type" both mean the
+// whole type and are kept as given (a rule reads back as it was set);
+// Unordered is refused with the type scope rather than ignored: the type
+// scope has no order to opt out of, and a flag that silently does nothing
+// hides a rule that does not say what its author meant.
+func (r Rule) validateScope() error {
+	switch {
+	case r.Scope == "" || r.Scope == api.ScopeType || r.Scope == api.ScopeKey:
+	case strings.HasPrefix(r.Scope, api.ScopeHeaderPrefix):
+		name := r.Scope[len(api.ScopeHeaderPrefix):]
+		if !validHeaderName(name) {
+			return fieldErr("scope", "header name %q must be 1..256 printable characters, not starting with dq- (the rule of task headers)", truncate(name, 64))
+		}
+	default:
+		return fieldErr("scope", "must be \"type\", \"key\" or \"header:<name>\", got %q", truncate(r.Scope, 64))
+	}
+	if r.Unordered && !r.keyed() {
+		return fieldErr("unordered", "applies only to a rule with a key or header scope (the type scope has no order per value)")
+	}
+	return nil
+}
+
+// keyed reports whether the rule limits each value of its scope apart
+// (a key or header scope) rather than the whole type.
+func (r Rule) keyed() bool { return r.Scope != "" && r.Scope != api.ScopeType }
+
+// ordered reports whether the tasks of one scope value start in due order
+// (a keyed rule without Unordered).
+func (r Rule) ordered() bool { return r.keyed() && !r.Unordered }
+
+// validHeaderName is task.Validate's rule for a header name (a rule
+// scoped by a header no task can carry would never match): 1..256 bytes
+// of printable, non-space UTF-8, not starting with "dq-" in any case (the
+// dq-* headers are delayq's own).
+func validHeaderName(k string) bool {
+	if k == "" || len(k) > 256 || strings.HasPrefix(strings.ToLower(k), "dq-") || !utf8.ValidString(k) {
+		return false
+	}
+	for _, c := range k {
+		if !unicode.IsPrint(c) || unicode.IsSpace(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate cuts s to at most n bytes at a character boundary, marked with
+// "…" when cut, for quoting what a check refuses.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 func checkCount(field string, v int64) error {
@@ -193,6 +256,8 @@ func ValidateStoredType(typ string) error {
 // wire is the decoding shape of a rule: durations stay raw so that their
 // errors can name the field.
 type wire struct {
+	Scope       string `json:"scope"`
+	Unordered   bool   `json:"unordered"`
 	WindowQuota *struct {
 		Limit  int64           `json:"limit"`
 		Window json.RawMessage `json:"window"`
@@ -242,7 +307,7 @@ func decodeRule(b []byte, validate func(Rule) error) (Rule, error) {
 		// null decodes into the zero wire without an error.
 		return Rule{}, fmt.Errorf("%w: the rule must be a JSON object", ErrInvalidJSON)
 	}
-	var rule Rule
+	rule := Rule{Scope: w.Scope, Unordered: w.Unordered}
 	if q := w.WindowQuota; q != nil {
 		win, err := rawDuration("window_quota.window", q.Window)
 		if err != nil {

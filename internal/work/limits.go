@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -60,7 +61,7 @@ func (l *limits) Close() error { return l.etcd.Close() }
 func (l *limits) Admit(ctx context.Context, items []worker.LimitItem) ([]worker.LimitDecision, error) {
 	in := make([]ratelimit.Item, len(items))
 	for i, it := range items {
-		in[i] = ratelimit.Item{ID: it.ID, Type: it.Type, Priority: it.Priority}
+		in[i] = ratelimit.Item(it)
 	}
 	ds, err := l.lim.Admit(ctx, in)
 	if err != nil {
@@ -84,7 +85,15 @@ func (l *limits) Renew(ctx context.Context, it worker.LimitItem, d worker.LimitD
 	if !ok {
 		return true, nil
 	}
-	return l.lim.Refresh(ctx, ratelimit.Item{ID: it.ID, Type: it.Type, Priority: it.Priority}, rd)
+	return l.lim.Refresh(ctx, ratelimit.Item(it), rd)
+}
+
+var _ worker.LimitHolder = (*limits)(nil)
+
+// Hold implements worker.LimitHolder: a retried task of an ordered keyed
+// rule keeps its place in its value's order (ratelimit.Limiter.Hold).
+func (l *limits) Hold(ctx context.Context, it worker.LimitItem, until time.Time) error {
+	return l.lim.Hold(ctx, ratelimit.Item(it), until)
 }
 
 // Done implements worker.Limiter: it frees the item's concurrency slot.
@@ -93,7 +102,7 @@ func (l *limits) Done(ctx context.Context, it worker.LimitItem, d worker.LimitDe
 	if !ok {
 		return
 	}
-	if err := l.lim.Done(ctx, ratelimit.Item{ID: it.ID, Type: it.Type, Priority: it.Priority}, rd); err != nil {
+	if err := l.lim.Done(ctx, ratelimit.Item(it), rd); err != nil {
 		l.log.Debug("free concurrency slot", "task_id", it.ID, "type", it.Type, "err", err)
 	}
 }

@@ -30,6 +30,14 @@ type LimitRenewer interface {
 	Renew(ctx context.Context, item LimitItem, d LimitDecision) (held bool, err error)
 }
 
+// LimitHolder is a Limiter that keeps the tasks of a key in order
+// (worker.LimitHolder): a task that failed and goes to retry at until is
+// held in its key's order first, so that a later task of the key does not
+// overtake it.
+type LimitHolder interface {
+	Hold(ctx context.Context, item LimitItem, until time.Time) error
+}
+
 // LimitItem is one task as a Limiter sees it. Its fields are
 // worker.LimitItem's, in order: the worker package converts one to the
 // other.
@@ -37,6 +45,13 @@ type LimitItem struct {
 	ID       string
 	Type     string
 	Priority int
+	// Key is the task's key ("" when it has none: the id stands for it),
+	// Headers its own headers (shared with the task: read only) and Due
+	// its due time: what a rule with a key or header scope limits by, and
+	// orders by (api.LimitRule).
+	Key     string
+	Headers map[string]string
+	Due     time.Time
 }
 
 // LimitDecision says whether an item runs now. Its fields are

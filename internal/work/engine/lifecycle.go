@@ -372,8 +372,8 @@ func (e *Engine) runItem(ctx context.Context, r *runner, it *item) {
 		traceHandled(it, ran, herr)
 	}
 	stopRenew()
-	e.limitDone(ctx, it)
 	if ctx.Err() != nil {
+		e.limitDone(ctx, it)
 		it.log.Warn("abandoned at shutdown; the record stays uncommitted", "err", herr)
 		e.abandon(ctx, it, true) // runs again elsewhere: at once
 		return
@@ -381,6 +381,8 @@ func (e *Engine) runItem(ctx context.Context, r *runner, it *item) {
 	// a stored outcome gives the claim up in the same script call; the
 	// item ends once it is stored, while this runner goes on
 	e.decide(it, x, herr, runInfo{shard: it.t.Shard, started: started, dur: ran})
+	e.limitHold(ctx, it) // a retry keeps its key's order before its slot is freed
+	e.limitDone(ctx, it)
 	e.advance(ctx, it)
 }
 

@@ -15,7 +15,7 @@ import (
 const limitRetry = time.Second
 
 func (it *item) limitItem() LimitItem {
-	return LimitItem{ID: it.t.ID, Type: it.t.Type, Priority: it.t.Priority}
+	return LimitItem{ID: it.t.ID, Type: it.t.Type, Priority: it.t.Priority, Key: it.t.Key, Headers: it.t.Headers, Due: it.t.DueAt}
 }
 
 // limit asks the Limiter (when set) which claimed items may run now and
@@ -57,6 +57,21 @@ func (e *Engine) limit(ctx context.Context, ready []*item) (run, deferred []*ite
 		}
 	}
 	return run, deferred
+}
+
+// limitHold keeps a task that goes to retry in its key's order (a
+// LimitHolder: a rule with a key or header scope), before its slot is
+// given back: a later task of the key must not start in between. A failed
+// hold is logged; the retry is stored all the same.
+func (e *Engine) limitHold(ctx context.Context, it *item) {
+	h, ok := e.cfg.Limiter.(LimitHolder)
+	if !ok || it.out.f.Kind != redisstore.Retry {
+		return
+	}
+	until := time.Now().Add(it.out.f.Delay)
+	if err := h.Hold(context.WithoutCancel(ctx), it.limitItem(), until); err != nil {
+		it.log.Warn("rate limit: could not keep the retried task in its key's order", "err", err)
+	}
 }
 
 // limitDone tells the Limiter (when set) that an admitted item's handler

@@ -208,7 +208,20 @@
     return (r > 0 ? '+' : '') + r.toLocaleString('en-US') + '/s';
   }
 
-  function ruleSummary(rule) {
+  // keyedScope: a rule limits each value of a key or header scope apart
+  // (rather than the whole type, scope "" or "type").
+  const keyedScope = (rule) => !!(rule && rule.scope && rule.scope !== 'type');
+
+  function scopeText(rule) {
+    if (!keyedScope(rule)) return 'type';
+    const s = String(rule.scope);
+    const what = s === 'key' ? 'per key' : s.startsWith('header:') ? 'per header ' + s.slice(7) : s;
+    return rule.unordered ? what + ', unordered' : what;
+  }
+
+  // ruleSummary sums a rule up; a keyed rule's scope comes first ("per
+  // key: …") unless noScope (where a column shows it).
+  function ruleSummary(rule, noScope) {
     if (!rule) return '';
     const out = [];
     if (rule.window_quota) out.push(`${rule.window_quota.limit} per ${rule.window_quota.window}`);
@@ -219,7 +232,8 @@
       out.push(s);
     }
     if (rule.concurrency) out.push(`${rule.concurrency.limit} at once (slot ttl ${rule.concurrency.slot_ttl})`);
-    return out.join('; ');
+    const text = out.join('; ');
+    return noScope || !keyedScope(rule) ? text : `${scopeText(rule)}: ${text}`;
   }
 
   // --------------------------------------------------- lossless JSON view
@@ -1891,27 +1905,80 @@
     concurrency: { concurrency: { limit: 10, slot_ttl: '5m' } },
   };
 
+  // keyText shows a scope value; the empty one (tasks without the header)
+  // is named, not left blank.
+  const keyText = (k) => (k === '' ? '(none)' : String(k));
+
   function limitsPage(view, _arg, gen) {
     const err = el('p', { id: 'limits-error', class: 'error', testid: 'limits-error' });
-    const list = table('limits-table', ['Type', 'Rule', ['Window count', 'num'], ['Tokens', 'num'], ['Running', 'num'], 'Usage error', ''], 'limits-table');
+    const list = table('limits-table', ['Type', 'Scope', 'Rule', ['Window count', 'num'], ['Tokens', 'num'], ['Running', 'num'], ['Active values', 'num'], 'Usage error', ''], 'limits-table');
+    const keys = table('limit-keys-table', ['Type', 'Value', ['Running', 'num'], ['Waiting', 'num'], ['Window count', 'num'], ['Tokens', 'num']], 'limit-keys-table');
     const type = el('input', { id: 'limit-type', placeholder: 'task type', spellcheck: 'false' });
     const rule = el('textarea', { id: 'limit-rule', spellcheck: 'false', rows: '9' });
     rule.value = JSON.stringify(TEMPLATES.window, null, 2);
+    const scope = el('select', { id: 'limit-scope', name: 'scope' },
+      el('option', { value: 'type', text: 'the whole type' }),
+      el('option', { value: 'key', text: 'each task key' }),
+      el('option', { value: 'header', text: 'each value of a header' }));
+    const header = el('input', { id: 'limit-scope-header', placeholder: 'header name, e.g. tenant', spellcheck: 'false' });
+    const unordered = el('input', { type: 'checkbox', id: 'limit-unordered' });
     const save = el('button', { type: 'submit', id: 'limit-save', class: 'primary', text: 'Save rule' });
     const del = el('button', { type: 'button', id: 'limit-delete', class: 'danger', text: 'Delete rule' });
     const editErr = el('pre', { id: 'limit-error', class: 'error', testid: 'limit-error' });
     const editRes = el('p', { id: 'limit-result', class: 'result', testid: 'limit-result' });
+
+    // The scope controls and the rule's JSON say the same thing: the
+    // controls write "scope" and "unordered" into the JSON (which is what
+    // is sent), and the JSON, typed or loaded, sets the controls.
+    const parseRule = () => {
+      try {
+        const r = JSON.parse(rule.value);
+        return r && typeof r === 'object' && !Array.isArray(r) ? r : null;
+      } catch (_) { return null; }
+    };
+    const controlsFromRule = () => {
+      const r = parseRule();
+      if (!r) return;
+      const s = typeof r.scope === 'string' ? r.scope : '';
+      if (s.startsWith('header:')) { scope.value = 'header'; header.value = s.slice(7); } else { scope.value = s === 'key' ? 'key' : 'type'; }
+      unordered.checked = r.unordered === true;
+      header.disabled = scope.value !== 'header';
+      unordered.disabled = scope.value === 'type';
+    };
+    const ruleFromControls = () => {
+      header.disabled = scope.value !== 'header';
+      unordered.disabled = scope.value === 'type';
+      const r = parseRule();
+      if (!r) { editErr.textContent = 'the rule is not a JSON object: fix it before choosing the scope'; return; }
+      editErr.textContent = '';
+      const rest = Object.fromEntries(Object.entries(r).filter(([k]) => k !== 'scope' && k !== 'unordered'));
+      const head = {};
+      if (scope.value === 'key') head.scope = 'key';
+      if (scope.value === 'header') head.scope = 'header:' + header.value.trim();
+      if (scope.value !== 'type' && unordered.checked) head.unordered = true;
+      rule.value = JSON.stringify(Object.assign(head, rest), null, 2);
+    };
+    scope.addEventListener('change', ruleFromControls);
+    header.addEventListener('input', ruleFromControls);
+    unordered.addEventListener('change', ruleFromControls);
+    rule.addEventListener('input', controlsFromRule);
+    controlsFromRule();
+
     const tpl = (name, label) => el('button', { type: 'button', id: 'limit-tpl-' + name, text: label,
-      onclick: () => { rule.value = JSON.stringify(TEMPLATES[name], null, 2); } });
+      onclick: () => { rule.value = JSON.stringify(TEMPLATES[name], null, 2); ruleFromControls(); } });
     const form = el('form', { id: 'limit-form', class: 'panel' },
       el('h3', { text: 'Edit a rule' }),
-      el('div', { class: 'filters' }, el('label', null, 'Type', type)),
+      el('div', { class: 'filters' }, el('label', null, 'Type', type), el('label', null, 'Limit', scope), el('label', null, 'Header', header),
+        el('label', { class: 'inline' }, unordered, 'unordered (a value\'s tasks need not start in due order)')),
       el('div', { class: 'row' }, 'Start from:', tpl('window', 'window quota'), tpl('bucket', 'token bucket'), tpl('concurrency', 'concurrency')),
       rule,
       el('div', { class: 'row' }, save, del),
       editErr, editRes,
-      el('p', { class: 'note', text: 'The rule is sent as written (PUT /v1/limits/{type}); the daemon validates it and its error is shown verbatim. Workers apply a saved rule within about a second.' }));
-    add(view, [el('h2', { text: 'Rate limits' }), err, list.table, form]);
+      el('p', { class: 'note', text: 'The rule is sent as written (PUT /v1/limits/{type}); the daemon validates it and its error is shown verbatim. Workers apply a saved rule within about a second. With a key or header scope every limit applies to each value apart, and a value\'s tasks start in due order unless unordered.' }));
+    add(view, [el('h2', { text: 'Rate limits' }), err, list.table,
+      el('h3', { text: 'Busiest values of keyed rules' }), keys.table,
+      el('p', { class: 'note', text: 'Per rule with a key or header scope, its busiest values (most slots held, then most tasks waiting in order, then most admitted in the window), as the daemon lists them.' }),
+      form]);
 
     const edit = async (fn) => {
       editErr.textContent = ''; editRes.textContent = '';
@@ -1940,15 +2007,33 @@
         const r = l.rule || {};
         const editBtn = el('button', { type: 'button', testid: 'limit-edit', text: 'Edit' });
         editBtn.dataset.type = l.type;
-        editBtn.addEventListener('click', () => { type.value = l.type; rule.value = JSON.stringify(l.rule, null, 2); editErr.textContent = ''; editRes.textContent = ''; rule.focus(); });
+        editBtn.addEventListener('click', () => { type.value = l.type; rule.value = JSON.stringify(l.rule, null, 2); controlsFromRule(); editErr.textContent = ''; editRes.textContent = ''; rule.focus(); });
+        // A keyed rule's figures are sums over its values: a per-value
+        // limit is no bound of them, so none is shown next to them.
+        const keyed = keyedScope(r);
+        const of = (v, lim) => (keyed ? num(v) : `${num(v)} / ${num(lim)}`);
         return el('tr', { testid: 'limit-row', dataset: { type: String(l.type) } },
-          el('td', { class: 'id', title: String(l.type) }, l.type), cell(ruleSummary(l.rule)),
-          cell(u && r.window_quota ? `${num(u.window_count)} / ${num(r.window_quota.limit)}` : '–', 'num'),
-          cell(u && r.token_bucket ? `${(Math.round(u.tokens * 10) / 10).toLocaleString('en-US')} / ${num(r.token_bucket.burst)}` : '–', 'num'),
-          cell(u && r.concurrency ? `${num(u.running)} / ${num(r.concurrency.limit)}` : '–', 'num'),
+          el('td', { class: 'id', title: String(l.type) }, l.type),
+          el('td', { testid: 'limit-scope' }, scopeText(r)), cell(ruleSummary(l.rule, true)),
+          cell(u && r.window_quota ? of(u.window_count, r.window_quota.limit) : '–', 'num'),
+          cell(u && r.token_bucket && !keyed ? `${(Math.round(u.tokens * 10) / 10).toLocaleString('en-US')} / ${num(r.token_bucket.burst)}` : '–', 'num'),
+          cell(u && r.concurrency ? of(u.running, r.concurrency.limit) : '–', 'num'),
+          cell(u && keyed ? num(u.active_keys || 0) : '–', 'num'),
           el('td', { class: 'err' }, l.usage_error || ''),
           el('td', null, editBtn));
-      }) : emptyRow(7, 'no rate-limit rule: every type runs unlimited')));
+      }) : emptyRow(9, 'no rate-limit rule: every type runs unlimited')));
+      const busiest = ls.filter((l) => keyedScope(l.rule) && l.usage && Array.isArray(l.usage.keys))
+        .flatMap((l) => l.usage.keys.map((k) => ({ l, k })));
+      render(keys.body, busiest.map(({ l, k }) => [l.type, k]), () => (busiest.length ? busiest.map(({ l, k }) => {
+        const r = l.rule;
+        return el('tr', { testid: 'limit-key-row', dataset: { type: String(l.type), key: String(k.key) } },
+          el('td', { class: 'id', title: String(l.type) }, l.type),
+          el('td', { class: 'id', title: String(k.key) }, keyText(k.key)),
+          cell(r.concurrency ? `${num(k.running)} / ${num(r.concurrency.limit)}` : '–', 'num'),
+          cell(num(k.waiting), 'num'),
+          cell(r.window_quota ? `${num(k.window_count)} / ${num(r.window_quota.limit)}` : '–', 'num'),
+          cell(r.token_bucket ? `${(Math.round(k.tokens * 10) / 10).toLocaleString('en-US')} / ${num(r.token_bucket.burst)}` : '–', 'num'));
+      }) : emptyRow(6, 'no active value: no rule with a key or header scope has state in Redis')));
     }
     return { refresh };
   }

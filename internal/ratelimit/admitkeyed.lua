@@ -1,0 +1,273 @@
+-- admitkeyed: decide n tasks of one type whose rule has a key or header
+-- scope. Every limit applies to each scope value apart, exactly as admit.lua
+-- applies it to a whole type. The state of all values lives in a few keys of
+-- the type (common.lua has the layout), one field per value: one HMGET reads
+-- a batch's values, one HSET writes them back, so a task costs about what it
+-- costs under the type scope, not a few commands per value. The tasks come
+-- grouped by value, each value's in decision order: due order (then fetch
+-- order) for an ordered rule, priority order for an unordered one. Each task
+-- is checked on its own (priority only decides which side of the bucket's
+-- reserve it is on): window quota, then token bucket, then concurrency; one
+-- that passes consumes all three.
+--
+-- Slots: :ks holds every slot of the type (slot id -> expiry), as the type
+-- scope's :run, so Done (ZREM) and Refresh work unchanged; :kr lists the slot
+-- ids each value took, checked against :ks (ZMSCORE) when the value comes
+-- again: a slot freed by Done or expired is gone there, and leaves the list.
+--
+-- Order (ordered rules): a value's waiting tasks are in its :q (id -> the
+-- first due it was deferred with) and :qt (id -> expected return ms). A
+-- task runs only while the queue is empty or it is its head; any other is
+-- deferred with code 4 (order) until just after the head's expected return.
+-- Every deferred task joins the queue (ZADD NX keeps its place) and renews
+-- its expected return; an admitted head leaves it. A head whose expected
+-- return passed more than grace ago is dropped (cancelled, ended elsewhere,
+-- its deferral lost), so no value blocks forever. :q and :qt expire grace
+-- after the latest expected return they hold; :qs lists the values with a
+-- queue, so one ZMSCORE spares a lookup per value without one. A value's
+-- tasks waiting in its queue are decided in their queue order.
+--
+-- Idle values: those whose :keys score is older than the horizon leave
+-- :keys, :kw, :kb and :kr (at most 256 per call); every key expires a
+-- horizon after its last write (:ks a slot TTL, queues as above).
+--
+-- KEYS[1] :keys, KEYS[2] :qs, KEYS[3] :kw, KEYS[4] :kb, KEYS[5] :kr,
+--   KEYS[6] :ks (common.lua)
+-- ARGV[1] base (the type's key prefix, "dq:{<ns>:rl:<type>}:")
+-- ARGV[2] window limit (0: no quota), ARGV[3] window ms
+-- ARGV[4] rate per second (0: no bucket), ARGV[5] burst, ARGV[6] reserve
+-- ARGV[7] concurrency limit (0: none), ARGV[8] slot ttl ms
+-- ARGV[9] 1 ordered / 0 unordered, ARGV[10] grace ms
+-- ARGV[11] concurrency retry ms, ARGV[12] jitter seed in [0, 1)
+-- ARGV[13] idle horizon ms, ARGV[14] longest wait ms (MaxDeferral)
+-- ARGV[15] slot id prefix (slot of the i-th task of the call: prefix .. i)
+-- ARGV[16] m, the number of values; then per value: the value, its task
+--   count c, then c tasks of (id, due ms) when ordered, then (low: 1 when
+--   below the bucket's min priority) when there is a bucket
+-- Returns {now ms, codes, waits}: codes has one byte per task in the order
+-- sent, '0' admitted, '1' window quota, '2' token bucket, '3' concurrency,
+-- '4' order; waits holds the wait ms of each deferred task, in order.
+local now = now_ms()
+local base = ARGV[1]
+local wlimit, win = tonumber(ARGV[2]), tonumber(ARGV[3])
+local rate, burst, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local climit, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
+local ordered, grace = ARGV[9] == '1', tonumber(ARGV[10])
+local retry, seed = tonumber(ARGV[11]), tonumber(ARGV[12])
+local horizon, maxwait = tonumber(ARGV[13]), tonumber(ARGV[14])
+local prefix, m = ARGV[15], tonumber(ARGV[16])
+
+local stride = 0
+if ordered then stride = 2 end
+local lowpos = stride + 1
+if rate > 0 then stride = stride + 1 end
+
+-- where each value's tasks begin
+local vals, counts, starts = {}, {}, {}
+local pos = 17
+for j = 1, m do
+  vals[j], counts[j], starts[j] = ARGV[pos], tonumber(ARGV[pos + 1]), pos + 2
+  pos = pos + 2 + counts[j] * stride
+end
+
+local KW, KB, KR, KS = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+
+-- values idle past the horizon leave the index and the state hashes
+local idle = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. int(now - horizon - math.floor(horizon / 4)), 'LIMIT', 0, 256)
+if #idle > 0 then
+  redis.call('ZREM', KEYS[1], unpack(idle))
+  redis.call('HDEL', KW, unpack(idle))
+  redis.call('HDEL', KB, unpack(idle))
+  redis.call('HDEL', KR, unpack(idle))
+end
+
+-- a value's :keys score moves only when it is older than fresh (a quarter
+-- of the horizon; pruning waits that much longer): a busy value costs no
+-- skiplist move per batch
+local fresh = math.floor(horizon / 4)
+local active = redis.call('ZMSCORE', KEYS[1], unpack(vals))
+
+local wv, bv, held = {}, {}, {}
+if wlimit > 0 then wv = redis.call('HMGET', KW, unpack(vals)) end
+if rate > 0 then bv = redis.call('HMGET', KB, unpack(vals)) end
+if climit > 0 then
+  redis.call('ZREMRANGEBYSCORE', KS, '-inf', int(now))
+  held = slots_held(KS, redis.call('HMGET', KR, unpack(vals)), m, now)
+end
+local wset, bset, rset, rdel = {}, {}, {}, {}
+
+local queued = {}
+if ordered then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now))
+  queued = redis.call('ZMSCORE', KEYS[2], unpack(vals))
+end
+
+local function clamp(w)
+  if not (w >= 1) then return 1 end -- also nan
+  if w > maxwait then return maxwait end
+  return math.floor(w)
+end
+
+local codes, waits = {}, {} -- by position in the call
+local first = 0 -- position of the value's first task, less one
+local idx, idxmax, qsmax = {}, now, nil
+local slots = {} -- ZADD arguments of the slots taken
+local nowstr, expiry = int(now), int(now + ttl)
+local seq = {} -- 1..c, the order of a value without a queue
+for j = 1, m do
+  local v, c, at = vals[j], counts[j], starts[j]
+  local vk = nil -- value_key(base, v), made when its queue is used
+  local jit = 0.8 + 0.4 * ((seed + j * 0.6180339887) % 1)
+  local wstart, wcount, tokens, ts, running = 0, 0, 0, now, 0
+  if wlimit > 0 then wstart, wcount = window_field(wv[j], win, now) end
+  if rate > 0 then tokens, ts = bucket_field(bv[j], rate, burst, now) end
+  local mine = held[j] -- the value's live slots: {ids..., earliest = ms, stale = bool}
+  if climit > 0 then running = #mine end
+  -- existed: the queue holds tasks (so its keys have a TTL); emptied: a
+  -- queue this call saw is gone (its :qs entry goes too)
+  local head, headqt, existed, emptied = nil, nil, false, false
+  if ordered and queued[j] then
+    vk = value_key(base, v)
+    head, headqt = queue_head(vk, now, grace)
+    existed, emptied = head ~= nil, head == nil
+  end
+  -- the order to decide the value's tasks in: as sent (due order), except
+  -- that tasks waiting in the queue go by their place in it (a task's due
+  -- moves when it is deferred; its place does not)
+  for k = #seq + 1, c do seq[k] = k end
+  local order = seq
+  if head ~= nil and c > 1 then
+    order = {}
+    for k = 1, c do order[k] = k end
+    local ids, key = {}, {}
+    for k = 1, c do ids[k] = ARGV[at + (k - 1) * stride] end
+    local places = redis.call('ZMSCORE', vk .. 'q', unpack(ids))
+    for k = 1, c do
+      key[k] = tonumber(places[k]) or tonumber(ARGV[at + (k - 1) * stride + 1])
+    end
+    table.sort(order, function(a, b)
+      if key[a] ~= key[b] then return key[a] < key[b] end
+      return a < b
+    end)
+  end
+  local took, tokenwait, qexp = 0, 0, nil
+  for o = 1, c do
+    local k = order[o]
+    local p = at + (k - 1) * stride
+    local slot = first + k
+    local id, low = nil, false
+    if ordered then id = ARGV[p] end
+    if rate > 0 then low = ARGV[p + lowpos - 1] == '1' end
+    local code, wait = 0, 0
+    if head ~= nil and head ~= id then
+      code = 4
+      if headqt > now then -- just after the head is back
+        wait = headqt - now + 1 + math.floor(retry * (jit - 0.8))
+      else -- the head is late: wait as long as it is overdue, at least a retry
+        wait = math.max(retry, now - headqt) * jit
+      end
+    elseif wlimit > 0 and wcount >= wlimit then
+      code, wait = 1, wstart + win - now
+    elseif rate > 0 and math.floor(low and tokens - reserve or tokens) < 1 then
+      local need = tokenwait + 1 - tokens
+      if low then need = need + reserve end
+      code, wait = 2, math.ceil(need * 1000 / rate)
+      tokenwait = tokenwait + 1
+    elseif climit > 0 and running >= climit then
+      code, wait = 3, math.floor(retry * jit)
+      local e = mine.earliest
+      if e and e > now and e - now < wait then wait = e - now end
+    end
+    if code == 0 then
+      wcount, tokens, took = wcount + 1, tokens - 1, took + 1
+      if climit > 0 then
+        local id = prefix .. slot
+        slots[#slots + 1] = expiry
+        slots[#slots + 1] = id
+        mine[#mine + 1] = id
+        running = running + 1
+      end
+      if head ~= nil then -- it is the head: it leaves the queue
+        redis.call('ZREM', vk .. 'q', id)
+        redis.call('HDEL', vk .. 'qt', id)
+        head, headqt = queue_head(vk, now, grace)
+        if head == nil then existed, emptied = false, true end
+      end
+    else
+      wait = clamp(wait)
+      waits[slot] = wait
+      if ordered then
+        if vk == nil then vk = value_key(base, v) end
+        redis.call('ZADD', vk .. 'q', 'NX', ARGV[p + 1], id)
+        redis.call('HSET', vk .. 'qt', id, int(now + wait))
+        if qexp == nil or now + wait + grace > qexp then qexp = now + wait + grace end
+        if head == nil then head, headqt = id, now + wait end
+        emptied = false
+      end
+    end
+    codes[slot] = code
+  end
+  first = first + c
+  if took > 0 then
+    if wlimit > 0 then
+      wset[#wset + 1] = v
+      wset[#wset + 1] = int(wstart) .. ' ' .. int(wcount)
+    end
+    if rate > 0 then
+      bset[#bset + 1] = v
+      bset[#bset + 1] = string.format('%.17g', tokens) .. ' ' .. int(ts)
+    end
+  end
+  if climit > 0 and (took > 0 or mine.stale) then
+    if #mine > 0 then
+      rset[#rset + 1] = v
+      rset[#rset + 1] = #mine == 1 and mine[1] or table.concat(mine, ' ')
+    else
+      rdel[#rdel + 1] = v
+    end
+  end
+  local seen = nil -- its new :keys score, if it must move
+  if qexp ~= nil then
+    queue_expire(vk, qexp - now, existed)
+    redis.call('ZADD', KEYS[2], 'GT', int(qexp), v)
+    if qsmax == nil or qexp > qsmax then qsmax = qexp end
+    seen = qexp - grace
+  elseif emptied then
+    redis.call('ZREM', KEYS[2], v)
+  end
+  if seen == nil then
+    local last = tonumber(active[j])
+    if last == nil or last < now - fresh then seen = now end
+  end
+  if seen ~= nil then
+    idx[#idx + 1] = seen == now and nowstr or int(seen)
+    idx[#idx + 1] = v
+    if seen > idxmax then idxmax = seen end
+  end
+end
+if qsmax ~= nil then expire_at_least(KEYS[2], qsmax - now) end
+if #wset > 0 then
+  redis.call('HSET', KW, unpack(wset))
+  expire_at_least(KW, horizon)
+end
+if #bset > 0 then
+  redis.call('HSET', KB, unpack(bset))
+  expire_at_least(KB, horizon)
+end
+if #rset > 0 then
+  redis.call('HSET', KR, unpack(rset))
+  expire_at_least(KR, horizon)
+end
+if #rdel > 0 then redis.call('HDEL', KR, unpack(rdel)) end
+if #slots > 0 then
+  redis.call('ZADD', KS, unpack(slots))
+  redis.call('PEXPIRE', KS, int(ttl))
+end
+
+local inorder = {}
+for pos = 1, first do
+  if codes[pos] ~= 0 then inorder[#inorder + 1] = waits[pos] end
+end
+
+index_touch(KEYS[1], idx, now, idxmax, horizon + fresh)
+return {now, table.concat(codes), inorder}
