@@ -4,7 +4,7 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build install dev image test test-short test-integration lint fmt vet bench bench-short bench-scale bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory bench-bridge chaos fuzz clean
+.PHONY: all build install dev image test test-short test-integration lint fmt vet bench bench-short bench-scale bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory bench-bridge bench-keys chaos fuzz clean
 
 all: build
 
@@ -86,7 +86,7 @@ bench-scale:
 	$(GO) -C bench run ./cmd/scale $(BENCH_SCALE_FLAGS)
 
 # delayq's own benchmarks, each against its issue's target.
-bench-internal: bench-memory bench-write bench-fire bench-work bench-floor bench-tls
+bench-internal: bench-memory bench-write bench-fire bench-work bench-floor bench-tls bench-keys
 
 bench-memory:
 	$(GO) test ./internal/redisstore -run '^$$' -bench BenchmarkMemoryPerTask -benchtime 1x -count 1
@@ -119,6 +119,14 @@ bench-work:
 # time the purge took (DQ_BENCH_IDLE_POLL: the pollers' idle poll, 5s).
 bench-bridge:
 	$(GO) test ./internal/redisstore -run '^$$' -bench BenchmarkBridgeMemory -benchtime 1x -count 1 -timeout 30m
+
+# Limits per key (#45): one worker over 10,000 task keys with a per-key
+# concurrency rule, next to no rule and a type-wide rule; then the keyed
+# type's Redis state after 80 s idle. The Redis cost of the admit script
+# alone: BenchmarkAdmitKeyed in internal/ratelimit.
+bench-keys:
+	$(GO) test ./worker -run '^$$' -bench 'BenchmarkKeyLimits' -benchtime 1x -count 1 -timeout 20m
+	$(GO) test ./internal/ratelimit -run '^$$' -bench 'BenchmarkAdmitKeyed' -benchtime 1x -count 1
 
 # The least Redis work of the take, claim and finish, next to the real ones.
 bench-floor:

@@ -322,6 +322,12 @@ func idealConsume(b *testing.B, brokers []string, rdb redis.UniversalClient, top
 // workerConsume runs one worker with a no-op handler on topic until it has
 // handled n tasks and reports tasks per second (from Run to the n-th).
 func workerConsume(b *testing.B, brokers []string, rdb redis.UniversalClient, ns, topic string, n, conc int) float64 {
+	return workerConsumeWith(b, brokers, rdb, ns, topic, n, conc, nil)
+}
+
+// workerConsumeWith is workerConsume with a Limiter in the worker's
+// Config (nil: none).
+func workerConsumeWith(b *testing.B, brokers []string, rdb redis.UniversalClient, ns, topic string, n, conc int, lim worker.Limiter) float64 {
 	reg := prometheus.NewRegistry()
 	var mu sync.Mutex
 	done := 0
@@ -329,7 +335,7 @@ func workerConsume(b *testing.B, brokers []string, rdb redis.UniversalClient, ns
 	all := make(chan struct{})
 	w, err := worker.New(worker.Config{
 		Brokers: brokers, Group: "work-" + topic, Topics: []string{topic}, Redis: rdb, Namespace: ns,
-		Concurrency: conc, Registerer: reg, Logger: slog.New(slog.DiscardHandler),
+		Concurrency: conc, Registerer: reg, Logger: slog.New(slog.DiscardHandler), Limiter: lim,
 	})
 	if err != nil {
 		b.Fatal(err)

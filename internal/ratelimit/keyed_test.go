@@ -114,9 +114,11 @@ func TestKeyedConcurrency(t *testing.T) {
 	if err := l.Done(ctx, Item{Type: "one"}, ds[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ZScore(ctx, ds[0].runKey, ds[0].Slot()).Err(); err != redis.Nil {
-		t.Fatalf("a's slot still held after Done: %v", err)
-	}
+	// Done queues the release (release.go): it reaches Redis within
+	// releaseDelay, with no Admit to carry it
+	testenv.WaitFor(t, 5*time.Second, "a's slot freed after Done", func() bool {
+		return rdb.ZScore(ctx, ds[0].runKey, ds[0].Slot()).Err() == redis.Nil
+	})
 	// a's next task runs once a2 (which heads its queue) ran
 	a2.Due = ds[2].NotBefore
 	wantRuns(t, []Item{kit("one", "a3", "a", 9), a2}, admitOne(t, l, kit("one", "a3", "a", 9), a2), "-a3 a2")
@@ -221,6 +223,10 @@ func TestKeyedFIFO(t *testing.T) {
 		t.Fatalf("b: %+v, want concurrency now that it heads the queue", ds[0])
 	}
 	if err := w2.Done(ctx, a, ds[1]); err != nil {
+		t.Fatal(err)
+	}
+	// the other worker sees the slot free once w2 sent the release
+	if err := w2.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// a later c still waits behind b; b runs when back
@@ -463,4 +469,42 @@ func TestKeyedRuleValidation(t *testing.T) {
 	if err != nil || r.keyed() {
 		t.Fatalf("old rule: %+v %v", r, err)
 	}
+}
+
+// Done's releases ride with the next Admit of the Limiter (release.go): an
+// Admit right after a Done finds the slot free, in the same round trip,
+// and a slot released twice by mistake, or by a Limiter whose Admit never
+// comes, is freed by the timer.
+func TestReleaseRidesWithAdmit(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	l := newLimiter(t, rdb, "rel", StaticRules{"t": Rule{Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(time.Minute)}},
+		"k": Rule{Scope: "key", Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(time.Minute)}}}, Options{})
+	for _, typ := range []string{"t", "k"} {
+		it := Item{ID: "a", Type: typ, Key: "x"}
+		for round := range 50 {
+			ds, err := l.Admit(ctx, []Item{it})
+			if err != nil || !ds[0].Run {
+				t.Fatalf("%s round %d: the slot Done freed is still held: %+v %v", typ, round, ds, err)
+			}
+			if held, err := l.Refresh(ctx, it, ds[0]); err != nil || !held {
+				t.Fatalf("%s: refresh of a held slot: %v %v", typ, held, err)
+			}
+			if err := l.Done(ctx, it, ds[0]); err != nil {
+				t.Fatal(err)
+			}
+			if held, err := l.Refresh(ctx, it, ds[0]); err != nil || held {
+				t.Fatalf("%s: refresh after Done reports the slot held: %v %v", typ, held, err)
+			}
+		}
+	}
+	ds, err := l.Admit(ctx, []Item{{ID: "b", Type: "t"}})
+	if err != nil || !ds[0].Run {
+		t.Fatalf("b: %+v %v", ds, err)
+	}
+	_ = l.Done(ctx, Item{ID: "b", Type: "t"}, ds[0])
+	testenv.WaitFor(t, 5*time.Second, "the timer's release", func() bool {
+		n, err := rdb.ZCard(ctx, typeKeys(l.ns, "t")[keyRunning]).Result()
+		return err == nil && n == 0
+	})
 }

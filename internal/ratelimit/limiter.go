@@ -94,6 +94,8 @@ type Limiter struct {
 
 	id  string        // random per Limiter: slot ids are id-seq
 	seq atomic.Uint64 // slot id counter
+
+	rel releases // slots Done freed, on their way to Redis (release.go)
 }
 
 // NewLimiter returns a limiter on rdb whose rules come from rules (nil: no
@@ -352,17 +354,22 @@ func (l *Limiter) admitCall(g *group, from, to int) *call {
 // exec sends calls in one round trip: a single call with EVALSHA (EVAL on
 // NOSCRIPT), several in a pipeline, re-sending those that met NOSCRIPT
 // (after a Redis restart) one by one, which loads the script.
+//
+// The releases Done queued go first, in the same pipeline (release.go).
 func (l *Limiter) exec(ctx context.Context, calls []*call) {
-	if len(calls) == 1 {
+	rel := l.rel.take()
+	if len(calls) == 1 && len(rel) == 0 {
 		c := calls[0]
 		c.cmd = c.script.Run(ctx, l.rdb, c.keys, c.args...)
 		return
 	}
 	pipe := l.rdb.Pipeline()
+	relCmds := queueReleases(ctx, pipe, rel)
 	for _, c := range calls {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
+	l.settleReleases(rel, relCmds)
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
 			c.cmd = c.script.Run(ctx, l.rdb, c.keys, c.args...)
@@ -547,7 +554,10 @@ func asFloat(v any) (float64, error) {
 
 // Done frees the concurrency slot an admitted item held. Call it when the
 // item's handler finished (whatever the outcome); it is a no-op for an item
-// without a slot (and for a slot already gone).
+// without a slot (and for a slot already gone). The slot is freed in
+// Redis with this Limiter's next Admit or within releaseDelay, in one
+// command with the other slots freed meanwhile (release.go); Flush sends
+// it at once. It returns no error: a failed release is sent again.
 func (l *Limiter) Done(ctx context.Context, it Item, d Decision) error {
 	if d.slot == "" {
 		return nil
@@ -556,9 +566,7 @@ func (l *Limiter) Done(ctx context.Context, it Item, d Decision) error {
 	if key == "" {
 		key = typeKeys(l.ns, it.Type)[keyRunning]
 	}
-	if err := l.rdb.ZRem(ctx, key, d.slot).Err(); err != nil {
-		return fmt.Errorf("release %s: %w", it.Type, err)
-	}
+	l.release(key, d.slot) // release.go: with the next Admit, or within releaseDelay
 	return nil
 }
 
@@ -583,6 +591,9 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 	key := d.runKey
 	if key == "" {
 		key = typeKeys(l.ns, it.Type)[keyRunning]
+	}
+	if l.rel.has(key, d.slot) {
+		return false, nil // released by Done, on its way to Redis
 	}
 	v, err := refreshScript.Run(ctx, l.rdb, []string{key}, d.slotTTL.Milliseconds(), d.slot).Int64()
 	if err != nil {

@@ -88,13 +88,14 @@ func leaseMargin(holdFor time.Duration) time.Duration { return min(holdFor/10, t
 // reports the hold lost, cancels the running handler's context with a
 // cause wrapping ErrLimitSlotLost (see call).
 type limitLease struct {
-	e      *Engine
-	it     *item
-	r      LimitRenewer
-	every  time.Duration
-	hold   time.Duration // 0: no local lease
-	margin time.Duration
-	fence  *time.Timer // ends the lease at until (with hold)
+	e       *Engine
+	it      *item
+	r       LimitRenewer
+	every   time.Duration
+	hold    time.Duration // 0: no local lease
+	margin  time.Duration
+	fence   *time.Timer // ends the lease at until (with hold)
+	starter *time.Timer // starts the renewals when the first is due
 
 	done chan struct{} // closed by stop
 	wg   sync.WaitGroup
@@ -128,25 +129,37 @@ func (e *Engine) renewLimit(ctx context.Context, it *item) (stop func()) {
 		l.fence = time.AfterFunc(time.Until(l.until), l.expire)
 	}
 	it.lease = l
-	l.wg.Go(func() { l.renew(ctx) })
+	// The renewals start once the first is due: most tasks end sooner, and
+	// a goroutine and a ticker per admitted task cost a no-op handler's
+	// worker a tenth of its CPU (BenchmarkKeyLimits' profile).
+	l.starter = time.AfterFunc(every, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.stopped {
+			return
+		}
+		l.wg.Go(func() { l.renew(ctx) }) // under mu: stop's Wait sees it
+	})
 	return l.stop
 }
 
-// renew renews the hold every l.every until stop, ctx's end or the
-// hold's loss.
+// renew renews the hold now, then every l.every until stop, ctx's end or
+// the hold's loss.
 func (l *limitLease) renew(ctx context.Context) {
 	met, it := l.e.met, l.it
 	t := time.NewTicker(l.every)
 	defer t.Stop()
-	for {
-		select {
-		case <-l.done:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-l.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
-		if l.isLost() {
+		if l.isLost() || ctx.Err() != nil {
 			return
 		}
 		sent := time.Now()
@@ -234,6 +247,9 @@ func (l *limitLease) stop() {
 		l.mu.Unlock()
 		if l.fence != nil {
 			l.fence.Stop()
+		}
+		if l.starter != nil {
+			l.starter.Stop()
 		}
 		close(l.done)
 		l.wg.Wait()
