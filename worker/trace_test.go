@@ -141,7 +141,7 @@ func TestTraceAttemptSpan(t *testing.T) {
 			}
 		}
 		if attr(s, "delayq.attempt").AsInt64() != 1 || attr(s, "delayq.max_attempts").AsInt64() < 1 {
-			t.Errorf("%s: attempt %v of %v", id, attr(s, "delayq.attempt").Emit(), attr(s, "delayq.max_attempts").Emit())
+			t.Errorf("%s: attempt %v of %v", id, attr(s, "delayq.attempt").String(), attr(s, "delayq.max_attempts").String())
 		}
 		if attr(s, "delayq.lateness_ms").Type() != attribute.INT64 || attr(s, "delayq.gen").Type() != attribute.INT64 {
 			t.Errorf("%s: no lateness or gen: %v", id, s.Attributes)

@@ -34,7 +34,7 @@ func (co *core) noteTypes(subs []redisstore.Submit) {
 func (co *core) scheduleOne(ctx context.Context, decode func(time.Time) (redisstore.Submit, *wire.Error)) wire.Scheduled {
 	sub, e := decode(co.now())
 	if e == nil {
-		traceTask(ctx, sub.Task) // trace.go: before the record size check
+		traceTask(ctx, sub.Task)              // trace.go: before the record size check
 		e = co.topics().check(sub.Task.Topic) // topics.go
 	}
 	if e == nil {

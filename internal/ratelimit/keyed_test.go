@@ -117,7 +117,7 @@ func TestKeyedConcurrency(t *testing.T) {
 	// Done queues the release (release.go): it reaches Redis within
 	// releaseDelay, with no Admit to carry it
 	testenv.WaitFor(t, 5*time.Second, "a's slot freed after Done", func() bool {
-		return rdb.ZScore(ctx, ds[0].runKey, ds[0].Slot()).Err() == redis.Nil
+		return errors.Is(rdb.ZScore(ctx, ds[0].runKey, ds[0].Slot()).Err(), redis.Nil)
 	})
 	// a's next task runs once a2 (which heads its queue) ran
 	a2.Due = ds[2].NotBefore

@@ -1,7 +1,5 @@
 package ratelimit
 
-import "strconv"
-
 // Redis keys of one task type's limits. All share the hash tag
 // {<ns>:rl:<type>}, so each script touches one slot and works unchanged on
 // Redis Cluster. The layout of each key is described in common.lua.
@@ -63,7 +61,3 @@ func keyedKeys(base string) []string {
 
 // sfxSlots is the suffix of a keyed rule's slot set.
 const sfxSlots = "ks"
-
-// valueKey is the prefix of value v's queue keys under base (keyedBase);
-// the scripts build the same string (common.lua: value_key).
-func valueKey(base, v string) string { return base + "k:" + strconv.Itoa(len(v)) + ":" + v + ":" }

@@ -29,7 +29,8 @@ func (c RecordCarrier) Set(key, value string) {
 			return
 		}
 	}
-	*c.Headers = append(hs, kafka.Header{Key: key, Value: []byte(value)})
+	hs = append(hs, kafka.Header{Key: key, Value: []byte(value)})
+	*c.Headers = hs
 }
 
 func (c RecordCarrier) Keys() []string {

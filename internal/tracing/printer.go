@@ -53,7 +53,7 @@ func (p *Printer) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) 
 		fmt.Fprintf(&b, "trace %s %s%s [%s] %s", s.SpanContext().TraceID(), strings.Repeat("  ", d), s.Name(), svc,
 			s.EndTime().Sub(s.StartTime()).Round(10*time.Microsecond))
 		for _, a := range s.Attributes() {
-			fmt.Fprintf(&b, " %s=%s", a.Key, a.Value.Emit())
+			fmt.Fprintf(&b, " %s=%s", a.Key, a.Value.String())
 		}
 		if st := s.Status(); st.Description != "" {
 			fmt.Fprintf(&b, " error=%q", st.Description)

@@ -180,9 +180,9 @@ func exporterFromEnv(ctx context.Context) (sdktrace.SpanExporter, error) {
 // InjectTask writes ctx's trace context into a task's headers, which it
 // returns (made when nil), and reports whether it wrote. It writes
 // nothing when ctx has no valid span context, nor when the headers would
-// exceed max (the task's header limit); a baggage over MaxBaggage bytes
+// exceed limit (the task's header limit); a baggage over MaxBaggage bytes
 // is left out.
-func InjectTask(ctx context.Context, headers map[string]string, max int) (map[string]string, bool) {
+func InjectTask(ctx context.Context, headers map[string]string, limit int) (map[string]string, bool) {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return headers, false
 	}
@@ -197,7 +197,7 @@ func InjectTask(ctx context.Context, headers map[string]string, max int) (map[st
 			n++
 		}
 	}
-	if n > max {
+	if n > limit {
 		return headers, false
 	}
 	if headers == nil {

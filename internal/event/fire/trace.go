@@ -162,7 +162,7 @@ func (ft *fireTrace) deadLetter(i int, m *kafka.Message) {
 		return
 	}
 	ft.deadIdx = append(ft.deadIdx, i)
-	if ft.spans != nil && ft.spans[i] != nil {
+	if i < len(ft.spans) && ft.spans[i] != nil {
 		tracing.SetRecordParent(m, ft.spans[i])
 	}
 }

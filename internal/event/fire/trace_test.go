@@ -157,7 +157,7 @@ func TestFireSpansParentTheRecordsOfTracedTasks(t *testing.T) {
 			"delayq.fate":                attribute.StringValue(fateFired),
 		} {
 			if got := attrOf(s, k); got != want {
-				t.Errorf("%s: %s = %v, want %v", tk.ID, k, got.Emit(), want.Emit())
+				t.Errorf("%s: %s = %v, want %v", tk.ID, k, got.String(), want.String())
 			}
 		}
 		r := recs.Get(tk.ID)[0]
@@ -258,7 +258,7 @@ func TestFireSpansOfATaskMadeDead(t *testing.T) {
 		if s.Status.Code != codes.Error || attrOf(s, "delayq.refusal").AsString() != RefusedUnknownTopic ||
 			fate != fateParked && fate != fateDead || s.Parent.SpanID().String() != testParentID {
 			t.Errorf("fire span: status %v, fate %s, refusal %s, parent %s", s.Status, fate,
-				attrOf(s, "delayq.refusal").Emit(), s.Parent.SpanID())
+				attrOf(s, "delayq.refusal").String(), s.Parent.SpanID())
 		}
 	}
 	want := "00-" + testTraceID + "-" + last.SpanContext.SpanID().String() + "-01"
@@ -342,6 +342,6 @@ func TestFireBatchSpanCapsItsLinks(t *testing.T) {
 		t.Errorf("batch span: %d links, want %d", got, maxBatchLinks)
 	}
 	if got := attrOf(bs[0], "delayq.links_dropped"); got != attribute.IntValue(n-maxBatchLinks) {
-		t.Errorf("delayq.links_dropped = %v, want %d", got.Emit(), n-maxBatchLinks)
+		t.Errorf("delayq.links_dropped = %v, want %d", got.String(), n-maxBatchLinks)
 	}
 }

@@ -19,7 +19,8 @@ import (
 // context: see trace.go), fenced by lease (nil: none; see
 // limitLease.call).
 func (e *Engine) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger, x *Execution, start time.Time, lease *limitLease,
-	tctx context.Context) (time.Duration, error) {
+	tctx context.Context, //nolint:revive // not the run's context: only the values (trace context) its handler's context takes
+) (time.Duration, error) {
 	h := e.cfg.Handler(x.Type)
 	var ex prometheus.Labels // nil unless its attempt span is sampled
 	if tctx != nil {

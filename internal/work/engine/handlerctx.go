@@ -176,6 +176,8 @@ func (h *handlerTimer) startAt(now time.Time, timeout time.Duration) *handlerCtx
 // startWith is startAt of a context whose values are vals' when not nil
 // (a context derived from h's parent by adding values only: its trace
 // context).
+//
+//nolint:revive // vals is not a context to run under: only its values are used
 func (h *handlerTimer) startWith(now time.Time, timeout time.Duration, vals context.Context) *handlerCtx {
 	c := &handlerCtx{parent: h.parent, vals: vals, deadline: now.Add(timeout)}
 	if d, ok := h.parent.Deadline(); ok && d.Before(c.deadline) {
