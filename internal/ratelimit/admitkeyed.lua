@@ -73,7 +73,7 @@ end
 local KW, KB, KR, KS = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 -- values idle past the horizon leave the index and the state hashes
-local idle = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. int(now - horizon - math.floor(horizon / 4)), 'LIMIT', 0, 256)
+local idle = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. int(now - horizon - math.floor(horizon / 4)), 'BYSCORE', 'LIMIT', 0, 256)
 if #idle > 0 then
   redis.call('ZREM', KEYS[1], unpack(idle))
   redis.call('HDEL', KW, unpack(idle))
