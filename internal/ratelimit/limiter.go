@@ -357,7 +357,7 @@ func (l *Limiter) admitCall(g *group, from, to int) *call {
 //
 // The releases Done queued go first, in the same pipeline (release.go).
 func (l *Limiter) exec(ctx context.Context, calls []*call) {
-	rel := l.rel.take()
+	rel := l.rel.takeForAdmit()
 	if len(calls) == 1 && len(rel) == 0 {
 		c := calls[0]
 		c.cmd = c.script.Run(ctx, l.rdb, c.keys, c.args...)

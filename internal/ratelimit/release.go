@@ -28,6 +28,11 @@ type releases struct {
 	mu      sync.Mutex
 	pending map[string][]any // running set key -> slot ids
 	armed   bool             // a flush is scheduled
+	// sending is held by Flush from taking the queue until Redis
+	// answered, and by an Admit while it takes the queue: an Admit after
+	// a Done waits for a flush in flight that carries that Done's slot,
+	// instead of racing it (its script would find the slot still held)
+	sending sync.Mutex
 }
 
 // add queues slot of the running set key; it reports whether the caller
@@ -43,8 +48,11 @@ func (r *releases) add(key, slot string) (arm bool) {
 	return arm
 }
 
-// has reports whether slot of the running set key waits to be freed.
+// has reports whether slot of the running set key waits to be freed,
+// after any flush in flight (which may carry it) reached Redis.
 func (r *releases) has(key, slot string) bool {
+	r.sending.Lock()
+	defer r.sending.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range r.pending[key] {
@@ -83,6 +91,13 @@ func (r *releases) putBack(p map[string][]any, cmds map[string]*redis.IntCmd) (a
 	return arm
 }
 
+// takeForAdmit is take for an Admit: after any flush in flight.
+func (r *releases) takeForAdmit() map[string][]any {
+	r.sending.Lock()
+	defer r.sending.Unlock()
+	return r.take()
+}
+
 // queueReleases adds the ZREMs of p to pipe.
 func queueReleases(ctx context.Context, pipe redis.Pipeliner, p map[string][]any) map[string]*redis.IntCmd {
 	if len(p) == 0 {
@@ -117,6 +132,8 @@ func (l *Limiter) flushReleases() {
 // Flush sends the queued releases of Done now; the error is the first
 // failed one's (those go back to the queue and are sent again).
 func (l *Limiter) Flush(ctx context.Context) error {
+	l.rel.sending.Lock()
+	defer l.rel.sending.Unlock()
 	p := l.rel.take()
 	if len(p) == 0 {
 		return nil
