@@ -2,16 +2,13 @@ package worker_test
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -19,50 +16,14 @@ import (
 	"github.com/delayq/delayq/internal/testenv"
 	"github.com/delayq/delayq/internal/testenv/worktest"
 	"github.com/delayq/delayq/internal/tracing"
+	"github.com/delayq/delayq/internal/tracing/tracingtest"
 	"github.com/delayq/delayq/worker"
 )
-
-// traceOn turns tracing on (tracing.Setup with an in-memory exporter)
-// until the end of the test, and returns the exporter and a function that
-// returns the spans ended so far.
-func traceOn(t *testing.T) (spans func() tracetest.SpanStubs) {
-	t.Helper()
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	exp := tracetest.NewInMemoryExporter()
-	shutdown, err := tracing.Setup(t.Context(), tracing.Options{Service: "t", Exporter: exp}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := otel.GetTracerProvider().(*sdktrace.TracerProvider)
-	t.Cleanup(func() {
-		if err := shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-		otel.SetTracerProvider(prevTP)
-		otel.SetTextMapPropagator(prevProp)
-	})
-	return func() tracetest.SpanStubs {
-		if err := tp.ForceFlush(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		return exp.GetSpans()
-	}
-}
-
-// attr is the value of a span's attribute key ("" when absent).
-func attr(s tracetest.SpanStub, key string) attribute.Value {
-	for _, a := range s.Attributes {
-		if string(a.Key) == key {
-			return a.Value
-		}
-	}
-	return attribute.Value{}
-}
 
 // attemptOf is the delayq.attempt span of task id, if ended.
 func attemptOf(spans tracetest.SpanStubs, id string) (tracetest.SpanStub, bool) {
 	for _, s := range spans {
-		if s.Name == "delayq.attempt" && attr(s, "delayq.task.id").AsString() == id {
+		if s.Name == "delayq.attempt" && tracingtest.Attr(s, "delayq.task.id").AsString() == id {
 			return s, true
 		}
 	}
@@ -87,7 +48,7 @@ func tracedTask(id, typ string) *task.Task {
 // what became of it; a failure sets its status. A record without one
 // makes no span, and its handler's context carries none.
 func TestTraceAttemptSpan(t *testing.T) {
-	spans := traceOn(t)
+	spans := tracingtest.On(t)
 	e := newEnv(t)
 	cfg, reg := e.config(t, "w1")
 	var mu sync.Mutex
@@ -118,7 +79,7 @@ func TestTraceAttemptSpan(t *testing.T) {
 		return fine && failed
 	})
 	for _, s := range []tracetest.SpanStub{ok, bad} {
-		id := attr(s, "delayq.task.id").AsString()
+		id := tracingtest.Attr(s, "delayq.task.id").AsString()
 		if s.SpanKind != trace.SpanKindConsumer {
 			t.Errorf("%s: kind %v", id, s.SpanKind)
 		}
@@ -136,14 +97,14 @@ func TestTraceAttemptSpan(t *testing.T) {
 		}
 		for key, want := range map[string]string{"delayq.task.type": "order.cancel", "messaging.system": "kafka",
 			"messaging.destination.name": task.DefaultTopic} {
-			if got := attr(s, key).AsString(); got != want {
+			if got := tracingtest.Attr(s, key).AsString(); got != want {
 				t.Errorf("%s: %s = %q, want %q", id, key, got, want)
 			}
 		}
-		if attr(s, "delayq.attempt").AsInt64() != 1 || attr(s, "delayq.max_attempts").AsInt64() < 1 {
-			t.Errorf("%s: attempt %v of %v", id, attr(s, "delayq.attempt").String(), attr(s, "delayq.max_attempts").String())
+		if tracingtest.Attr(s, "delayq.attempt").AsInt64() != 1 || tracingtest.Attr(s, "delayq.max_attempts").AsInt64() < 1 {
+			t.Errorf("%s: attempt %v of %v", id, tracingtest.Attr(s, "delayq.attempt").String(), tracingtest.Attr(s, "delayq.max_attempts").String())
 		}
-		if attr(s, "delayq.lateness_ms").Type() != attribute.INT64 || attr(s, "delayq.gen").Type() != attribute.INT64 {
+		if tracingtest.Attr(s, "delayq.lateness_ms").Type() != attribute.INT64 || tracingtest.Attr(s, "delayq.gen").Type() != attribute.INT64 {
 			t.Errorf("%s: no lateness or gen: %v", id, s.Attributes)
 		}
 		var events []string
@@ -154,10 +115,10 @@ func TestTraceAttemptSpan(t *testing.T) {
 			t.Errorf("%s: events %v", id, events)
 		}
 	}
-	if got := attr(ok, "delayq.outcome").AsString(); got != "succeeded" || ok.Status.Code != codes.Unset {
+	if got := tracingtest.Attr(ok, "delayq.outcome").AsString(); got != "succeeded" || ok.Status.Code != codes.Unset {
 		t.Errorf("ok: outcome %q, status %v", got, ok.Status)
 	}
-	if got := attr(bad, "delayq.outcome").AsString(); got != "dead" || bad.Status.Code != codes.Error || bad.Status.Description != errBoom.Error() {
+	if got := tracingtest.Attr(bad, "delayq.outcome").AsString(); got != "dead" || bad.Status.Code != codes.Error || bad.Status.Description != errBoom.Error() {
 		t.Errorf("bad: outcome %q, status %v", got, bad.Status)
 	}
 	// the lag and duration histograms have the trace id as an exemplar

@@ -35,12 +35,11 @@ local function window_save(key, start, count, win, now)
   redis.call('PEXPIRE', key, int(start + win - now))
 end
 
--- bucket_load returns the tokens at now (refilled at rate per second, ms
--- granularity, capped at burst) and the time they are valid at (never
--- before the stored time, so a clock that steps back adds no tokens).
-local function bucket_load(key, rate, burst, now)
-  local v = redis.call('HMGET', key, 't', 'ts')
-  local tokens, ts = tonumber(v[1]), tonumber(v[2])
+-- bucket_refill returns the tokens at now of a bucket that held tokens
+-- at ts (refilled at rate per second, ms granularity, capped at burst;
+-- nil: a full bucket) and the time they are valid at (never before ts, so
+-- a clock that steps back adds no tokens).
+local function bucket_refill(tokens, ts, rate, burst, now)
   if tokens == nil or ts == nil then return burst, now end
   if now > ts then
     tokens = tokens + (now - ts) * rate / 1000
@@ -48,6 +47,12 @@ local function bucket_load(key, rate, burst, now)
   end
   if tokens > burst then tokens = burst end
   return tokens, ts
+end
+
+-- bucket_load is bucket_refill of a type's bucket hash.
+local function bucket_load(key, rate, burst, now)
+  local v = redis.call('HMGET', key, 't', 'ts')
+  return bucket_refill(tonumber(v[1]), tonumber(v[2]), rate, burst, now)
 end
 
 -- bucket_max_ttl bounds a bucket key's TTL: 2^53 ms (285,000 years, in
@@ -164,14 +169,7 @@ end
 local function bucket_field(f, rate, burst, now)
   if not f then return burst, now end
   local t, at = string.match(f, '^(%S+) (%S+)$')
-  local tokens, ts = tonumber(t), tonumber(at)
-  if tokens == nil or ts == nil then return burst, now end
-  if now > ts then
-    tokens = tokens + (now - ts) * rate / 1000
-    ts = now
-  end
-  if tokens > burst then tokens = burst end
-  return tokens, ts
+  return bucket_refill(tonumber(t), tonumber(at), rate, burst, now)
 end
 
 -- slots_held returns, for each of the m values whose :kr fields are

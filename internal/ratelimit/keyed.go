@@ -142,23 +142,8 @@ func (l *Limiter) admitKeyedCall(g *group, items []Item, from, to int) *call {
 	ordered := g.rule.ordered()
 	args := make([]any, 0, 16+3*c.n)
 	args = append(args, base)
-	if q := g.rule.WindowQuota; q != nil {
-		args = append(args, q.Limit, q.Window.D().Milliseconds())
-	} else {
-		args = append(args, 0, 0)
-	}
+	args, c.prefix = l.limitArgs(args, g.rule)
 	b := g.rule.TokenBucket
-	if b != nil {
-		args = append(args, strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst, b.Reserve)
-	} else {
-		args = append(args, 0, 0, 0)
-	}
-	if cc := g.rule.Concurrency; cc != nil {
-		args = append(args, cc.Limit, cc.SlotTTL.D().Milliseconds())
-		c.prefix = l.id + "-" + strconv.FormatUint(l.seq.Add(1), 36) + ":"
-	} else {
-		args = append(args, 0, 0)
-	}
 	flag := "0"
 	if ordered {
 		flag = "1"

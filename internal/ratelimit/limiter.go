@@ -329,26 +329,33 @@ func (l *Limiter) group(items []Item) []*group {
 func (l *Limiter) admitCall(g *group, from, to int) *call {
 	c := &call{script: admitScript, keys: g.keys, first: from, n: to - from}
 	args := make([]any, 0, 10)
-	if q := g.rule.WindowQuota; q != nil {
-		args = append(args, q.Limit, q.Window.D().Milliseconds())
-	} else {
-		args = append(args, 0, 0)
-	}
-	if b := g.rule.TokenBucket; b != nil {
-		args = append(args, strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst, b.Reserve)
-	} else {
-		args = append(args, 0, 0, 0)
-	}
-	if cc := g.rule.Concurrency; cc != nil {
-		args = append(args, cc.Limit, cc.SlotTTL.D().Milliseconds())
-		c.prefix = l.id + "-" + strconv.FormatUint(l.seq.Add(1), 36) + ":"
-	} else {
-		args = append(args, 0, 0)
-	}
+	args, c.prefix = l.limitArgs(args, g.rule)
 	high := min(max(g.high-from, 0), c.n)
 	args = append(args, c.n, high, c.prefix)
 	c.args = args
 	return c
+}
+
+// limitArgs appends a rule's limits as both admit scripts take them:
+// window limit and ms, rate, burst and reserve, concurrency limit and slot
+// TTL ms (zeros for a kind the rule lacks). With a concurrency limit it
+// returns the call's slot id prefix (a slot is prefix .. i), else "".
+func (l *Limiter) limitArgs(args []any, r Rule) ([]any, string) {
+	if q := r.WindowQuota; q != nil {
+		args = append(args, q.Limit, q.Window.D().Milliseconds())
+	} else {
+		args = append(args, 0, 0)
+	}
+	if b := r.TokenBucket; b != nil {
+		args = append(args, strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst, b.Reserve)
+	} else {
+		args = append(args, 0, 0, 0)
+	}
+	cc := r.Concurrency
+	if cc == nil {
+		return append(args, 0, 0), ""
+	}
+	return append(args, cc.Limit, cc.SlotTTL.D().Milliseconds()), l.id + "-" + strconv.FormatUint(l.seq.Add(1), 36) + ":"
 }
 
 // exec sends calls in one round trip: a single call with EVALSHA (EVAL on

@@ -1,8 +1,6 @@
 package work
 
 import (
-	"context"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,9 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -23,48 +18,13 @@ import (
 	"github.com/delayq/delayq/internal/testenv"
 	"github.com/delayq/delayq/internal/testenv/worktest"
 	"github.com/delayq/delayq/internal/tracing"
+	"github.com/delayq/delayq/internal/tracing/tracingtest"
 )
-
-// traceOn turns tracing on (tracing.Setup with an in-memory exporter)
-// until the end of the test, and returns a function that returns the
-// spans ended so far.
-func traceOn(t *testing.T) (spans func() tracetest.SpanStubs) {
-	t.Helper()
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	exp := tracetest.NewInMemoryExporter()
-	shutdown, err := tracing.Setup(t.Context(), tracing.Options{Service: "t", Exporter: exp}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := otel.GetTracerProvider().(*sdktrace.TracerProvider)
-	t.Cleanup(func() {
-		if err := shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-		otel.SetTracerProvider(prevTP)
-		otel.SetTextMapPropagator(prevProp)
-	})
-	return func() tracetest.SpanStubs {
-		if err := tp.ForceFlush(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		return exp.GetSpans()
-	}
-}
-
-func spanAttr(s tracetest.SpanStub, key string) attribute.Value {
-	for _, a := range s.Attributes {
-		if string(a.Key) == key {
-			return a.Value
-		}
-	}
-	return attribute.Value{}
-}
 
 // spanNamed is the span of a name whose attribute key is value, if ended.
 func spanNamed(spans tracetest.SpanStubs, name, key, value string) (tracetest.SpanStub, bool) {
 	for _, s := range spans {
-		if s.Name == name && (key == "" || spanAttr(s, key).AsString() == value) {
+		if s.Name == name && (key == "" || tracingtest.Attr(s, key).AsString() == value) {
 			return s, true
 		}
 	}
@@ -115,7 +75,7 @@ func tracedJSONTask(id string) *task.Task {
 // attempt span, itself the child of the record's context; the request
 // carries the webhook span's traceparent (and the record's tracestate).
 func TestTraceWebhookSpan(t *testing.T) {
-	spans := traceOn(t)
+	spans := tracingtest.On(t)
 	e := newEnv(t)
 	s := newTraceSink(t)
 	startApp(t, e.vars(s.srv.URL+"/hook?token=secret"))
@@ -140,16 +100,16 @@ func TestTraceWebhookSpan(t *testing.T) {
 	if wh.SpanKind != trace.SpanKindClient {
 		t.Errorf("webhook span kind %v", wh.SpanKind)
 	}
-	if got := spanAttr(wh, "http.request.method").AsString(); got != http.MethodPost {
+	if got := tracingtest.Attr(wh, "http.request.method").AsString(); got != http.MethodPost {
 		t.Errorf("http.request.method %q", got)
 	}
-	if got := spanAttr(wh, "http.response.status_code").AsInt64(); got != 200 {
+	if got := tracingtest.Attr(wh, "http.response.status_code").AsInt64(); got != 200 {
 		t.Errorf("http.response.status_code %d", got)
 	}
-	if got, want := spanAttr(wh, "url.full").AsString(), config.RedactURL(s.srv.URL+"/hook?token=secret"); got != want || strings.Contains(got, "secret") {
+	if got, want := tracingtest.Attr(wh, "url.full").AsString(), config.RedactURL(s.srv.URL+"/hook?token=secret"); got != want || strings.Contains(got, "secret") {
 		t.Errorf("url.full %q, want %q (redacted)", got, want)
 	}
-	if got := spanAttr(att, "delayq.outcome").AsString(); got != "succeeded" {
+	if got := tracingtest.Attr(att, "delayq.outcome").AsString(); got != "succeeded" {
 		t.Errorf("attempt outcome %q", got)
 	}
 	h, _ := s.header("t1")
@@ -198,7 +158,7 @@ func TestTraceHooks(t *testing.T) {
 		t.Run(map[bool]string{false: "off", true: "on"}[on], func(t *testing.T) {
 			var spans func() tracetest.SpanStubs
 			if on {
-				spans = traceOn(t)
+				spans = tracingtest.On(t)
 			}
 			e := newHookEnv(t)
 			s := newHookSink(t)
@@ -233,7 +193,7 @@ func TestTraceHooks(t *testing.T) {
 			if want := "00-" + testTraceID + "-" + hs.SpanContext.SpanID().String() + "-01"; got != want {
 				t.Errorf("request traceparent %q, want %q (the hook span's)", got, want)
 			}
-			if spanAttr(hs, "http.response.status_code").AsInt64() != 200 || spanAttr(hs, "delayq.hook").AsString() != hookOnSuccess {
+			if tracingtest.Attr(hs, "http.response.status_code").AsInt64() != 200 || tracingtest.Attr(hs, "delayq.hook").AsString() != hookOnSuccess {
 				t.Errorf("hook span attributes %v", hs.Attributes)
 			}
 		})
