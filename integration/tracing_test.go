@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -174,6 +175,22 @@ func TestTracing(t *testing.T) {
 				t.Errorf("%s: the record's trace context %v (traceparent %q) does not continue the fire span %s of trace %s",
 					id, sc, carrier["traceparent"], fire, callerTrace)
 			}
+		}
+		// the worker's lag histogram names a traced attempt's trace as
+		// its exemplar, in the OpenMetrics format a Prometheus asks for
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, c.AdminURL(Work, 0)+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		om, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(om), `# {trace_id="`+callerTrace+`"}`) {
+			t.Errorf("the work process' /metrics (OpenMetrics) has no exemplar of trace %s", callerTrace)
 		}
 		// the untraced task: a trace of its own, rooted at the daemon's span
 		if tid, _ := parentOf(got["untraced"]); tid == "" || tid == callerTrace {

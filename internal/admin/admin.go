@@ -51,7 +51,11 @@ func Mount(mux *http.ServeMux, reg *prometheus.Registry, ready ReadyFunc) {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// OpenMetrics when the scraper asks for it (Prometheus does): the
+	// worker's lag and duration histograms carry exemplars naming the
+	// trace of a sampled attempt (docs/tracing.md), which only that
+	// format shows; plain text otherwise
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -62,5 +62,9 @@ func MountReport(mux *http.ServeMux, reg *prometheus.Registry, report ReportFunc
 		}
 		writeJSON(w, code, body)
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// OpenMetrics when the scraper asks for it (Prometheus does): the
+	// worker's lag and duration histograms carry exemplars naming the
+	// trace of a sampled attempt (docs/tracing.md), which only that
+	// format shows; plain text otherwise
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 }
