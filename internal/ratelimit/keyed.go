@@ -268,14 +268,7 @@ func (l *Limiter) Hold(ctx context.Context, it Item, until time.Time) error {
 // usageKeyedCall reads a keyed rule's usage (usagekeyed.lua).
 func (l *Limiter) usageKeyedCall(typ string, rule Rule) *call {
 	base := keyedBase(l.ns, typ)
-	var win int64
-	if q := rule.WindowQuota; q != nil {
-		win = q.Window.D().Milliseconds()
-	}
-	rate, burst := "0", int64(0)
-	if b := rule.TokenBucket; b != nil {
-		rate, burst = strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst
-	}
+	win, rate, burst := usageArgs(rule)
 	return &call{script: usageKeyedScript, keys: keyedKeys(base),
 		args: []any{base, win, rate, burst, l.idleHorizon(rule), usageScan, usageTop}}
 }

@@ -336,6 +336,19 @@ func (l *Limiter) admitCall(g *group, from, to int) *call {
 	return c
 }
 
+// usageArgs are a rule's window (ms), rate and burst as both usage
+// scripts take them (zeros for a kind the rule lacks).
+func usageArgs(r Rule) (win int64, rate string, burst int64) {
+	rate = "0"
+	if q := r.WindowQuota; q != nil {
+		win = q.Window.D().Milliseconds()
+	}
+	if b := r.TokenBucket; b != nil {
+		rate, burst = strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst
+	}
+	return win, rate, burst
+}
+
 // limitArgs appends a rule's limits as both admit scripts take them:
 // window limit and ms, rate, burst and reserve, concurrency limit and slot
 // TTL ms (zeros for a kind the rule lacks). With a concurrency limit it
@@ -642,14 +655,7 @@ func (l *Limiter) UsageOf(ctx context.Context, rules map[string]Rule) (map[strin
 			calls = append(calls, l.usageKeyedCall(typ, rule))
 			continue
 		}
-		var win int64
-		if q := rule.WindowQuota; q != nil {
-			win = q.Window.D().Milliseconds()
-		}
-		rate, burst := "0", int64(0)
-		if b := rule.TokenBucket; b != nil {
-			rate, burst = strconv.FormatFloat(b.Rate, 'g', -1, 64), b.Burst
-		}
+		win, rate, burst := usageArgs(rule)
 		types = append(types, typ)
 		calls = append(calls, &call{script: usageScript, keys: typeKeys(l.ns, typ), args: []any{win, rate, burst}})
 	}

@@ -160,10 +160,10 @@ func (r Rule) validateScope() error {
 	case strings.HasPrefix(r.Scope, api.ScopeHeaderPrefix):
 		name := r.Scope[len(api.ScopeHeaderPrefix):]
 		if !validHeaderName(name) {
-			return fieldErr("scope", "header name %q must be 1..256 printable characters, not starting with dq- (the rule of task headers)", truncate(name, 64))
+			return fieldErr("scope", "header name %q must be 1..256 printable characters, not starting with dq- (the rule of task headers)", task.Truncate(name, 64))
 		}
 	default:
-		return fieldErr("scope", "must be \"type\", \"key\" or \"header:<name>\", got %q", truncate(r.Scope, 64))
+		return fieldErr("scope", "must be \"type\", \"key\" or \"header:<name>\", got %q", task.Truncate(r.Scope, 64))
 	}
 	if r.Unordered && !r.keyed() {
 		return fieldErr("unordered", "applies only to a rule with a key or header scope (the type scope has no order per value)")
@@ -193,18 +193,6 @@ func validHeaderName(k string) bool {
 		}
 	}
 	return true
-}
-
-// truncate cuts s to at most n bytes at a character boundary, marked with
-// "…" when cut, for quoting what a check refuses.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 func checkCount(field string, v int64) error {
