@@ -27,6 +27,10 @@ type LimitRule struct {
 	Concurrency *Concurrency `json:"concurrency,omitempty"`
 }
 
+// Keyed reports whether the rule limits each value of a key or header
+// scope apart, rather than the whole type.
+func (r *LimitRule) Keyed() bool { return r.Scope != "" && r.Scope != ScopeType }
+
 // The scopes of a LimitRule.
 const (
 	ScopeType         = "type"

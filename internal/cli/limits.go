@@ -208,17 +208,11 @@ func printLimits(w io.Writer, ls []dqapi.TypeLimit) error {
 	return nil
 }
 
-// keyed reports whether r limits each value of a key or header scope
-// rather than the whole type.
-func keyed(r *dqapi.LimitRule) bool {
-	return r.Scope != "" && r.Scope != dqapi.ScopeType
-}
-
 // scopedRuleText is ruleText (types.go) with a keyed rule's scope in
 // front, "per key: 1 running" or "per header:tenant (unordered): 10/s
 // burst 10", so that a per-value limit never reads as the type's.
 func scopedRuleText(r *dqapi.LimitRule) string {
-	if r == nil || !keyed(r) {
+	if r == nil || !r.Keyed() {
 		return ruleText(r)
 	}
 	scope := "per " + oneLine(r.Scope, 80)
@@ -235,7 +229,7 @@ const maxKeyText = 48
 // usage.keys, already bounded and ordered), one short table per type;
 // nothing for a type-wide rule or when no value is listed.
 func printKeys(w io.Writer, l dqapi.TypeLimit) error {
-	if !keyed(&l.Rule) || l.Usage == nil || len(l.Usage.Keys) == 0 {
+	if !l.Rule.Keyed() || l.Usage == nil || len(l.Usage.Keys) == 0 {
 		return nil
 	}
 	r := &l.Rule
@@ -280,7 +274,7 @@ func usageText(l dqapi.TypeLimit) string {
 	if u == nil {
 		return "-"
 	}
-	if keyed(&l.Rule) {
+	if l.Rule.Keyed() {
 		parts := []string{fmt.Sprintf("%d active", u.ActiveKeys)}
 		if l.Rule.Concurrency != nil {
 			parts = append(parts, fmt.Sprintf("running %d", u.Running))

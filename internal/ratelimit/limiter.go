@@ -263,11 +263,13 @@ func (l *Limiter) Admit(ctx context.Context, items []Item) ([]Decision, error) {
 	l.exec(ctx, calls)
 	var firstErr error
 	for _, g := range groups {
-		decide := l.decide
+		var err error
 		if g.rule.keyed() {
-			decide = func(g *group, _ []Item, out []Decision, sent time.Time) error { return l.decideKeyed(g, out, sent) }
+			err = l.decideKeyed(g, out, sent)
+		} else {
+			err = l.decide(g, items, out, sent)
 		}
-		if err := decide(g, items, out, sent); err != nil && firstErr == nil {
+		if err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}

@@ -11,8 +11,6 @@ import (
 	"reflect"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/delayq/delayq/api"
 	"github.com/delayq/delayq/internal/task"
@@ -159,7 +157,7 @@ func (r Rule) validateScope() error {
 	case r.Scope == "" || r.Scope == api.ScopeType || r.Scope == api.ScopeKey:
 	case strings.HasPrefix(r.Scope, api.ScopeHeaderPrefix):
 		name := r.Scope[len(api.ScopeHeaderPrefix):]
-		if !validHeaderName(name) {
+		if !task.ValidHeaderName(name) {
 			return fieldErr("scope", "header name %q must be 1..256 printable characters, not starting with dq- (the rule of task headers)", task.Truncate(name, 64))
 		}
 	default:
@@ -173,27 +171,11 @@ func (r Rule) validateScope() error {
 
 // keyed reports whether the rule limits each value of its scope apart
 // (a key or header scope) rather than the whole type.
-func (r Rule) keyed() bool { return r.Scope != "" && r.Scope != api.ScopeType }
+func (r Rule) keyed() bool { return (*api.LimitRule)(&r).Keyed() }
 
 // ordered reports whether the tasks of one scope value start in due order
 // (a keyed rule without Unordered).
 func (r Rule) ordered() bool { return r.keyed() && !r.Unordered }
-
-// validHeaderName is task.Validate's rule for a header name (a rule
-// scoped by a header no task can carry would never match): 1..256 bytes
-// of printable, non-space UTF-8, not starting with "dq-" in any case (the
-// dq-* headers are delayq's own).
-func validHeaderName(k string) bool {
-	if k == "" || len(k) > 256 || strings.HasPrefix(strings.ToLower(k), "dq-") || !utf8.ValidString(k) {
-		return false
-	}
-	for _, c := range k {
-		if !unicode.IsPrint(c) || unicode.IsSpace(c) {
-			return false
-		}
-	}
-	return true
-}
 
 func checkCount(field string, v int64) error {
 	if v < 1 || v > MaxLimit {

@@ -329,7 +329,7 @@ func (t *Task) validateFields() error {
 		return invalid("headers", "more than %d headers", MaxHeaders)
 	}
 	for k, v := range t.Headers {
-		if k == "" || len(k) > 256 || strings.HasPrefix(strings.ToLower(k), "dq-") || !printable(k) {
+		if !ValidHeaderName(k) {
 			return invalid("headers", "bad header name %q (1..256 printable characters, not starting with dq-)", k)
 		}
 		if len(v) > 4096 {
@@ -355,6 +355,13 @@ func (t *Task) validateFields() error {
 		return invalid("due_at", "out of range (1970-01-01T00:00:00Z to %s)", MaxDueText)
 	}
 	return nil
+}
+
+// ValidHeaderName reports whether k may name a task header: 1..256 bytes
+// of printable, non-space UTF-8, not starting with "dq-" in any case (the
+// dq-* headers are delayq's own).
+func ValidHeaderName(k string) bool {
+	return k != "" && len(k) <= 256 && !strings.HasPrefix(strings.ToLower(k), "dq-") && printable(k)
 }
 
 func printable(s string) bool {

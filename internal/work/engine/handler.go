@@ -8,8 +8,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/delayq/delayq/internal/redisstore"
 )
 
@@ -22,15 +20,8 @@ func (e *Engine) execute(ctx context.Context, ht *handlerTimer, log *slog.Logger
 	tctx context.Context, //nolint:revive // not the run's context: only the values (trace context) its handler's context takes
 ) (time.Duration, error) {
 	h := e.cfg.Handler(x.Type)
-	var ex prometheus.Labels // nil unless its attempt span is sampled
-	if tctx != nil {
-		ex = exemplar(tctx)
-	}
-	if lag := max(start.Sub(x.DueAt).Seconds(), 0); ex != nil {
-		observe(e.met.lag, lag, ex)
-	} else {
-		e.met.lag.Observe(lag)
-	}
+	ex := exemplar(tctx) // nil unless its attempt span is sampled
+	observe(e.met.lag, max(start.Sub(x.DueAt).Seconds(), 0), ex)
 	if h == nil {
 		return time.Since(start), e.unhandled(x)
 	}

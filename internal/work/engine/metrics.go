@@ -220,11 +220,7 @@ func (m *metrics) observeDuration(typ string, seconds float64, ex prometheus.Lab
 		b = &observerBox{m.duration.WithLabelValues(s.label)}
 		s.duration.Store(b)
 	}
-	if ex != nil {
-		observe(b.Observer, seconds, ex)
-		return
-	}
-	b.Observe(seconds)
+	observe(b.Observer, seconds, ex)
 }
 
 // parkedAdd counts n tasks of type typ parked.
