@@ -1,19 +1,28 @@
 -- admitkeyed: decide n tasks of one type whose rule has a key or header
 -- scope. Every limit applies to each scope value apart, exactly as admit.lua
 -- applies it to a whole type. The state of all values lives in a few keys of
--- the type (common.lua has the layout), one field per value: one HMGET reads
--- a batch's values, one HSET writes them back, so a task costs about what it
--- costs under the type scope, not a few commands per value. The tasks come
--- grouped by value, each value's in decision order: due order (then fetch
--- order) for an ordered rule, priority order for an unordered one. Each task
--- is checked on its own (priority only decides which side of the bucket's
--- reserve it is on): window quota, then token bucket, then concurrency; one
--- that passes consumes all three.
+-- the type (common.lua has the layout), one field or member per value: one
+-- command reads a batch's values, one writes them back, so a task costs
+-- about what it costs under the type scope, not a few commands per value.
+-- The tasks come grouped by value, each value's in decision order: due
+-- order (then fetch order) for an ordered rule, priority order for an
+-- unordered one. Each task is checked on its own (priority only decides
+-- which side of the bucket's reserve it is on): window quota, then token
+-- bucket, then concurrency; one that passes consumes all three.
 --
--- Slots: :ks holds every slot of the type (slot id -> expiry), as the type
--- scope's :run, so Done (ZREM) and Refresh work unchanged; :kr lists the slot
--- ids each value took, checked against :ks (ZMSCORE) when the value comes
--- again: a slot freed by Done or expired is gone there, and leaves the list.
+-- Slots, limit 1 (the common case: one task of a value at a time): :k1
+-- holds the values holding their slot (value -> expiry): one member per
+-- running task, as the type scope's :run; the expiry is the holder's claim
+-- (releaseone.lua, refresh.lua free or renew it only while it is theirs).
+-- Slots, higher limits: :ks holds every slot of the type (slot id ->
+-- expiry; the id ends with its value, slot_value) and, for each value
+-- holding slots, its count as a negative score. Admission reads the
+-- counts (one ZMSCORE for the batch) after dropping expired slots
+-- (slots_drop, which keeps the counts true); a release (releasekeyed.lua)
+-- drops its slots the same way. Counts and slots share the key and its
+-- TTL, so they expire together. A value's running tasks are the sum over
+-- both keys (each is read only while it exists: a rule whose limit
+-- changed between 1 and more keeps its holders counted).
 --
 -- Order (ordered rules): a value's waiting tasks are in its :q (id -> the
 -- first due it was deferred with) and :qt (id -> expected return ms). A
@@ -27,12 +36,13 @@
 -- queue, so one ZMSCORE spares a lookup per value without one. A value's
 -- tasks waiting in its queue are decided in their queue order.
 --
--- Idle values: those whose :keys score is older than the horizon leave
--- :keys, :kw, :kb and :kr (at most 256 per call); every key expires a
--- horizon after its last write (:ks a slot TTL, queues as above).
+-- Idle values (window quota and token bucket): those whose :keys score is
+-- older than the horizon leave :keys, :kw and :kb (at most 256 per call);
+-- every key expires a horizon after its last write (:ks a slot TTL, queues
+-- as above). A rule with neither keeps no :keys.
 --
--- KEYS[1] :keys, KEYS[2] :qs, KEYS[3] :kw, KEYS[4] :kb, KEYS[5] :kr,
---   KEYS[6] :ks (common.lua)
+-- KEYS[1] :keys, KEYS[2] :qs, KEYS[3] :kw, KEYS[4] :kb, KEYS[5] :ks,
+--   KEYS[6] :k1 (common.lua)
 -- ARGV[1] base (the type's key prefix, "dq:{<ns>:rl:<type>}:")
 -- ARGV[2] window limit (0: no quota), ARGV[3] window ms
 -- ARGV[4] rate per second (0: no bucket), ARGV[5] burst, ARGV[6] reserve
@@ -40,7 +50,9 @@
 -- ARGV[9] 1 ordered / 0 unordered, ARGV[10] grace ms
 -- ARGV[11] concurrency retry ms, ARGV[12] jitter seed in [0, 1)
 -- ARGV[13] idle horizon ms, ARGV[14] longest wait ms (MaxDeferral)
--- ARGV[15] slot id prefix (slot of the i-th task of the call: prefix .. i)
+-- ARGV[15] slot id prefix (limit above 1: the slot of the i-th task of
+--   the call is prefix .. i .. ':' .. its value; limit 1: its value, held
+--   until now + slot ttl)
 -- ARGV[16] m, the number of values; then per value: the value, its task
 --   count c, then c tasks of (id, due ms) when ordered, then (low: 1 when
 --   below the bucket's min priority) when there is a bucket
@@ -70,34 +82,44 @@ for j = 1, m do
   pos = pos + 2 + counts[j] * stride
 end
 
-local KW, KB, KR, KS = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local KW, KB, KS, K1 = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local one = climit == 1
+local indexed = wlimit > 0 or rate > 0 -- values have fields to prune
 
--- values idle past the horizon leave the index and the state hashes
-local idle = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. int(now - horizon - math.floor(horizon / 4)), 'BYSCORE', 'LIMIT', 0, 256)
-if #idle > 0 then
-  redis.call('ZREM', KEYS[1], unpack(idle))
-  redis.call('HDEL', KW, unpack(idle))
-  redis.call('HDEL', KB, unpack(idle))
-  redis.call('HDEL', KR, unpack(idle))
-end
-
--- a value's :keys score moves only when it is older than fresh (a quarter
--- of the horizon; pruning waits that much longer): a busy value costs no
+-- values idle past the horizon leave the index and the state hashes; a
+-- value's :keys score moves only when it is older than fresh (a quarter of
+-- the horizon; pruning waits that much longer): a busy value costs no
 -- skiplist move per batch
 local fresh = math.floor(horizon / 4)
-local active = redis.call('ZMSCORE', KEYS[1], unpack(vals))
+local active = {}
+if indexed then
+  local idle = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. int(now - horizon - fresh), 'BYSCORE', 'LIMIT', 0, 256)
+  if #idle > 0 then
+    redis.call('ZREM', KEYS[1], unpack(idle))
+    redis.call('HDEL', KW, unpack(idle))
+    redis.call('HDEL', KB, unpack(idle))
+  end
+  active = redis.call('ZMSCORE', KEYS[1], unpack(vals))
+end
 
-local wv, bv, held = {}, {}, {}
+local wv, bv, cv, cm, hv = {}, {}, {}, {}, {}
 if wlimit > 0 then wv = redis.call('HMGET', KW, unpack(vals)) end
 if rate > 0 then bv = redis.call('HMGET', KB, unpack(vals)) end
 if climit > 0 then
-  redis.call('ZREMRANGEBYSCORE', KS, '-inf', int(now))
-  held = slots_held(KS, redis.call('HMGET', KR, unpack(vals)), m, now)
+  if redis.call('EXISTS', K1) == 1 then
+    redis.call('ZREMRANGEBYSCORE', K1, '-inf', int(now))
+    hv = redis.call('ZMSCORE', K1, unpack(vals))
+  end
+  if not one or redis.call('EXISTS', KS) == 1 then
+    for j = 1, m do cm[j] = '#' .. vals[j] end
+    slots_prune_keyed(KS, now)
+    cv = redis.call('ZMSCORE', KS, unpack(cm))
+  end
 end
-local wset, bset, rset, rdel = {}, {}, {}, {}
+local wset, bset = {}, {}
 
 local queued = {}
-if ordered then
+if ordered and redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now))
   queued = redis.call('ZMSCORE', KEYS[2], unpack(vals))
 end
@@ -111,22 +133,24 @@ end
 local codes, waits = {}, {} -- by position in the call
 local first = 0 -- position of the value's first task, less one
 local idx, idxmax, qsmax = {}, now, nil
-local slots = {} -- ZADD arguments of the slots taken
+local zargs = {} -- ZADD arguments of :ks: the slots taken and the counts of their values
+local z1 = {} -- ZADD arguments of :k1: the values that took their slot
 local nowstr, expiry = int(now), int(now + ttl)
-local seq = {} -- 1..c, the order of a value without a queue
 for j = 1, m do
   local v, c, at = vals[j], counts[j], starts[j]
   local vk = nil -- value_key(base, v), made when its queue is used
-  local jit = 0.8 + 0.4 * ((seed + j * 0.6180339887) % 1)
-  local wstart, wcount, tokens, ts, running = 0, 0, 0, now, 0
+  local wstart, wcount, tokens, ts, running, ksn = 0, 0, 0, now, 0, 0
   if wlimit > 0 then wstart, wcount = window_field(wv[j], win, now) end
   if rate > 0 then tokens, ts = bucket_field(bv[j], rate, burst, now) end
-  local mine = held[j] -- the value's live slots: {ids..., earliest = ms, stale = bool}
-  if climit > 0 then running = #mine end
+  if climit > 0 then -- ksn: the value's slots in :ks; running: in both keys
+    ksn = -(tonumber(cv[j]) or 0)
+    running = ksn
+    if hv[j] then running = running + 1 end
+  end
   -- existed: the queue holds tasks (so its keys have a TTL); emptied: a
   -- queue this call saw is gone (its :qs entry goes too)
   local head, headqt, existed, emptied = nil, nil, false, false
-  if ordered and queued[j] then
+  if queued[j] then
     vk = value_key(base, v)
     head, headqt = queue_head(vk, now, grace)
     existed, emptied = head ~= nil, head == nil
@@ -134,8 +158,7 @@ for j = 1, m do
   -- the order to decide the value's tasks in: as sent (due order), except
   -- that tasks waiting in the queue go by their place in it (a task's due
   -- moves when it is deferred; its place does not)
-  for k = #seq + 1, c do seq[k] = k end
-  local order = seq
+  local order = nil -- nil: as sent
   if head ~= nil and c > 1 then
     order = {}
     for k = 1, c do order[k] = k end
@@ -152,7 +175,8 @@ for j = 1, m do
   end
   local took, tokenwait, qexp = 0, 0, nil
   for o = 1, c do
-    local k = order[o]
+    local k = o
+    if order then k = order[o] end
     local p = at + (k - 1) * stride
     local slot = first + k
     local id, low = nil, false
@@ -161,6 +185,7 @@ for j = 1, m do
     local code, wait = 0, 0
     if head ~= nil and head ~= id then
       code = 4
+      local jit = 0.8 + 0.4 * ((seed + j * 0.6180339887) % 1)
       if headqt > now then -- just after the head is back
         wait = headqt - now + 1 + math.floor(retry * (jit - 0.8))
       else -- the head is late: wait as long as it is overdue, at least a retry
@@ -174,18 +199,18 @@ for j = 1, m do
       code, wait = 2, math.ceil(need * 1000 / rate)
       tokenwait = tokenwait + 1
     elseif climit > 0 and running >= climit then
-      code, wait = 3, math.floor(retry * jit)
-      local e = mine.earliest
-      if e and e > now and e - now < wait then wait = e - now end
+      code, wait = 3, math.floor(retry * (0.8 + 0.4 * ((seed + j * 0.6180339887) % 1)))
     end
     if code == 0 then
       wcount, tokens, took = wcount + 1, tokens - 1, took + 1
-      if climit > 0 then
-        local id = prefix .. slot
-        slots[#slots + 1] = expiry
-        slots[#slots + 1] = id
-        mine[#mine + 1] = id
+      if one then
+        z1[#z1 + 1] = expiry
+        z1[#z1 + 1] = v
         running = running + 1
+      elseif climit > 0 then
+        zargs[#zargs + 1] = expiry
+        zargs[#zargs + 1] = prefix .. slot .. ':' .. v
+        running, ksn = running + 1, ksn + 1
       end
       if head ~= nil then -- it is the head: it leaves the queue
         redis.call('ZREM', vk .. 'q', id)
@@ -217,32 +242,24 @@ for j = 1, m do
       bset[#bset + 1] = v
       bset[#bset + 1] = string.format('%.17g', tokens) .. ' ' .. int(ts)
     end
-  end
-  if climit > 0 and (took > 0 or mine.stale) then
-    if #mine > 0 then
-      rset[#rset + 1] = v
-      rset[#rset + 1] = #mine == 1 and mine[1] or table.concat(mine, ' ')
-    else
-      rdel[#rdel + 1] = v
+    if climit > 1 then
+      zargs[#zargs + 1] = -ksn
+      zargs[#zargs + 1] = cm[j]
     end
   end
-  local seen = nil -- its new :keys score, if it must move
   if qexp ~= nil then
     queue_expire(vk, qexp - now, existed)
     redis.call('ZADD', KEYS[2], 'GT', int(qexp), v)
     if qsmax == nil or qexp > qsmax then qsmax = qexp end
-    seen = qexp - grace
   elseif emptied then
     redis.call('ZREM', KEYS[2], v)
   end
-  if seen == nil then
+  if indexed then
     local last = tonumber(active[j])
-    if last == nil or last < now - fresh then seen = now end
-  end
-  if seen ~= nil then
-    idx[#idx + 1] = seen == now and nowstr or int(seen)
-    idx[#idx + 1] = v
-    if seen > idxmax then idxmax = seen end
+    if last == nil or last < now - fresh then
+      idx[#idx + 1] = nowstr
+      idx[#idx + 1] = v
+    end
   end
 end
 if qsmax ~= nil then expire_at_least(KEYS[2], qsmax - now) end
@@ -254,14 +271,13 @@ if #bset > 0 then
   redis.call('HSET', KB, unpack(bset))
   expire_at_least(KB, horizon)
 end
-if #rset > 0 then
-  redis.call('HSET', KR, unpack(rset))
-  expire_at_least(KR, horizon)
-end
-if #rdel > 0 then redis.call('HDEL', KR, unpack(rdel)) end
-if #slots > 0 then
-  redis.call('ZADD', KS, unpack(slots))
+if #zargs > 0 then
+  redis.call('ZADD', KS, unpack(zargs))
   redis.call('PEXPIRE', KS, int(ttl))
+end
+if #z1 > 0 then
+  redis.call('ZADD', K1, unpack(z1))
+  redis.call('PEXPIRE', K1, int(ttl))
 end
 
 local inorder = {}

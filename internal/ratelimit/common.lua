@@ -83,11 +83,13 @@ end
 -- keys of the type, so that one HMGET/HSET serves a batch's values:
 --   kw    hash  value -> "<window start ms> <count>" (window_field)
 --   kb    hash  value -> "<tokens %.17g> <ms>" (bucket_field)
---   kr    hash  value -> the ids of the slots it took, space-separated
---   ks    zset  slot id -> expiry ms: every slot of the type (as :run)
---   keys  zset  value -> last activity ms (or the latest expected return of
---               its waiting tasks): the active values, pruned past an idle
---               horizon (their kw, kb, kr fields go with them)
+--   ks    zset  slot id -> expiry ms: every slot of the type (as :run); a
+--               slot id ends with its value ("<prefix><i>:<value>"), and
+--               '#' .. value -> minus the number of slots the value holds
+--               (negative: below every expiry), for each value holding any
+--   keys  zset  value -> last activity ms: the values with a window or
+--               bucket field, pruned past an idle horizon (their kw, kb
+--               fields go with them); a concurrency-only rule has none
 --   qs    zset  value -> when its queue expires: the values with a queue
 -- Only a value with waiting tasks has keys of its own, value_key(base, v) ..
 --   q     zset  member = id of a waiting task, score = the first due (ms)
@@ -172,38 +174,61 @@ local function bucket_field(f, rate, burst, now)
   return bucket_refill(tonumber(t), tonumber(at), rate, burst, now)
 end
 
--- slots_held returns, for each of the m values whose :kr fields are
--- lists, the ids still live in ks (ZMSCORE, 1,000 at a time; an expiry at
--- or before now is not live), with the
--- earliest expiry among them (.earliest) and whether any listed id is gone
--- (.stale: the field must be rewritten).
-local function slots_held(ks, lists, m, now)
-  local out, ids, owner = {}, {}, {}
-  for j = 1, m do
-    out[j] = {}
-    local l = lists[j]
-    if l and not string.find(l, ' ', 1, true) then -- one slot: the common case
-      ids[#ids + 1] = l
-      owner[#ids] = j
-    elseif l then
-      for id in string.gmatch(l, '%S+') do
-        ids[#ids + 1] = id
-        owner[#ids] = j
+-- slot_value returns the value of a keyed rule's slot id ("<prefix><i>:<value>",
+-- the prefix "<limiter id>-<seq>:"): what follows its second ':'.
+local function slot_value(slot)
+  local a = string.find(slot, ':', 1, true)
+  local b = a and string.find(slot, ':', a + 1, true)
+  if not b then return nil end
+  return string.sub(slot, b + 1)
+end
+
+-- slots_drop removes slots (a list of a keyed rule's slot ids, at most
+-- 4,096 for unpack) from ks and takes those that were there off their
+-- values' counts (count_member; a count that reaches zero leaves), in a few
+-- commands whatever their number: a command per slot cost ~1 µs of Redis
+-- CPU each. Returns how many were held.
+local function slots_drop(ks, slots)
+  if #slots == 0 then return 0 end
+  local sc = redis.call('ZMSCORE', ks, unpack(slots))
+  local gone, by, cms = {}, {}, {}
+  for i = 1, #slots do
+    if sc[i] then
+      gone[#gone + 1] = slots[i]
+      local v = slot_value(slots[i])
+      if v then
+        if by[v] == nil then
+          by[v] = 0
+          cms[#cms + 1] = '#' .. v
+        end
+        by[v] = by[v] + 1
       end
     end
   end
-  for from = 1, #ids, 1000 do
-    local to = math.min(from + 999, #ids)
-    local sc = redis.call('ZMSCORE', ks, unpack(ids, from, to))
-    for k = from, to do
-      local h, e = out[owner[k]], tonumber(sc[k - from + 1])
-      if e and e > now then
-        h[#h + 1] = ids[k]
-        if h.earliest == nil or e < h.earliest then h.earliest = e end
+  if #gone == 0 then return 0 end
+  redis.call('ZREM', ks, unpack(gone))
+  if #cms > 0 then
+    local cur = redis.call('ZMSCORE', ks, unpack(cms))
+    local set, del = {}, {}
+    for i = 1, #cms do
+      local c = (tonumber(cur[i]) or 0) + by[string.sub(cms[i], 2)]
+      if c < 0 then
+        set[#set + 1] = c
+        set[#set + 1] = cms[i]
       else
-        h.stale = true
+        del[#del + 1] = cms[i]
       end
     end
+    if #set > 0 then redis.call('ZADD', ks, unpack(set)) end
+    if #del > 0 then redis.call('ZREM', ks, unpack(del)) end
   end
-  return out
+  return #gone
+end
+
+-- slots_prune_keyed drops the expired slots of a keyed rule's ks
+-- (slots_drop: their values' counts with them), at most 1,024 per call (the
+-- rest on the next calls: a count stays high, never low, meanwhile).
+-- Slots have positive scores (their expiry), counts negative ones.
+local function slots_prune_keyed(ks, now)
+  slots_drop(ks, redis.call('ZRANGE', ks, 0, int(now), 'BYSCORE', 'LIMIT', 0, 1024))
 end

@@ -28,10 +28,18 @@ var holdLua string
 //go:embed usagekeyed.lua
 var usageKeyedLua string
 
+//go:embed releasekeyed.lua
+var releaseKeyedLua string
+
+//go:embed releaseone.lua
+var releaseOneLua string
+
 var (
-	admitKeyedScript = script(admitKeyedLua)
-	holdScript       = script(holdLua)
-	usageKeyedScript = script(usageKeyedLua)
+	admitKeyedScript   = script(admitKeyedLua)
+	holdScript         = script(holdLua)
+	usageKeyedScript   = script(usageKeyedLua)
+	releaseKeyedScript = script(releaseKeyedLua)
+	releaseOneScript   = script(releaseOneLua)
 )
 
 // DefaultOrderGrace is how long after its expected return a task that
@@ -205,7 +213,8 @@ func (l *Limiter) decideKeyed(g *group, out []Decision, sent time.Time) error {
 			return fmt.Errorf("admit %s: script returned %d codes for %d items", g.typ, len(codes), c.n)
 		}
 		w := 0
-		runKey := base + sfxSlots
+		runKey, oneKey := base+sfxSlots, base+sfxOne
+		sentMono := int64(sent.Sub(monoEpoch)) // mono() at sent
 		for k := range c.n {
 			pos := c.first + k
 			d := &out[g.idx[pos]]
@@ -213,10 +222,15 @@ func (l *Limiter) decideKeyed(g *group, out []Decision, sent time.Time) error {
 			if code == '0' {
 				admitted++
 				if c.prefix != "" {
-					d.slot = c.prefix + strconv.Itoa(k+1)
-					d.slotTTL = g.rule.Concurrency.SlotTTL.D()
-					d.sent = sent
-					d.runKey = runKey
+					cc := g.rule.Concurrency
+					d.slotTTL, d.sent = cc.SlotTTL.D(), sent
+					if cc.Limit == 1 { // admitkeyed.lua's :k1: the value, until now + ttl
+						d.slot, d.runKey, d.one = g.vals[pos], oneKey, new(oneClaim)
+						d.one.exp.Store(now + cc.SlotTTL.D().Milliseconds())
+						d.one.at.Store(sentMono)
+					} else {
+						d.slot, d.runKey = c.prefix+strconv.Itoa(k+1)+":"+g.vals[pos], runKey // its slot id
+					}
 				}
 				continue
 			}
@@ -256,9 +270,9 @@ func (l *Limiter) Hold(ctx context.Context, it Item, until time.Time) error {
 		return nil
 	}
 	base := keyedBase(l.ns, it.Type)
-	err := holdScript.Run(ctx, l.rdb, []string{base + "keys", base + "qs"},
+	err := holdScript.Run(ctx, l.rdb, []string{base + "qs"},
 		base, scopeValue(rule, &it), it.ID, dueMillis(&it), until.UnixMilli(),
-		l.grace.Milliseconds(), l.idleHorizon(rule)).Err()
+		l.grace.Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("hold %s: %w", it.Type, err)
 	}

@@ -93,16 +93,26 @@ func TestKeyedConcurrency(t *testing.T) {
 		t.Fatalf("a2 deferred for %q, want concurrency", ds[2].Reason)
 	}
 	base := keyedBase(l.ns, "one")
-	if ds[0].Slot() == "" || ds[0].Slot() == ds[1].Slot() || ds[0].runKey != base+"ks" {
-		t.Fatalf("slots %+v %+v: want one per value in the type's slot set", ds[0], ds[1])
+	// a limit of 1: the value is the slot, its expiry the holder's claim
+	if ds[0].Slot() != "a" || ds[1].Slot() != "b" || ds[0].runKey != base+"k1" {
+		t.Fatalf("slots %+v %+v: want each value in the type's limit-1 set", ds[0], ds[1])
 	}
-	if held := rdb.HGet(ctx, base+"kr", "a").Val(); held != ds[0].Slot() {
-		t.Fatalf("a holds %q, want its slot %q", held, ds[0].Slot())
+	if exp, err := rdb.ZScore(ctx, base+"k1", "a").Result(); err != nil || int64(exp) != ds[0].one.exp.Load() {
+		t.Fatalf("a's slot expires at %v (%v), want the holder's claim %d", exp, err, ds[0].one.exp.Load())
 	}
 	// a limit of 2 per value, unordered: the third of a value waits
+	base2 := keyedBase(l.ns, "two")
 	batch = []Item{kit("two", "x1", "x", 1), kit("two", "x2", "x", 2), kit("two", "x3", "x", 3), kit("two", "y1", "y", 4)}
 	ds2 := admitOne(t, l, batch...)
 	wantRuns(t, batch, ds2, "x1 x2 -x3 y1")
+	// a higher limit: a slot id per task, ending with its value, and a
+	// count per value
+	if n, err := rdb.ZScore(ctx, base2+"ks", "#x").Result(); err != nil || n != -2 {
+		t.Fatalf("x's count is %v (%v), want -2: two slots held", n, err)
+	}
+	if _, err := rdb.ZScore(ctx, base2+"ks", ds2[0].Slot()).Result(); err != nil || !strings.HasSuffix(ds2[0].Slot(), ":x") || ds2[0].runKey != base2+"ks" {
+		t.Fatalf("x1's slot %q in %s: %v, want it in the slot set, ending with its value", ds2[0].Slot(), ds2[0].runKey, err)
+	}
 	if err := l.Done(ctx, batch[0], ds2[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -383,6 +393,18 @@ func TestKeyedUsage(t *testing.T) {
 			t.Fatalf("row %d %+v, want %s with %d", i, k, want, 12-i)
 		}
 	}
+	// a limit of 1 (its holders in :k1), with waiting tasks
+	one := Rule{Scope: "key", Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(time.Minute)}}
+	l1 := newLimiter(t, rdb, testNS(t), StaticRules{"o": one}, Options{})
+	batch = []Item{kit("o", "a1", "a", 1), kit("o", "a2", "a", 2), kit("o", "b1", "b", 1)}
+	wantRuns(t, batch, admitOne(t, l1, batch...), "a1 -a2 b1")
+	if u, err = l1.Usage(ctx, "o", one); err != nil {
+		t.Fatal(err)
+	}
+	if u.ActiveKeys != 2 || u.Running != 2 || len(u.Keys) != 2 || u.Keys[0].Key != "a" || u.Keys[0].Running != 1 || u.Keys[0].Waiting != 1 ||
+		u.Keys[1].Key != "b" || u.Keys[1].Running != 1 {
+		t.Fatalf("usage %+v, want a (running 1, waiting 1) then b (running 1)", u)
+	}
 }
 
 // One admit call per type on a Redis Cluster: all of a type's values
@@ -507,4 +529,161 @@ func TestReleaseRidesWithAdmit(t *testing.T) {
 		n, err := rdb.ZCard(ctx, typeKeys(l.ns, "t")[keyRunning]).Result()
 		return err == nil && n == 0
 	})
+}
+
+// A slot whose holder crashed expires and frees its value: the expired
+// slot leaves the value's count whichever call finds it first (the next
+// admission's prune, or the holder's late refresh), exactly once, and a
+// value holding nothing has no count left.
+func TestKeyedExpiredSlotFreesItsValue(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	rules := StaticRules{"e": {Scope: "key", Concurrency: &Concurrency{Limit: 2, SlotTTL: dur(time.Second)}}}
+	l := newLimiter(t, rdb, testNS(t), rules, Options{ConcurrencyRetry: 50 * time.Millisecond})
+	base := keyedBase(l.ns, "e")
+	count := func() float64 {
+		n, err := rdb.ZScore(ctx, base+"ks", "#a").Result()
+		if errors.Is(err, redis.Nil) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return -n
+	}
+	batch := []Item{kit("e", "a1", "a", 1), kit("e", "a2", "a", 2), kit("e", "a3", "a", 3)}
+	ds := admitOne(t, l, batch...)
+	wantRuns(t, batch, ds, "a1 a2 -a3")
+	if c := count(); c != 2 {
+		t.Fatalf("count %v, want 2", c)
+	}
+	// both holders "crashed": no renewal. b's task, taken in between,
+	// keeps the slot set (its TTL is the last slot's), so a's expired
+	// slots are still in it
+	time.Sleep(600 * time.Millisecond)
+	b := kit("e", "b1", "b", 1)
+	wantRuns(t, []Item{b}, admitOne(t, l, b), "b1")
+	time.Sleep(500 * time.Millisecond)
+	// a1's holder wakes up late: its refresh finds the slot expired and
+	// drops it (count 1); the next admission prunes a2's (count 0)
+	if held, err := l.Refresh(ctx, batch[0], ds[0]); err != nil || held {
+		t.Fatalf("late refresh: held %v (%v), want lost", held, err)
+	}
+	if c := count(); c != 1 {
+		t.Fatalf("count %v after the late refresh, want 1", c)
+	}
+	next := []Item{kit("e", "a3", "a", 3), kit("e", "a4", "a", 4), kit("e", "a5", "a", 5)}
+	ds2 := admitOne(t, l, next...)
+	wantRuns(t, next, ds2, "a3 a4 -a5")
+	if c := count(); c != 2 {
+		t.Fatalf("count %v after the expired slots left, want 2 (a3, a4)", c)
+	}
+	// the crashed holders' late Done changes nothing; a3's and a4's free
+	// the value, and its count goes
+	for i, it := range batch[:2] {
+		_ = l.Done(ctx, it, ds[i])
+	}
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := count(); c != 2 {
+		t.Fatalf("count %v after late releases of expired slots, want 2", c)
+	}
+	for i, it := range next[:2] {
+		_ = l.Done(ctx, it, ds2[i])
+	}
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.ZCard(ctx, base+"ks").Result(); err != nil || n != 2 {
+		t.Fatalf("the slot set holds %d members (%v) with only b's slot held, want 2 (the slot, b's count)", n, err)
+	}
+}
+
+// With a limit of 1 a slot is its value; the holder's claim (its expiry
+// as it set it last) keeps a holder whose slot expired from freeing or
+// renewing the next holder's.
+func TestKeyedLimitOneClaim(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	rules := StaticRules{"c": {Scope: "key", Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(time.Second)}}}
+	l := newLimiter(t, rdb, testNS(t), rules, Options{ConcurrencyRetry: 50 * time.Millisecond})
+	k1 := keyedBase(l.ns, "c") + "k1"
+	a1, a2 := kit("c", "a1", "a", 1), kit("c", "a2", "a", 2)
+	d1 := admitOne(t, l, a1)[0]
+	if !d1.Run {
+		t.Fatalf("a1 deferred: %+v", d1)
+	}
+	// a renewal moves the claim, through any copy of the decision
+	first := d1.one.exp.Load()
+	time.Sleep(5 * time.Millisecond)
+	copyOf := d1
+	if held, err := l.Refresh(ctx, a1, copyOf); err != nil || !held {
+		t.Fatalf("refresh: %v %v", held, err)
+	}
+	if d1.one.exp.Load() <= first {
+		t.Fatalf("claim %d after a renewal, want later than %d", d1.one.exp.Load(), first)
+	}
+	if exp, _ := rdb.ZScore(ctx, k1, "a").Result(); int64(exp) != d1.one.exp.Load() {
+		t.Fatalf("slot expires at %v, want the renewed claim %d", exp, d1.one.exp.Load())
+	}
+	// a1's holder stalls past its slot's expiry; a2 takes the value
+	time.Sleep(1100 * time.Millisecond)
+	d2 := admitOne(t, l, a2)[0]
+	if !d2.Run {
+		t.Fatalf("a2 deferred after a1's slot expired: %+v", d2)
+	}
+	// a1's late renewal and release leave a2's slot alone
+	if held, err := l.Refresh(ctx, a1, d1); err != nil || held {
+		t.Fatalf("late refresh of an expired claim: held %v (%v), want lost", held, err)
+	}
+	_ = l.Done(ctx, a1, d1)
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if exp, err := rdb.ZScore(ctx, k1, "a").Result(); err != nil || int64(exp) != d2.one.exp.Load() {
+		t.Fatalf("a2's slot: %v (%v), want held with its claim %d", exp, err, d2.one.exp.Load())
+	}
+	a3 := kit("c", "a3", "a", 3)
+	if d := admitOne(t, l, a3)[0]; d.Run {
+		t.Fatalf("a3 ran while a2 holds the value")
+	}
+	// a2's release frees it; the set is gone with its last member
+	_ = l.Done(ctx, a2, d2)
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.Exists(ctx, k1).Result(); err != nil || n != 0 {
+		t.Fatalf("the limit-1 set exists (%d, %v) with no slot held", n, err)
+	}
+}
+
+// A rule whose limit changes live between 1 and more keeps counting the
+// holders of both slot sets.
+func TestKeyedLimitChangeKeepsHolders(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	rules := StaticRules{"c": {Scope: "key", Unordered: true, Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(time.Minute)}}}
+	l := newLimiter(t, rdb, testNS(t), rules, Options{})
+	one := []Item{kit("c", "a1", "a", 1)}
+	wantRuns(t, one, admitOne(t, l, one...), "a1") // in :k1
+	rules["c"] = Rule{Scope: "key", Unordered: true, Concurrency: &Concurrency{Limit: 3, SlotTTL: dur(time.Minute)}}
+	more := []Item{kit("c", "a2", "a", 2), kit("c", "a3", "a", 3), kit("c", "a4", "a", 4)}
+	wantRuns(t, more, admitOne(t, l, more...), "a2 a3 -a4") // in :ks, a1 counted
+	rules["c"] = Rule{Scope: "key", Unordered: true, Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(time.Minute)}}
+	b := []Item{kit("c", "a5", "a", 5), kit("c", "b1", "b", 1)}
+	wantRuns(t, b, admitOne(t, l, b...), "-a5 b1") // three of a hold slots
+}
+
+// A limit-1 release goes as a plain ZREM only while fresh; one put back
+// after a failure never is.
+func TestOneReleaseFreshness(t *testing.T) {
+	triples := []any{"a", int64(100), int64(50), "b", int64(200), int64(10), "c", int64(300), int64(0)}
+	fresh, vals, claims := oneArgs(triples, 20)
+	if fmt.Sprint(fresh, vals, claims) != "[a] [b c] [200 300]" {
+		t.Fatalf("at 20: fresh %v, checked %v %v", fresh, vals, claims)
+	}
+	fresh, vals, _ = oneArgs(stale(triples), 0)
+	if len(fresh) != 0 || len(vals) != 3 || triples[2] != int64(50) {
+		t.Fatalf("put back: fresh %v, checked %v (input changed: %v)", fresh, vals, triples)
+	}
 }

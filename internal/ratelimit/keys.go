@@ -26,19 +26,22 @@ const (
 // Keys of a rule with a key or header scope (Rule.Scope). They share the
 // type's hash tag, so that one admit script decides every value of a
 // batch's type group in one call, on Redis Cluster too. The state of each
-// value is a field of a few keys of the type — one HMGET reads a batch's
-// values, one HSET writes them, so a task costs about what it costs under
-// the type scope (a few commands per value, on keys of their own, cost
-// 6 µs of Redis CPU a task more; BenchmarkAdmitKeyed):
+// value is a field or member of a few keys of the type — one command reads
+// a batch's values, one writes them, so a task costs about what it costs
+// under the type scope (a few commands per value, on keys of their own,
+// cost 6 µs of Redis CPU a task more; BenchmarkAdmitKeyed):
 //
-//	dq:{<ns>:rl:<type>}:keys  the active values (zset value -> last activity ms, or the
-//	                          latest expected return of its waiting tasks), pruned past
-//	                          an idle horizon together with their fields below
+//	dq:{<ns>:rl:<type>}:keys  the values with window or bucket state (zset value -> last
+//	                          activity ms), pruned past an idle horizon together with
+//	                          their fields below
 //	dq:{<ns>:rl:<type>}:kw    window quota counters (hash value -> "<window start> <count>")
 //	dq:{<ns>:rl:<type>}:kb    token buckets (hash value -> "<tokens> <ms>")
-//	dq:{<ns>:rl:<type>}:kr    the slots each value took (hash value -> slot ids)
-//	dq:{<ns>:rl:<type>}:ks    every slot of the type (zset slot id -> expiry ms), where
-//	                          Done and Refresh find them, as in the type's :run
+//	dq:{<ns>:rl:<type>}:ks    every slot of the type (zset "<slot prefix><i>:<value>" ->
+//	                          expiry ms), where Done and Refresh find them, as in the
+//	                          type's :run, and how many each value holds ("#<value>" ->
+//	                          minus that count; a value holding none has no member)
+//	dq:{<ns>:rl:<type>}:k1    with a limit of 1, the values holding their slot instead
+//	                          (zset value -> expiry ms, the holder's claim)
 //	dq:{<ns>:rl:<type>}:qs    the values with waiting tasks (zset value -> when its queue
 //	                          expires): one ZMSCORE tells a batch which values to look at
 //
@@ -56,8 +59,12 @@ func keyedBase(ns, typ string) string { return "dq:{" + ns + ":rl:" + typ + "}:"
 
 // keyedKeys are the declared keys of the keyed scripts (common.lua).
 func keyedKeys(base string) []string {
-	return []string{base + "keys", base + "qs", base + "kw", base + "kb", base + "kr", base + sfxSlots}
+	return []string{base + "keys", base + "qs", base + "kw", base + "kb", base + sfxSlots, base + sfxOne}
 }
 
-// sfxSlots is the suffix of a keyed rule's slot set.
-const sfxSlots = "ks"
+// Suffixes of a keyed rule's slot sets: its slots with a limit above 1,
+// with a limit of 1.
+const (
+	sfxSlots = "ks"
+	sfxOne   = "k1"
+)

@@ -96,6 +96,8 @@ type Limiter struct {
 	seq atomic.Uint64 // slot id counter
 
 	rel releases // slots Done freed, on their way to Redis (release.go)
+	// relLoaded: releasekeyed.lua is known loaded in Redis (release.go)
+	relLoaded atomic.Bool
 }
 
 // NewLimiter returns a limiter on rdb whose rules come from rules (nil: no
@@ -151,7 +153,18 @@ type Decision struct {
 	slotTTL time.Duration // the slot's TTL when it was taken (Refresh renews it by as much)
 	sent    time.Time     // this process's clock (monotonic) when Admit sent the script that took it
 	window  int64         // quota window (start ms) an admitted item counted in (type scope)
-	runKey  string        // keyed rule: its value's running zset, where Done and Refresh find the slot
+	runKey  string        // keyed rule: its type's :ks or :k1, where Done and Refresh find the slot
+	one     *oneClaim     // keyed rule with a limit of 1: the holder's claim on its slot in :k1
+}
+
+// oneClaim is the claim of the holder of a slot of a keyed rule with a
+// limit of 1: the slot's expiry (ms, Redis' clock) as the holder set it
+// last (admitkeyed.lua, refresh.lua); the slot is theirs only while its
+// expiry is that. Copies of a Decision share it, so a Refresh made through
+// one copy moves the claim that later Refresh and Done calls present.
+type oneClaim struct {
+	exp atomic.Int64
+	at  atomic.Int64 // mono() when the request that set exp was sent
 }
 
 // Slot is the concurrency slot the item holds while it runs ("" if none).
@@ -380,13 +393,14 @@ func (l *Limiter) limitArgs(args []any, r Rule) ([]any, string) {
 // The releases Done queued go first, in the same pipeline (release.go).
 func (l *Limiter) exec(ctx context.Context, calls []*call) {
 	rel := l.rel.takeForAdmit()
-	if len(calls) == 1 && len(rel) == 0 {
+	l.loadReleaseScripts(ctx, rel)
+	if len(calls) == 1 && len(rel.args) == 0 {
 		c := calls[0]
 		c.cmd = c.script.Run(ctx, l.rdb, c.keys, c.args...)
 		return
 	}
 	pipe := l.rdb.Pipeline()
-	relCmds := queueReleases(ctx, pipe, rel)
+	relCmds := rel.queue(ctx, pipe)
 	for _, c := range calls {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
@@ -526,8 +540,12 @@ func (l *Limiter) giveBack(ctx context.Context, groups []*group, out []Decision)
 		var slots []any
 		for _, i := range g.idx {
 			if s := out[i].slot; s != "" {
-				if k := out[i].runKey; k != "" {
-					_ = l.rdb.ZRem(ctx, k, s).Err() // a keyed rule's: in its value's set
+				if k := out[i].runKey; k != "" { // a keyed rule's
+					if c := out[i].one; c != nil {
+						_ = releaseOneScript.Run(ctx, l.rdb, []string{k}, s, c.exp.Load()).Err()
+					} else {
+						_ = releaseKeyedScript.Run(ctx, l.rdb, []string{k}, s).Err()
+					}
 					continue
 				}
 				slots = append(slots, s)
@@ -584,11 +602,15 @@ func (l *Limiter) Done(ctx context.Context, it Item, d Decision) error {
 	if d.slot == "" {
 		return nil
 	}
-	key := d.runKey
-	if key == "" {
-		key = typeKeys(l.ns, it.Type)[keyRunning]
+	// release.go: with the next Admit, or within releaseDelay
+	switch {
+	case d.one != nil:
+		l.release(d.runKey, relOne, d.slot, d.one.exp.Load(), d.one.at.Load()+int64(d.slotTTL/2))
+	case d.runKey != "":
+		l.release(d.runKey, relKeyed, d.slot)
+	default:
+		l.release(typeKeys(l.ns, it.Type)[keyRunning], relType, d.slot)
 	}
-	l.release(key, d.slot) // release.go: with the next Admit, or within releaseDelay
 	return nil
 }
 
@@ -617,11 +639,23 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 	if l.rel.has(key, d.slot) {
 		return false, nil // released by Done, on its way to Redis
 	}
-	v, err := refreshScript.Run(ctx, l.rdb, []string{key}, d.slotTTL.Milliseconds(), d.slot).Int64()
+	args := []any{d.slotTTL.Milliseconds(), d.slot, "0"}
+	switch {
+	case d.one != nil:
+		args = append(args[:2], "2", d.one.exp.Load())
+	case d.runKey != "":
+		args[2] = "1"
+	}
+	at := mono()
+	v, err := refreshScript.Run(ctx, l.rdb, []string{key}, args...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh slot %s: %w", it.Type, err)
 	}
-	return v == 1, nil
+	if d.one != nil && v > 1 { // the claim the next Refresh and Done present
+		d.one.exp.Store(v)
+		d.one.at.Store(at)
+	}
+	return v >= 1, nil
 }
 
 // Usage is a type's current consumption, for the API. Under a rule with

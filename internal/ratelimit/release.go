@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,19 +16,44 @@ import (
 // one, with 20-40 µs more CPU per task in the worker and in Redis). Done
 // now queues the slot; the queue goes out with the next Admit, in its
 // pipeline and before its scripts (an Admit of this Limiter after a Done
-// always finds the slot free), or releaseDelay after the first queued
-// slot when no Admit comes first: one ZREM per running set, with every
-// slot queued for it. Another process sees the slot free at most
+// always finds the slot free), or releaseDelay after the first relQueue
+// slot when no Admit comes first: one command per slot set, with every
+// slot relQueue for it. Another process sees the slot free at most
 // releaseDelay (plus a round trip) later than before. A release that
 // fails goes back to the queue; a slot whose release never reaches Redis
 // still expires after its TTL, as a crashed holder's does.
 const releaseDelay = 2 * time.Millisecond
 
+// relKind is the kind of slot set a release is for.
+type relKind uint8
+
+const (
+	relType  relKind = iota // a type's :run: ZREM of the slot ids
+	relKeyed                // a keyed rule's :ks: releasekeyed.lua with the slot ids
+	relOne                  // a keyed rule's :k1: (value, claim, fresh until) triples (oneArgs)
+)
+
+// A release of a limit-1 keyed slot (:k1, whose member is the value) is
+// sent as a plain ZREM while it is fresh — sent within half the slot's TTL
+// of the request that set its holder's claim (admission or renewal), so
+// the slot cannot have expired and been taken by another task — and
+// otherwise through releaseone.lua, which frees it only while the claim
+// is the holder's. A fresh ZREM costs Redis about a quarter of the script
+// (BenchmarkAdmitKeyed). A release that failed and goes back to the queue
+// is never fresh again.
+
+// monoEpoch is the origin of mono.
+var monoEpoch = time.Now()
+
+// mono is this process' monotonic clock, in ns.
+func mono() int64 { return int64(time.Since(monoEpoch)) }
+
 // releases is a Limiter's queue of slots to free.
 type releases struct {
 	mu      sync.Mutex
-	pending map[string][]any // running set key -> slot ids
-	armed   bool             // a flush is scheduled
+	pending map[string][]any   // slot set key -> the arguments of its release
+	kinds   map[string]relKind // the kind of each key of pending
+	armed   bool               // a flush is scheduled
 	// sending is held by Flush from taking the queue until Redis
 	// answered, and by an Admit while it takes the queue: an Admit after
 	// a Done waits for a flush in flight that carries that Done's slot,
@@ -35,21 +61,33 @@ type releases struct {
 	sending sync.Mutex
 }
 
-// add queues slot of the running set key; it reports whether the caller
-// must schedule a flush.
-func (r *releases) add(key, slot string) (arm bool) {
+// relQueue is a taken queue: the arguments per key and the keys' kinds.
+type relQueue struct {
+	args  map[string][]any
+	kinds map[string]relKind
+}
+
+// add queues the release arguments of a slot of the set key; it reports
+// whether the caller must schedule a flush.
+func (r *releases) add(key string, kind relKind, args ...any) (arm bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.pending == nil {
-		r.pending = make(map[string][]any)
-	}
-	r.pending[key] = append(r.pending[key], slot)
+	r.put(key, kind, args)
 	arm, r.armed = !r.armed, true
 	return arm
 }
 
-// has reports whether slot of the running set key waits to be freed,
-// after any flush in flight (which may carry it) reached Redis.
+// put appends to the queue; r.mu is held.
+func (r *releases) put(key string, kind relKind, args []any) {
+	if r.pending == nil {
+		r.pending, r.kinds = make(map[string][]any), make(map[string]relKind)
+	}
+	r.pending[key] = append(r.pending[key], args...)
+	r.kinds[key] = kind
+}
+
+// has reports whether slot of the set key waits to be freed, after any
+// flush in flight (which may carry it) reached Redis.
 func (r *releases) has(key, slot string) bool {
 	r.sending.Lock()
 	defer r.sending.Unlock()
@@ -64,26 +102,25 @@ func (r *releases) has(key, slot string) bool {
 }
 
 // take empties the queue.
-func (r *releases) take() map[string][]any {
+func (r *releases) take() relQueue {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p := r.pending
-	r.pending, r.armed = nil, false
-	return p
+	q := relQueue{args: r.pending, kinds: r.kinds}
+	r.pending, r.kinds, r.armed = nil, nil, false
+	return q
 }
 
-// putBack queues again the releases of p whose command failed.
-func (r *releases) putBack(p map[string][]any, cmds map[string]*redis.IntCmd) (arm bool) {
+// putBack queues again the releases of q whose command failed.
+func (r *releases) putBack(q relQueue, cmds map[string][]redis.Cmder) (arm bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for key, slots := range p {
-		if cmds[key] == nil || cmds[key].Err() == nil {
-			continue
+	for key, args := range q.args {
+		if failed(cmds[key]) {
+			if q.kinds[key] == relOne {
+				args = stale(args) // it may arrive after the slot expired
+			}
+			r.put(key, q.kinds[key], args)
 		}
-		if r.pending == nil {
-			r.pending = make(map[string][]any)
-		}
-		r.pending[key] = append(r.pending[key], slots...)
 	}
 	if len(r.pending) > 0 && !r.armed {
 		arm, r.armed = true, true
@@ -91,63 +128,158 @@ func (r *releases) putBack(p map[string][]any, cmds map[string]*redis.IntCmd) (a
 	return arm
 }
 
+// failed reports whether any of a key's release commands failed (its
+// slots are then all sent again: freeing a slot twice changes nothing).
+func failed(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // takeForAdmit is take for an Admit: after any flush in flight.
-func (r *releases) takeForAdmit() map[string][]any {
+func (r *releases) takeForAdmit() relQueue {
 	r.sending.Lock()
 	defer r.sending.Unlock()
 	return r.take()
 }
 
-// queueReleases adds the ZREMs of p to pipe.
-func queueReleases(ctx context.Context, pipe redis.Pipeliner, p map[string][]any) map[string]*redis.IntCmd {
-	if len(p) == 0 {
+// releaseChunk is the most arguments one release script call takes (Lua's
+// unpack has a limit).
+const releaseChunk = 1000
+
+// queue adds the releases of q to pipe: a ZREM per type's slot set, a
+// release script call (releaseChunk arguments at most) per keyed rule's.
+func (q relQueue) queue(ctx context.Context, pipe redis.Pipeliner) map[string][]redis.Cmder {
+	if len(q.args) == 0 {
 		return nil
 	}
-	cmds := make(map[string]*redis.IntCmd, len(p))
-	for key, slots := range p {
-		args := make([]any, 0, 2+len(slots))
-		args = append(args, "zrem", key)
-		args = append(args, slots...)
-		cmd := redis.NewIntCmd(ctx, args...)
+	cmds := make(map[string][]redis.Cmder, len(q.args))
+	zrem := func(key string, members []any) {
+		cmd := redis.NewIntCmd(ctx, append([]any{"zrem", key}, members...)...)
 		_ = pipe.Process(ctx, cmd)
-		cmds[key] = cmd
+		cmds[key] = append(cmds[key], cmd)
+	}
+	run := func(s *redis.Script, key string, args []any) {
+		cmds[key] = append(cmds[key], s.EvalSha(ctx, pipe, []string{key}, args...))
+	}
+	for key, args := range q.args {
+		switch q.kinds[key] {
+		case relType:
+			zrem(key, args)
+		case relKeyed:
+			for from := 0; from < len(args); from += releaseChunk {
+				run(releaseKeyedScript, key, args[from:min(from+releaseChunk, len(args))])
+			}
+		case relOne:
+			fresh, vals, claims := oneArgs(args, mono())
+			if len(fresh) > 0 {
+				zrem(key, fresh)
+			}
+			for from := 0; from < len(vals); from += releaseChunk / 2 {
+				to := min(from+releaseChunk/2, len(vals))
+				run(releaseOneScript, key, append(slices.Clone(vals[from:to]), claims[from:to]...))
+			}
+		}
 	}
 	return cmds
 }
 
-// release queues a slot and schedules a flush when none is.
-func (l *Limiter) release(key, slot string) {
-	if l.rel.add(key, slot) {
+// oneArgs splits the (value, claim, fresh until) triples of a :k1 key
+// into the values fresh at now (for a ZREM) and the values and claims of
+// the others (for releaseone.lua).
+func oneArgs(triples []any, now int64) (fresh, vals, claims []any) {
+	for k := 0; k+2 < len(triples); k += 3 {
+		if until, _ := triples[k+2].(int64); now < until {
+			fresh = append(fresh, triples[k])
+			continue
+		}
+		vals, claims = append(vals, triples[k]), append(claims, triples[k+1])
+	}
+	return fresh, vals, claims
+}
+
+// stale returns triples with none fresh (a release put back).
+func stale(triples []any) []any {
+	out := slices.Clone(triples)
+	for k := 2; k < len(out); k += 3 {
+		out[k] = int64(0)
+	}
+	return out
+}
+
+// hasKeyed reports whether q holds a keyed rule's release.
+func (q relQueue) hasKeyed() bool {
+	for _, k := range q.kinds {
+		if k != relType {
+			return true
+		}
+	}
+	return false
+}
+
+// release queues the release of a slot and schedules a flush when none is.
+func (l *Limiter) release(key string, kind relKind, args ...any) {
+	if l.rel.add(key, kind, args...) {
 		time.AfterFunc(releaseDelay, l.flushReleases)
 	}
 }
 
-// flushReleases sends the queued releases now (the timer's flush).
+// flushReleases sends the relQueue releases now (the timer's flush).
 func (l *Limiter) flushReleases() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = l.Flush(ctx)
 }
 
-// Flush sends the queued releases of Done now; the error is the first
+// Flush sends the relQueue releases of Done now; the error is the first
 // failed one's (those go back to the queue and are sent again).
 func (l *Limiter) Flush(ctx context.Context) error {
 	l.rel.sending.Lock()
 	defer l.rel.sending.Unlock()
-	p := l.rel.take()
-	if len(p) == 0 {
+	q := l.rel.take()
+	if len(q.args) == 0 {
 		return nil
 	}
+	l.loadReleaseScripts(ctx, q)
 	pipe := l.rdb.Pipeline()
-	cmds := queueReleases(ctx, pipe, p)
+	cmds := q.queue(ctx, pipe)
 	_, err := pipe.Exec(ctx)
-	l.settleReleases(p, cmds)
+	l.settleReleases(q, cmds)
 	return err
 }
 
-// settleReleases puts back the releases whose command failed.
-func (l *Limiter) settleReleases(p map[string][]any, cmds map[string]*redis.IntCmd) {
-	if len(p) > 0 && l.rel.putBack(p, cmds) {
+// loadReleaseScripts loads the keyed release scripts before their calls go
+// out in a pipeline (where EVALSHA cannot fall back to EVAL) unless they
+// are known loaded: once per Limiter, and again after a release met
+// NOSCRIPT (a Redis restarted or failed over). Without it the release
+// would fail and go out again later, and the admission sent with it would
+// find the slot still held.
+func (l *Limiter) loadReleaseScripts(ctx context.Context, q relQueue) {
+	if l.relLoaded.Load() || !q.hasKeyed() {
+		return
+	}
+	if releaseKeyedScript.Load(ctx, l.rdb).Err() == nil && releaseOneScript.Load(ctx, l.rdb).Err() == nil {
+		l.relLoaded.Store(true)
+	}
+}
+
+// settleReleases puts back the releases whose command failed (after a
+// keyed one met NOSCRIPT the scripts are loaded before the next flush).
+func (l *Limiter) settleReleases(q relQueue, cmds map[string][]redis.Cmder) {
+	if len(q.args) == 0 {
+		return
+	}
+	for _, cs := range cmds {
+		for _, cmd := range cs {
+			if isNoScript(cmd.Err()) {
+				l.relLoaded.Store(false)
+			}
+		}
+	}
+	if l.rel.putBack(q, cmds) {
 		time.AfterFunc(releaseDelay, l.flushReleases)
 	}
 }
