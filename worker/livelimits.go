@@ -100,7 +100,8 @@ func (l *LiveLimits) Admit(ctx context.Context, items []LimitItem) ([]LimitDecis
 		return nil, err
 	}
 	out := make([]LimitDecision, len(ds))
-	for i, d := range ds {
+	for i := range ds {
+		d := &ds[i] // the ticket points into ds: no copy of the decision boxed per item
 		out[i] = LimitDecision{Run: d.Run, NotBefore: d.NotBefore, Reason: d.Reason, Ticket: d,
 			RenewEvery: d.RenewEvery(), HoldFor: d.SlotTTL(), HeldUntil: d.HeldUntil()}
 	}
@@ -112,11 +113,11 @@ var _ LimitRenewer = (*LiveLimits)(nil)
 // Renew implements [LimitRenewer]: it extends the item's concurrency slot
 // by its slot_ttl (the rule's when the slot was taken).
 func (l *LiveLimits) Renew(ctx context.Context, it LimitItem, d LimitDecision) (bool, error) {
-	rd, ok := d.Ticket.(ratelimit.Decision)
+	rd, ok := d.Ticket.(*ratelimit.Decision)
 	if !ok {
 		return true, nil
 	}
-	return l.lim.Refresh(ctx, ratelimit.Item(it), rd)
+	return l.lim.Refresh(ctx, ratelimit.Item(it), *rd)
 }
 
 var _ LimitHolder = (*LiveLimits)(nil)
@@ -131,11 +132,11 @@ func (l *LiveLimits) Hold(ctx context.Context, it LimitItem, until time.Time) er
 
 // Done implements [Limiter]: it frees the item's concurrency slot.
 func (l *LiveLimits) Done(ctx context.Context, it LimitItem, d LimitDecision) {
-	rd, ok := d.Ticket.(ratelimit.Decision)
+	rd, ok := d.Ticket.(*ratelimit.Decision)
 	if !ok {
 		return
 	}
-	if err := l.lim.Done(ctx, ratelimit.Item(it), rd); err != nil {
+	if err := l.lim.Done(ctx, ratelimit.Item(it), *rd); err != nil {
 		l.log.Debug("free concurrency slot", "task_id", it.ID, "type", it.Type, "err", err)
 	}
 }

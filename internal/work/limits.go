@@ -68,7 +68,8 @@ func (l *limits) Admit(ctx context.Context, items []worker.LimitItem) ([]worker.
 		return nil, err
 	}
 	out := make([]worker.LimitDecision, len(ds))
-	for i, d := range ds {
+	for i := range ds {
+		d := &ds[i] // the ticket points into ds: no copy of the decision boxed per item
 		out[i] = worker.LimitDecision{Run: d.Run, NotBefore: d.NotBefore, Reason: d.Reason, Ticket: d,
 			RenewEvery: d.RenewEvery(), HoldFor: d.SlotTTL(), HeldUntil: d.HeldUntil()}
 	}
@@ -81,11 +82,11 @@ var _ worker.LimitRenewer = (*limits)(nil)
 // item's concurrency slot every RenewEvery, so a handler longer than the
 // rule's slot_ttl keeps it.
 func (l *limits) Renew(ctx context.Context, it worker.LimitItem, d worker.LimitDecision) (bool, error) {
-	rd, ok := d.Ticket.(ratelimit.Decision)
+	rd, ok := d.Ticket.(*ratelimit.Decision)
 	if !ok {
 		return true, nil
 	}
-	return l.lim.Refresh(ctx, ratelimit.Item(it), rd)
+	return l.lim.Refresh(ctx, ratelimit.Item(it), *rd)
 }
 
 var _ worker.LimitHolder = (*limits)(nil)
@@ -98,11 +99,11 @@ func (l *limits) Hold(ctx context.Context, it worker.LimitItem, until time.Time)
 
 // Done implements worker.Limiter: it frees the item's concurrency slot.
 func (l *limits) Done(ctx context.Context, it worker.LimitItem, d worker.LimitDecision) {
-	rd, ok := d.Ticket.(ratelimit.Decision)
+	rd, ok := d.Ticket.(*ratelimit.Decision)
 	if !ok {
 		return
 	}
-	if err := l.lim.Done(ctx, ratelimit.Item(it), rd); err != nil {
+	if err := l.lim.Done(ctx, ratelimit.Item(it), *rd); err != nil {
 		l.log.Debug("free concurrency slot", "task_id", it.ID, "type", it.Type, "err", err)
 	}
 }

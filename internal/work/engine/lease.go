@@ -88,14 +88,18 @@ func leaseMargin(holdFor time.Duration) time.Duration { return min(holdFor/10, t
 // reports the hold lost, cancels the running handler's context with a
 // cause wrapping ErrLimitSlotLost (see call).
 type limitLease struct {
-	e       *Engine
-	it      *item
-	r       LimitRenewer
-	every   time.Duration
-	hold    time.Duration // 0: no local lease
-	margin  time.Duration
-	fence   *time.Timer // ends the lease at until (with hold)
-	starter *time.Timer // starts the renewals when the first is due
+	e      *Engine
+	it     *item
+	r      LimitRenewer
+	every  time.Duration
+	hold   time.Duration // 0: no local lease
+	margin time.Duration
+	// timer starts the renewals when the first is due, then (with hold)
+	// fences the lease: it fires at until and ends it unless a renewal
+	// moved until (tick). One timer per admitted task, not two: most end
+	// before either would fire, and each costs its creation and its Stop.
+	timer   *time.Timer
+	started bool // the renewals run
 
 	done chan struct{} // closed by stop
 	wg   sync.WaitGroup
@@ -126,20 +130,18 @@ func (e *Engine) renewLimit(ctx context.Context, it *item) (stop func()) {
 			until = time.Now().Add(hold)
 		}
 		l.until = until.Add(-l.margin)
-		l.fence = time.AfterFunc(time.Until(l.until), l.expire)
 	}
 	it.lease = l
 	// The renewals start once the first is due: most tasks end sooner, and
 	// a goroutine and a ticker per admitted task cost a no-op handler's
 	// worker a tenth of its CPU (BenchmarkKeyLimits' profile).
-	l.starter = time.AfterFunc(every, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.stopped {
-			return
-		}
-		l.wg.Go(func() { l.renew(ctx) }) // under mu: stop's Wait sees it
-	})
+	first := every
+	if l.hold > 0 {
+		first = min(first, time.Until(l.until))
+	}
+	l.mu.Lock() // tick, which may run at once, reads l.timer under mu
+	l.timer = time.AfterFunc(first, func() { l.tick(ctx) })
+	l.mu.Unlock()
 	return l.stop
 }
 
@@ -190,20 +192,29 @@ func (l *limitLease) renewed(sent time.Time) {
 		return
 	}
 	if u := sent.Add(l.hold - l.margin); u.After(l.until) {
-		l.until = u // the fence, when it fires, arms itself again (expire)
+		l.until = u // the timer, when it fires, arms itself again (tick)
 	}
 }
 
-// expire runs when the fence fires: it loses the lease if its end passed
-// without a renewal, or arms the fence for the end a renewal set.
-func (l *limitLease) expire() {
+// tick runs when the timer fires: the first time it starts the renewals;
+// with a local lease it then loses the lease if its end passed without a
+// renewal, or arms the timer for the end the last renewal set.
+func (l *limitLease) tick(ctx context.Context) {
 	l.mu.Lock()
 	if l.lost != nil || l.stopped {
 		l.mu.Unlock()
 		return
 	}
+	if !l.started {
+		l.started = true
+		l.wg.Go(func() { l.renew(ctx) }) // under mu: stop's Wait sees it
+	}
+	if l.hold <= 0 {
+		l.mu.Unlock()
+		return
+	}
 	if d := time.Until(l.until); d > 0 {
-		l.fence.Reset(d)
+		l.timer.Reset(d)
 		l.mu.Unlock()
 		return
 	}
@@ -245,11 +256,8 @@ func (l *limitLease) stop() {
 		l.mu.Lock()
 		l.stopped = true
 		l.mu.Unlock()
-		if l.fence != nil {
-			l.fence.Stop()
-		}
-		if l.starter != nil {
-			l.starter.Stop()
+		if l.timer != nil {
+			l.timer.Stop()
 		}
 		close(l.done)
 		l.wg.Wait()
