@@ -45,6 +45,9 @@ func BenchmarkKeyLimits(b *testing.B) {
 	if keys == 0 {
 		keys = n
 	}
+	if v, err := strconv.Atoi(os.Getenv("DQ_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
 	const conc = 64
 	ns := fmt.Sprintf("bk%d", time.Now().UnixNano()%1e6)
 	rs := startBenchRedis(b, ns, 16)
@@ -138,8 +141,11 @@ func BenchmarkKeyLimits(b *testing.B) {
 			iter := rdb.Scan(b.Context(), 0, "dq:{"+ns+":rl:keyed}*", 1000).Iterator()
 			for iter.Next(b.Context()) {
 				nkeys++
-				if n, err := rdb.HLen(b.Context(), iter.Val()).Result(); err == nil {
-					fields += n
+				switch rdb.Type(b.Context(), iter.Val()).Val() {
+				case "hash":
+					fields += rdb.HLen(b.Context(), iter.Val()).Val()
+				case "zset":
+					fields += rdb.ZCard(b.Context(), iter.Val()).Val()
 				}
 			}
 			if err := iter.Err(); err != nil {
@@ -148,12 +154,12 @@ func BenchmarkKeyLimits(b *testing.B) {
 			return nkeys, fields
 		}
 		nk, nf := count()
-		fmt.Printf("  per-key state of the keyed type right after: %d Redis keys (hash fields %d)\n", nk, nf)
+		fmt.Printf("  per-key state of the keyed type right after: %d Redis keys (hash fields and zset members %d)\n", nk, nf)
 		if os.Getenv("DQ_BENCH_IDLE_WAIT") != "0" {
 			wait := 80 * time.Second // the limiter's idle horizon: 1 minute at least, plus a quarter
 			time.Sleep(wait)
 			nk, nf = count()
-			fmt.Printf("  the same after the keys were idle for %v: %d Redis keys (hash fields %d)\n", wait, nk, nf)
+			fmt.Printf("  the same after the keys were idle for %v: %d Redis keys (hash fields and zset members %d)\n", wait, nk, nf)
 			if nk != 0 {
 				b.Errorf("per-key state left after the keys went idle: %d keys", nk)
 			}
