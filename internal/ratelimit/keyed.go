@@ -225,11 +225,11 @@ func (l *Limiter) decideKeyed(g *group, out []Decision, sent time.Time) error {
 					cc := g.rule.Concurrency
 					d.slotTTL, d.sent = cc.SlotTTL.D(), sent
 					if cc.Limit == 1 { // admitkeyed.lua's :k1: the value, until now + ttl
-						d.slot, d.runKey, d.one = g.vals[pos], oneKey, new(oneClaim)
+						d.slot, d.runKey, d.rel, d.one = g.vals[pos], oneKey, relOne, new(oneClaim)
 						d.one.exp.Store(now + cc.SlotTTL.D().Milliseconds())
 						d.one.at.Store(sentMono)
 					} else {
-						d.slot, d.runKey = c.prefix+strconv.Itoa(k+1)+":"+g.vals[pos], runKey // its slot id
+						d.slot, d.runKey, d.rel = c.prefix+strconv.Itoa(k+1)+":"+g.vals[pos], runKey, relKeyed // its slot id
 					}
 				}
 				continue

@@ -677,13 +677,18 @@ func TestKeyedLimitChangeKeepsHolders(t *testing.T) {
 // A limit-1 release goes as a plain ZREM only while fresh; one put back
 // after a failure never is.
 func TestOneReleaseFreshness(t *testing.T) {
-	triples := []any{"a", int64(100), int64(50), "b", int64(200), int64(10), "c", int64(300), int64(0)}
-	fresh, vals, claims := oneArgs(triples, 20)
+	es := []relEntry{{"a", 100, 50}, {"b", 200, 10}, {"c", 300, 0}}
+	fresh, vals, claims := oneArgs(es, 20)
 	if fmt.Sprint(fresh, vals, claims) != "[a] [b c] [200 300]" {
 		t.Fatalf("at 20: fresh %v, checked %v %v", fresh, vals, claims)
 	}
-	fresh, vals, _ = oneArgs(stale(triples), 0)
-	if len(fresh) != 0 || len(vals) != 3 || triples[2] != int64(50) {
-		t.Fatalf("put back: fresh %v, checked %v (input changed: %v)", fresh, vals, triples)
+	var r releases
+	q := relQueue{args: map[string][]relEntry{"k": es}, kinds: map[string]relKind{"k": relOne}}
+	failedCmd := redis.NewIntCmd(t.Context())
+	failedCmd.SetErr(errors.New("boom"))
+	r.putBack(q, map[string][]redis.Cmder{"k": {failedCmd}})
+	fresh, vals, _ = oneArgs(r.take().args["k"], 0)
+	if len(fresh) != 0 || len(vals) != 3 {
+		t.Fatalf("put back: fresh %v, checked %v", fresh, vals)
 	}
 }

@@ -153,7 +153,8 @@ type Decision struct {
 	slotTTL time.Duration // the slot's TTL when it was taken (Refresh renews it by as much)
 	sent    time.Time     // this process's clock (monotonic) when Admit sent the script that took it
 	window  int64         // quota window (start ms) an admitted item counted in (type scope)
-	runKey  string        // keyed rule: its type's :ks or :k1, where Done and Refresh find the slot
+	runKey  string        // the slot's set, where Done and Refresh find it: the type's :run, or a keyed rule's :ks or :k1
+	rel     relKind       // the kind of that set
 	one     *oneClaim     // keyed rule with a limit of 1: the holder's claim on its slot in :k1
 }
 
@@ -450,6 +451,7 @@ func (l *Limiter) decide(g *group, items []Item, out []Decision, sent time.Time)
 					d.slot = c.prefix + strconv.Itoa(k+1)
 					d.slotTTL = g.rule.Concurrency.SlotTTL.D()
 					d.sent = sent
+					d.runKey, d.rel = g.keys[keyRunning], relType
 				}
 				d.window = st.windowStart
 				continue
@@ -539,16 +541,15 @@ func (l *Limiter) giveBack(ctx context.Context, groups []*group, out []Decision)
 	for _, g := range groups {
 		var slots []any
 		for _, i := range g.idx {
-			if s := out[i].slot; s != "" {
-				if k := out[i].runKey; k != "" { // a keyed rule's
-					if c := out[i].one; c != nil {
-						_ = releaseOneScript.Run(ctx, l.rdb, []string{k}, s, c.exp.Load()).Err()
-					} else {
-						_ = releaseKeyedScript.Run(ctx, l.rdb, []string{k}, s).Err()
-					}
-					continue
-				}
-				slots = append(slots, s)
+			d := &out[i]
+			switch {
+			case d.slot == "":
+			case d.rel == relOne:
+				_ = releaseOneScript.Run(ctx, l.rdb, []string{d.runKey}, d.slot, d.one.exp.Load()).Err()
+			case d.rel == relKeyed:
+				_ = releaseKeyedScript.Run(ctx, l.rdb, []string{d.runKey}, d.slot).Err()
+			default:
+				slots = append(slots, d.slot)
 			}
 		}
 		if len(slots) > 0 {
@@ -604,12 +605,12 @@ func (l *Limiter) Done(ctx context.Context, it Item, d Decision) error {
 	}
 	// release.go: with the next Admit, or within releaseDelay
 	switch {
-	case d.one != nil:
-		l.release(d.runKey, relOne, d.slot, d.one.exp.Load(), d.one.at.Load()+int64(d.slotTTL/2))
-	case d.runKey != "":
-		l.release(d.runKey, relKeyed, d.slot)
+	case d.rel == relOne:
+		l.release(d.runKey, relOne, relEntry{slot: d.slot, claim: d.one.exp.Load(), fresh: d.one.at.Load() + int64(d.slotTTL/2)})
+	case d.runKey == "": // a Decision made by hand
+		l.release(typeKeys(l.ns, it.Type)[keyRunning], relType, relEntry{slot: d.slot})
 	default:
-		l.release(typeKeys(l.ns, it.Type)[keyRunning], relType, d.slot)
+		l.release(d.runKey, d.rel, relEntry{slot: d.slot})
 	}
 	return nil
 }
@@ -633,17 +634,17 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 		return true, nil // no limit any more: nothing to hold
 	}
 	key := d.runKey
-	if key == "" {
+	if key == "" { // a Decision made by hand
 		key = typeKeys(l.ns, it.Type)[keyRunning]
 	}
 	if l.rel.has(key, d.slot) {
 		return false, nil // released by Done, on its way to Redis
 	}
 	args := []any{d.slotTTL.Milliseconds(), d.slot, "0"}
-	switch {
-	case d.one != nil:
+	switch d.rel {
+	case relOne:
 		args = append(args[:2], "2", d.one.exp.Load())
-	case d.runKey != "":
+	case relKeyed:
 		args[2] = "1"
 	}
 	at := mono()
@@ -651,7 +652,7 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("refresh slot %s: %w", it.Type, err)
 	}
-	if d.one != nil && v > 1 { // the claim the next Refresh and Done present
+	if d.rel == relOne && v > 1 { // the claim the next Refresh and Done present
 		d.one.exp.Store(v)
 		d.one.at.Store(at)
 	}

@@ -48,12 +48,19 @@ var monoEpoch = time.Now()
 // mono is this process' monotonic clock, in ns.
 func mono() int64 { return int64(time.Since(monoEpoch)) }
 
+// relEntry is a queued release: the slot (in :k1, the value) and, for a
+// limit-1 keyed slot, its holder's claim and until when (mono) it is fresh.
+type relEntry struct {
+	slot         string
+	claim, fresh int64
+}
+
 // releases is a Limiter's queue of slots to free.
 type releases struct {
 	mu      sync.Mutex
-	pending map[string][]any   // slot set key -> the arguments of its release
-	kinds   map[string]relKind // the kind of each key of pending
-	armed   bool               // a flush is scheduled
+	pending map[string][]relEntry // slot set key -> its queued releases
+	kinds   map[string]relKind    // the kind of each key of pending
+	armed   bool                  // a flush is scheduled
 	// sending is held by Flush from taking the queue until Redis
 	// answered, and by an Admit while it takes the queue: an Admit after
 	// a Done waits for a flush in flight that carries that Done's slot,
@@ -61,28 +68,28 @@ type releases struct {
 	sending sync.Mutex
 }
 
-// relQueue is a taken queue: the arguments per key and the keys' kinds.
+// relQueue is a taken queue: the releases per key and the keys' kinds.
 type relQueue struct {
-	args  map[string][]any
+	args  map[string][]relEntry
 	kinds map[string]relKind
 }
 
-// add queues the release arguments of a slot of the set key; it reports
-// whether the caller must schedule a flush.
-func (r *releases) add(key string, kind relKind, args ...any) (arm bool) {
+// add queues the release of a slot of the set key; it reports whether
+// the caller must schedule a flush.
+func (r *releases) add(key string, kind relKind, e relEntry) (arm bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.put(key, kind, args)
+	r.put(key, kind, e)
 	arm, r.armed = !r.armed, true
 	return arm
 }
 
 // put appends to the queue; r.mu is held.
-func (r *releases) put(key string, kind relKind, args []any) {
+func (r *releases) put(key string, kind relKind, es ...relEntry) {
 	if r.pending == nil {
-		r.pending, r.kinds = make(map[string][]any), make(map[string]relKind)
+		r.pending, r.kinds = make(map[string][]relEntry), make(map[string]relKind)
 	}
-	r.pending[key] = append(r.pending[key], args...)
+	r.pending[key] = append(r.pending[key], es...)
 	r.kinds[key] = kind
 }
 
@@ -93,8 +100,8 @@ func (r *releases) has(key, slot string) bool {
 	defer r.sending.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range r.pending[key] {
-		if s == slot {
+	for _, e := range r.pending[key] {
+		if e.slot == slot {
 			return true
 		}
 	}
@@ -110,16 +117,17 @@ func (r *releases) take() relQueue {
 	return q
 }
 
-// putBack queues again the releases of q whose command failed.
+// putBack queues again the releases of q whose command failed; none is
+// fresh any more (it may arrive after its slot expired).
 func (r *releases) putBack(q relQueue, cmds map[string][]redis.Cmder) (arm bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for key, args := range q.args {
+	for key, es := range q.args {
 		if failed(cmds[key]) {
-			if q.kinds[key] == relOne {
-				args = stale(args) // it may arrive after the slot expired
+			for i := range es {
+				es[i].fresh = 0
 			}
-			r.put(key, q.kinds[key], args)
+			r.put(key, q.kinds[key], es...)
 		}
 	}
 	if len(r.pending) > 0 && !r.armed {
@@ -165,16 +173,17 @@ func (q relQueue) queue(ctx context.Context, pipe redis.Pipeliner) map[string][]
 	run := func(s *redis.Script, key string, args []any) {
 		cmds[key] = append(cmds[key], s.EvalSha(ctx, pipe, []string{key}, args...))
 	}
-	for key, args := range q.args {
+	for key, es := range q.args {
 		switch q.kinds[key] {
 		case relType:
-			zrem(key, args)
+			zrem(key, slots(es))
 		case relKeyed:
+			args := slots(es)
 			for from := 0; from < len(args); from += releaseChunk {
 				run(releaseKeyedScript, key, args[from:min(from+releaseChunk, len(args))])
 			}
 		case relOne:
-			fresh, vals, claims := oneArgs(args, mono())
+			fresh, vals, claims := oneArgs(es, mono())
 			if len(fresh) > 0 {
 				zrem(key, fresh)
 			}
@@ -187,25 +196,25 @@ func (q relQueue) queue(ctx context.Context, pipe redis.Pipeliner) map[string][]
 	return cmds
 }
 
-// oneArgs splits the (value, claim, fresh until) triples of a :k1 key
-// into the values fresh at now (for a ZREM) and the values and claims of
-// the others (for releaseone.lua).
-func oneArgs(triples []any, now int64) (fresh, vals, claims []any) {
-	for k := 0; k+2 < len(triples); k += 3 {
-		if until, _ := triples[k+2].(int64); now < until {
-			fresh = append(fresh, triples[k])
+// oneArgs splits the releases of a :k1 key into the values fresh at now
+// (for a ZREM) and the values and claims of the others (for
+// releaseone.lua).
+func oneArgs(es []relEntry, now int64) (fresh, vals, claims []any) {
+	for _, e := range es {
+		if now < e.fresh {
+			fresh = append(fresh, e.slot)
 			continue
 		}
-		vals, claims = append(vals, triples[k]), append(claims, triples[k+1])
+		vals, claims = append(vals, e.slot), append(claims, e.claim)
 	}
 	return fresh, vals, claims
 }
 
-// stale returns triples with none fresh (a release put back).
-func stale(triples []any) []any {
-	out := slices.Clone(triples)
-	for k := 2; k < len(out); k += 3 {
-		out[k] = int64(0)
+// slots returns the slot ids of es, for a command's arguments.
+func slots(es []relEntry) []any {
+	out := make([]any, len(es))
+	for i, e := range es {
+		out[i] = e.slot
 	}
 	return out
 }
@@ -221,8 +230,8 @@ func (q relQueue) hasKeyed() bool {
 }
 
 // release queues the release of a slot and schedules a flush when none is.
-func (l *Limiter) release(key string, kind relKind, args ...any) {
-	if l.rel.add(key, kind, args...) {
+func (l *Limiter) release(key string, kind relKind, e relEntry) {
+	if l.rel.add(key, kind, e) {
 		time.AfterFunc(releaseDelay, l.flushReleases)
 	}
 }
