@@ -44,6 +44,7 @@ type env struct {
 	cluster *testenv.RedisCluster
 	nodes   []*redis.Client // one per master, for INFO
 	kafka   *testenv.Kafka
+	broker  *broker      // the kfake child process (broker.go)
 	hc      *http.Client // probes and /metrics
 	api     []*client.Client
 	daemons []*proc
@@ -86,7 +87,7 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 	}
 	e.mapShards()
 	etcd := testenv.StartEtcd(scope)
-	e.kafka = testenv.StartKafkaPartitions(scope, int32(partitions), tasksTopic, burstTopic, deadTopic, outTopic)
+	e.broker, e.kafka = startBroker(scope, partitions, tasksTopic, burstTopic, deadTopic, outTopic)
 	e.startConsumer()
 	e.startWebhook()
 	infra := time.Since(t0)
@@ -373,11 +374,12 @@ type cpuSnap struct {
 	at                       time.Time
 	masters                  []time.Duration // INFO cpu of every master
 	daemons, events, workers time.Duration   // /proc/<pid>/stat, summed
-	bench                    time.Duration   // this process: kfake, etcd, the webhook, the consumer, the clients
+	broker                   time.Duration   // the kfake child's /proc/<pid>/stat
+	bench                    time.Duration   // this process: etcd, the webhook sink, the consumer, the clients
 }
 
 func (e *env) cpuSnap() cpuSnap {
-	s := cpuSnap{at: time.Now(), masters: e.redisCPU(), bench: selfCPU()}
+	s := cpuSnap{at: time.Now(), masters: e.redisCPU(), bench: selfCPU(), broker: e.broker.cpu()}
 	sum := func(ps []*proc) time.Duration {
 		var d time.Duration
 		for _, p := range ps {
@@ -400,6 +402,7 @@ type Cores struct {
 	Daemons       float64 `json:"daemons"`
 	Events        float64 `json:"events"`
 	Workers       float64 `json:"workers"`
+	Broker        float64 `json:"broker"`
 	Bench         float64 `json:"bench_process"`
 	Total         float64 `json:"total"`
 }
@@ -407,7 +410,7 @@ type Cores struct {
 // coresBusy is the cores each kind kept busy between a and b.
 func coresBusy(a, b cpuSnap) Cores {
 	w := b.at.Sub(a.at).Seconds()
-	c := Cores{Method: "CPU time used between two instants / the wall time between them: INFO cpu of every master, /proc/<pid>/stat of every delayq process, getrusage of the bench process (the in-process kfake broker and etcd, the webhook server, the Kafka consumer, the scheduling clients)", Seconds: w}
+	c := Cores{Method: "CPU time used between two instants / the wall time between them: INFO cpu of every master, /proc/<pid>/stat of every delayq process and of the kfake broker (a child process), getrusage of the bench process (etcd, the webhook sink, the Kafka consumer, the scheduling clients)", Seconds: w}
 	if w <= 0 {
 		return c
 	}
@@ -419,12 +422,50 @@ func coresBusy(a, b cpuSnap) Cores {
 	c.Daemons = (b.daemons - a.daemons).Seconds() / w
 	c.Events = (b.events - a.events).Seconds() / w
 	c.Workers = (b.workers - a.workers).Seconds() / w
+	c.Broker = (b.broker - a.broker).Seconds() / w
 	c.Bench = (b.bench - a.bench).Seconds() / w
-	c.Total = c.Redis + c.Daemons + c.Events + c.Workers + c.Bench
+	c.Total = c.Redis + c.Daemons + c.Events + c.Workers + c.Broker + c.Bench
 	return c
 }
 
 func (c Cores) String() string {
-	return fmt.Sprintf("redis %.2f (busiest master %.2f), daemons %.2f, events %.2f, workers %.2f, bench process %.2f; total %.2f",
-		c.Redis, c.BusiestMaster, c.Daemons, c.Events, c.Workers, c.Bench, c.Total)
+	return fmt.Sprintf("redis %.2f (busiest master %.2f), daemons %.2f, events %.2f, workers %.2f, broker %.2f, bench process %.2f; total %.2f",
+		c.Redis, c.BusiestMaster, c.Daemons, c.Events, c.Workers, c.Broker, c.Bench, c.Total)
+}
+
+// PerTask is the CPU each kind of process used per task over a phase,
+// from before its tasks were scheduled until the last was seen (µs):
+// Pipeline is delayq's own sum (daemons, events, work processes and
+// redis-server); the broker and the bench process (the webhook sink, the
+// consumer, the scheduling clients, etcd) are apart.
+type PerTask struct {
+	Method   string  `json:"method"`
+	Daemons  float64 `json:"daemons_us"`
+	Events   float64 `json:"events_us"`
+	Workers  float64 `json:"workers_us"`
+	Redis    float64 `json:"redis_us"`
+	Pipeline float64 `json:"pipeline_us"`
+	Broker   float64 `json:"broker_us"`
+	Bench    float64 `json:"bench_process_us"`
+}
+
+// perTask divides the CPU each kind used between a and z by n tasks.
+func perTask(a, z cpuSnap, n int) PerTask {
+	p := PerTask{Method: "CPU time used from before the phase's tasks were scheduled until the last was seen (and the finishes settled), per task: /proc/<pid>/stat of every delayq process and of the kfake broker, INFO cpu of every master, getrusage of the bench process; idle work in the window (pollers, elections) included"}
+	if n <= 0 {
+		return p
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(n) }
+	for i := range a.masters {
+		p.Redis += us(z.masters[i] - a.masters[i])
+	}
+	p.Daemons, p.Events, p.Workers = us(z.daemons-a.daemons), us(z.events-a.events), us(z.workers-a.workers)
+	p.Pipeline = p.Daemons + p.Events + p.Workers + p.Redis
+	p.Broker, p.Bench = us(z.broker-a.broker), us(z.bench-a.bench)
+	return p
+}
+
+func (p PerTask) String() string {
+	return fmt.Sprintf("daemons %.1f + events %.1f + work %.1f + redis %.1f = pipeline %.1f µs; broker %.1f, bench process (webhook sink, consumer, clients, etcd) %.1f",
+		p.Daemons, p.Events, p.Workers, p.Redis, p.Pipeline, p.Broker, p.Bench)
 }

@@ -107,6 +107,9 @@ type Rate struct {
 	// Cores: schedule, the whole phase; burst and handled, from T to the
 	// last task seen
 	Cores Cores `json:"cores_busy"`
+	// PerTask: burst and handled, from before the scheduling to the last
+	// task seen (env.go)
+	PerTask PerTask `json:"cpu_per_task"`
 }
 
 // CPU is redis-server CPU per task.
@@ -118,12 +121,13 @@ type CPU struct {
 
 // LagResult is the steady stream's lag.
 type LagResult struct {
-	Method   string `json:"method"`
-	Tasks    int    `json:"tasks"`
-	Failed   int    `json:"failed,omitempty"`
-	Consumer Lags   `json:"consumer"`
-	Webhook  Lags   `json:"webhook"`
-	RedisCPU CPU    `json:"redis_cpu"`
+	Method   string  `json:"method"`
+	Tasks    int     `json:"tasks"`
+	Failed   int     `json:"failed,omitempty"`
+	Consumer Lags    `json:"consumer"`
+	Webhook  Lags    `json:"webhook"`
+	RedisCPU CPU     `json:"redis_cpu"`
+	PerTask  PerTask `json:"cpu_per_task"`
 }
 
 // Lags are quantiles in milliseconds.
@@ -164,9 +168,12 @@ func (b *run) note(f string, args ...any) {
 	sayMu.Unlock()
 }
 
-const disclaimer = "All processes (redis-server masters, daemons, event and work processes, etcd, kfake, the clients, the consumer and the webhook) share this machine's cores: on a small machine they compete for the same CPUs, so more masters cannot add CPU and the figures show the method, not the scaling. Run the same command on a machine with more cores than processes to see the scaling; the Redis CPU per task per master is the figure that least depends on the machine."
+const disclaimer = "All processes (redis-server masters, daemons, event and work processes, kfake, etcd, the clients, the consumer and the webhook) share this machine's cores: on a small machine they compete for the same CPUs, so more masters cannot add CPU and the figures show the method, not the scaling. Run the same command on a machine with more cores than processes to see the scaling; the Redis CPU per task per master is the figure that least depends on the machine."
 
 func main() {
+	if serveBroker() { // this program re-run as the Kafka broker (broker.go)
+		return
+	}
 	cfg := parseFlags()
 	root, err := host.RepoRoot()
 	if err != nil {
@@ -293,17 +300,18 @@ func runK(tb *tbenv.TB, cfg *config, bin string, k int) *KRun {
 func summary(r *Results) {
 	say("")
 	say("## summary (%d CPUs, load average %s -> %s)", r.CPUs, r.LoadStart, r.LoadEnd)
-	say("%-7s %-7s %-14s %-14s %-14s %-22s %-22s %-22s %s", "masters", "shards", "schedule/s", "burst/s", "handled/s", "lag consumer p50/p99", "lag webhook p50/p99", "redis µs/task/master", "(handled: schedule..finish, max master / sum)")
+	say("%-7s %-7s %-14s %-14s %-14s %-22s %-22s %-22s %-24s %s", "masters", "shards", "schedule/s", "burst/s", "handled/s", "lag consumer p50/p99", "lag webhook p50/p99", "redis µs/task/master", "pipeline µs/task", "(handled: schedule..finish, max master / sum; pipeline: daemons+events+work+redis, handled / steady)")
 	for _, k := range r.Runs {
 		maxUs := 0.0
 		for _, v := range k.Handled.RedisCPU.PerMasterUs {
 			maxUs = max(maxUs, v)
 		}
-		say("%-7d %-7d %-14.0f %-14.0f %-14.0f %-22s %-22s %-22s",
+		say("%-7d %-7d %-14.0f %-14.0f %-14.0f %-22s %-22s %-22s %-24s",
 			k.Masters, k.Shards, k.Schedule.Rate, k.Burst.Rate, k.Handled.Rate,
 			fmt.Sprintf("%.1f / %.1f ms", k.Lag.Consumer.P50, k.Lag.Consumer.P99),
 			fmt.Sprintf("%.1f / %.1f ms", k.Lag.Webhook.P50, k.Lag.Webhook.P99),
-			fmt.Sprintf("%.1f / %.1f", maxUs, k.Handled.RedisCPU.SumUs))
+			fmt.Sprintf("%.1f / %.1f", maxUs, k.Handled.RedisCPU.SumUs),
+			fmt.Sprintf("%.1f / %.1f", k.Handled.PerTask.Pipeline, k.Lag.PerTask.Pipeline))
 	}
 	if len(r.Notes) > 0 {
 		say("notes:")
@@ -333,7 +341,7 @@ func parseFlags() *config {
 	flag.DurationVar(&cfg.timeout, "timeout", 60*time.Second, "how long a phase waits after its last due time")
 	flag.BoolVar(&cfg.short, "short", false, "small sizes: the whole run in under 2 minutes")
 	flag.StringVar(&cfg.outFile, "out", "", "write the results as JSON to this file")
-	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write CPU profiles of this process (the in-process kfake broker and etcd, the webhook, the consumer, the clients) over the windows of the schedule, burst and handled phases to PREFIX-k<masters>-<phase>.prof")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write CPU profiles of this process (etcd, the webhook, the consumer, the clients; the broker is a child process) over the windows of the schedule, burst and handled phases to PREFIX-k<masters>-<phase>.prof")
 	flag.Parse()
 	for f := range strings.SplitSeq(*masters, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

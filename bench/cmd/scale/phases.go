@@ -169,6 +169,7 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	p.tap.cur.Store(w)
 	defer p.tap.cur.Store(nil)
 	c0 := b.e.redisCPU()
+	pre := b.e.cpuSnap() // the CPU per task covers the scheduling too
 	// the cores busy from T on (the scheduling before T is not the phase's)
 	type started struct {
 		snap cpuSnap
@@ -195,6 +196,7 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	s0 := st.snap
 	time.Sleep(p.settle)
 	c1 := b.e.redisCPU()
+	post := b.e.cpuSnap()
 	r.Seen, r.Dups = n, dups
 	if n == 0 {
 		b.note("k=%d %s: no %s within %v of the due time", b.e.k, p.phase, p.one, b.cfg.timeout)
@@ -210,6 +212,8 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 		b.e.k, p.phase, n, p.what, span.Round(time.Millisecond), r.Rate, p.unit, p.one, r.FirstMs, p.dupName, dups, r.Method)
 	r.RedisCPU = b.cpuPerTask(p.phase, c0, c1, n)
 	r.Cores = b.cores(p.phase, s0, endSnap)
+	r.PerTask = perTask(pre, post, n)
+	say("k=%d %-9s CPU per task, scheduling to the last %s: %s", b.e.k, p.phase, p.one, r.PerTask)
 }
 
 // cores prints and returns the cores each kind of process kept busy
@@ -237,6 +241,7 @@ func (b *run) phaseLag() {
 	defer b.e.consumer.cur.Store(nil)
 	defer b.e.hook.cur.Store(nil)
 	c0 := b.e.redisCPU()
+	pre := b.e.cpuSnap()
 	took, failed := b.schedule(prefix, n, tasksTopic, func(i int) time.Time { return start.Add(time.Duration(i) * step) })
 	r := &b.res.Lag
 	r.Method = fmt.Sprintf("%d tasks due evenly over %v (%.0f/s), scheduled first (%v ahead) on %s; lag = receive time - dq-due-at, at the bench's franz-go consumer (fire lag) and at the webhook (end to end), first copy of each task",
@@ -249,6 +254,7 @@ func (b *run) phaseLag() {
 	okc := wc.wait(time.Until(end) + b.cfg.timeout)
 	okh := wh.wait(time.Until(end) + b.cfg.timeout)
 	c1 := b.e.redisCPU()
+	post := b.e.cpuSnap()
 	nc, _, _, lc, dc := wc.snapshot()
 	nh, _, _, lh, dh := wh.snapshot()
 	if !okc || !okh {
@@ -262,6 +268,8 @@ func (b *run) phaseLag() {
 	say("k=%d lag       webhook  (due -> call received): p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, max %.1f ms (%d tasks) [%s]",
 		b.e.k, r.Webhook.P50, r.Webhook.P99, r.Webhook.P999, r.Webhook.Max, nh, r.Method)
 	r.RedisCPU = b.cpuPerTask("lag", c0, c1, n)
+	r.PerTask = perTask(pre, post, n)
+	say("k=%d lag       CPU per task, scheduling to the last webhook call (a steady stream: idle work over %v included): %s", b.e.k, b.cfg.lagDur, r.PerTask)
 	say("k=%d lag       (at a steady %.0f/s most takes, claims and finishes carry one task or few: the per-call cost is not shared as in the bursts)", b.e.k, b.cfg.lagRate)
 }
 

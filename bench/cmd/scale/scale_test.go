@@ -55,13 +55,17 @@ func TestProcCPU(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("/proc/<pid>/stat is Linux's; elsewhere procCPU reports 0 by design")
 	}
+	// spin until this process used 300ms of CPU, by getrusage (a spin of
+	// 300ms of wall time got less than half of that on a loaded machine)
 	p0, s0 := procCPU(os.Getpid()), selfCPU()
-	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
-		// spin: CPU time, not sleep
+	for deadline := time.Now().Add(30 * time.Second); selfCPU()-s0 < 300*time.Millisecond; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no 300ms of CPU in 30s (getrusage: %v)", selfCPU()-s0)
+		}
 	}
 	p, s := procCPU(os.Getpid())-p0, selfCPU()-s0
-	if p < 150*time.Millisecond || s < 150*time.Millisecond {
-		t.Fatalf("after a 300ms spin: /proc %v, getrusage %v", p, s)
+	if p < 200*time.Millisecond {
+		t.Fatalf("after 300ms of CPU by getrusage (%v), /proc says %v", s, p)
 	}
 	if d := p - s; d > 60*time.Millisecond || d < -60*time.Millisecond {
 		t.Fatalf("/proc %v and getrusage %v differ by more than a few ticks", p, s)
@@ -77,11 +81,24 @@ func TestCoresBusy(t *testing.T) {
 	a := cpuSnap{at: t0, masters: []time.Duration{0, time.Second}, bench: time.Second}
 	b := cpuSnap{at: t0.Add(2 * time.Second), masters: []time.Duration{time.Second, 2*time.Second + 500*time.Millisecond},
 		daemons: time.Second, events: 500 * time.Millisecond, workers: 4 * time.Second, bench: 3 * time.Second}
+	b.broker = time.Second
 	c := coresBusy(a, b)
-	if c.Seconds != 2 || c.Redis != 1.25 || c.BusiestMaster != 0.75 || c.Daemons != 0.5 || c.Events != 0.25 || c.Workers != 2 || c.Bench != 1 || c.Total != 5 {
+	if c.Seconds != 2 || c.Redis != 1.25 || c.BusiestMaster != 0.75 || c.Daemons != 0.5 || c.Events != 0.25 || c.Workers != 2 || c.Broker != 0.5 || c.Bench != 1 || c.Total != 5.5 {
 		t.Fatalf("%+v", c)
 	}
 	if c := coresBusy(a, a); c.Total != 0 {
 		t.Fatalf("an empty window: %+v", c)
+	}
+}
+
+// perTask divides each kind's CPU time by the tasks; the pipeline is
+// delayq's own processes and Redis, the broker and the bench apart.
+func TestPerTask(t *testing.T) {
+	a := cpuSnap{masters: []time.Duration{0, time.Second}, broker: time.Second}
+	z := cpuSnap{masters: []time.Duration{time.Second, 3 * time.Second}, daemons: time.Second, events: 2 * time.Second,
+		workers: 4 * time.Second, broker: 2 * time.Second, bench: 5 * time.Second}
+	p := perTask(a, z, 1000)
+	if p.Redis != 3000 || p.Daemons != 1000 || p.Events != 2000 || p.Workers != 4000 || p.Pipeline != 10000 || p.Broker != 1000 || p.Bench != 5000 {
+		t.Fatalf("%+v", p)
 	}
 }
