@@ -30,7 +30,7 @@ func Main(name string, run RunFunc) {
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := WithTracing(name, run)(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	err := WithProfiling(WithTracing(name, run))(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	code := ExitCode(ctx, name, err, os.Stderr)
 	stop()
 	os.Exit(code)
