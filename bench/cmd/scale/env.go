@@ -65,7 +65,9 @@ type procCounts struct{ daemons, events, workers int }
 
 // startEnv builds the whole system for k masters; everything stops when
 // scope closes.
-func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCounts, workConc int) *env {
+// With profile, process 0 of each kind serves its runtime profiles
+// (DQ_PPROF_ADDR; remoteProfiles reads them).
+func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCounts, workConc int, profile bool) *env {
 	e := &env{
 		scope: scope, k: k, shards: shards,
 		hc:       &http.Client{Timeout: 5 * time.Second},
@@ -105,6 +107,10 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 	with := func(extra map[string]string) (string, map[string]string) {
 		addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(scope))
 		m := map[string]string{"DQ_HTTP_ADDR": addr}
+		if profile && extra["first"] == "1" {
+			m["DQ_PPROF_ADDR"] = "127.0.0.1:" + strconv.Itoa(testenv.FreePort(scope))
+		}
+		delete(extra, "first")
 		for k, v := range common {
 			m[k] = v
 		}
@@ -115,7 +121,7 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 	}
 	t1 := time.Now()
 	for i := range pc.daemons {
-		addr, m := with(map[string]string{"DQ_JOURNAL_DIR": scope.TempDir()})
+		addr, m := with(map[string]string{"DQ_JOURNAL_DIR": scope.TempDir(), "first": first(i)})
 		p := startProc(scope, e.hc, bin, "daemon", i, addr, m)
 		e.daemons = append(e.daemons, p)
 		tr := &http.Transport{MaxIdleConnsPerHost: 64}
@@ -126,6 +132,7 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 		addr, m := with(map[string]string{
 			"DQ_PROCESS_ID":    fmt.Sprintf("scale-event-%d", i),
 			"DQ_DEFAULT_TOPIC": tasksTopic,
+			"first":            first(i),
 		})
 		e.events = append(e.events, startProc(scope, e.hc, bin, "event", i, addr, m))
 	}
@@ -134,6 +141,7 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 			"DQ_GROUP":       workerGroup,
 			"DQ_TOPICS":      tasksTopic,
 			"DQ_WEBHOOK_URL": e.hookURL,
+			"first":          first(i),
 		}
 		if workConc > 0 {
 			extra["DQ_WORK_CONCURRENCY"] = strconv.Itoa(workConc)
@@ -152,6 +160,14 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 	say("k=%d: infrastructure up in %v (cluster %v, etcd, kfake %d partitions), %d daemon(s), %d event, %d work process(es) healthy and every shard led %v later",
 		k, infra.Round(10*time.Millisecond), e.cluster.Addrs, partitions, pc.daemons, pc.events, pc.workers, time.Since(t1).Round(10*time.Millisecond))
 	return e
+}
+
+// first marks process 0 of a kind (startEnv's "first" setting).
+func first(i int) string {
+	if i == 0 {
+		return "1"
+	}
+	return "0"
 }
 
 func (e *env) all() []*proc {

@@ -18,6 +18,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -52,6 +54,7 @@ type config struct {
 	short              bool
 	outFile            string
 	cpuProfile         string
+	remoteProfile      time.Duration
 	shardsDesc, sizing string
 }
 
@@ -239,6 +242,7 @@ func (b *run) startCPUProfile(phase string) func() {
 	if b.cfg.cpuProfile == "" {
 		return func() {}
 	}
+	remote := b.remoteProfiles(phase)
 	path := fmt.Sprintf("%s-k%d-%s.prof", b.cfg.cpuProfile, b.e.k, phase)
 	f, err := os.Create(path)
 	if err != nil {
@@ -252,7 +256,40 @@ func (b *run) startCPUProfile(phase string) func() {
 		if err := f.Close(); err != nil {
 			b.e.scope.Errorf("-cpuprofile: %v", err)
 		}
+		remote()
 	}
+}
+
+// remoteProfiles starts reading a CPU profile of every process serving
+// its profiles (process 0 of each kind, DQ_PPROF_ADDR) over the next
+// cfg.remoteProfile, into prefix-k<k>-<phase>-<kind><i>.prof, and returns
+// what waits for them.
+func (b *run) remoteProfiles(phase string) (wait func()) {
+	var wg sync.WaitGroup
+	secs := max(int(b.cfg.remoteProfile.Seconds()), 1)
+	for _, p := range b.e.all() {
+		if p.pprof == "" {
+			continue
+		}
+		path := fmt.Sprintf("%s-k%d-%s-%s.prof", b.cfg.cpuProfile, b.e.k, phase, strings.ReplaceAll(p.name, " ", ""))
+		wg.Go(func() {
+			hc := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+			resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprof, secs))
+			if err != nil {
+				b.note("k=%d %s: profile of %s: %v", b.e.k, phase, p.name, err)
+				return
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err == nil && resp.StatusCode == http.StatusOK {
+				err = os.WriteFile(path, data, 0o644)
+			}
+			if err != nil || resp.StatusCode != http.StatusOK {
+				b.note("k=%d %s: profile of %s: status %d, %v", b.e.k, phase, p.name, resp.StatusCode, err)
+			}
+		})
+	}
+	return wg.Wait
 }
 
 // runK measures one master count in a scope of its own: all of it stops
@@ -272,7 +309,7 @@ func runK(tb *tbenv.TB, cfg *config, bin string, k int) *KRun {
 	say("## k=%d masters: %d shards, %d daemon(s), %d event, %d work process(es); load average %s", k, shards, pc.daemons, pc.events, pc.workers, kr.LoadBefore)
 	scope := tb.Sub("k=" + strconv.Itoa(k))
 	defer scope.Close()
-	e := startEnv(scope, bin, k, shards, cfg.partitions, pc, cfg.workConc)
+	e := startEnv(scope, bin, k, shards, cfg.partitions, pc, cfg.workConc, cfg.cpuProfile != "")
 	kr.ShardsPerMaster = e.shardsPerMaster
 	kr.NamespaceMaster = e.nsMaster
 	say("k=%d shards per master (CLUSTER KEYSLOT of {%s:<shard>} against each master's slot range): %s; the namespace-wide keys {%s} (meta, wake channel) on m%d",
@@ -341,6 +378,7 @@ func parseFlags() *config {
 	flag.DurationVar(&cfg.timeout, "timeout", 60*time.Second, "how long a phase waits after its last due time")
 	flag.BoolVar(&cfg.short, "short", false, "small sizes: the whole run in under 2 minutes")
 	flag.StringVar(&cfg.outFile, "out", "", "write the results as JSON to this file")
+	flag.DurationVar(&cfg.remoteProfile, "remote-profile", 3*time.Second, "with -cpuprofile, how long the CPU profile of process 0 of each kind (served on DQ_PPROF_ADDR) lasts from each window's start")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write CPU profiles of this process (etcd, the webhook, the consumer, the clients; the broker is a child process) over the windows of the schedule, burst and handled phases to PREFIX-k<masters>-<phase>.prof")
 	flag.Parse()
 	for f := range strings.SplitSeq(*masters, ",") {

@@ -19,11 +19,12 @@ import (
 
 // proc is one child process of a delayq binary.
 type proc struct {
-	name string // "daemon 0", "event 1", ...
-	addr string // DQ_HTTP_ADDR, 127.0.0.1:port
-	cmd  *exec.Cmd
-	out  *tail
-	done chan struct{}
+	name  string // "daemon 0", "event 1", ...
+	addr  string // DQ_HTTP_ADDR, 127.0.0.1:port
+	pprof string // DQ_PPROF_ADDR when it serves its profiles, else ""
+	cmd   *exec.Cmd
+	out   *tail
+	done  chan struct{}
 }
 
 // startProc starts bin under the name role (the dq binary runs the
@@ -31,7 +32,7 @@ type proc struct {
 // added to this process's environment, registers its stop with scope and
 // waits until /healthz answers 200.
 func startProc(scope *tbenv.TB, hc *http.Client, bin, role string, i int, addr string, env map[string]string) *proc {
-	p := &proc{name: role + " " + strconv.Itoa(i), addr: addr, out: &tail{max: 64 << 10}, done: make(chan struct{})}
+	p := &proc{name: role + " " + strconv.Itoa(i), addr: addr, pprof: env["DQ_PPROF_ADDR"], out: &tail{max: 64 << 10}, done: make(chan struct{})}
 	cmd := exec.Command(bin)
 	cmd.Args[0] = role
 	cmd.Env = os.Environ()
