@@ -31,6 +31,8 @@ func TestMain(m *testing.M) {
 		if err := goleak.Find(
 			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1

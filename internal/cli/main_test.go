@@ -27,6 +27,10 @@ func TestMain(m *testing.M) {
 		// and gRPC balancer goroutines that outlive a closed server.
 		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
 		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		// the webhooks' fast client: its cleaners end some time after its
+		// idle connections were closed
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 	)
 }
 

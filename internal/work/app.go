@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -35,7 +37,8 @@ type App struct {
 	rdb    redis.UniversalClient
 	worker *worker.Worker
 	srv    *admin.Server
-	client *http.Client        // shared by the webhooks
+	client *http.Client        // shared by the webhooks (and hooks)
+	fast   *fasthttp.Client    // shared by the webhooks no proxy applies to (webhookfast.go)
 	limits *limits             // nil without DQ_ETCD_ENDPOINTS
 	pause  *pause.Watcher      // nil without DQ_ETCD_ENDPOINTS
 	procs  *registry.Registrar // nil without DQ_ETCD_ENDPOINTS
@@ -235,12 +238,14 @@ func (a *App) handleWebhooks() error {
 		return err
 	}
 	a.client = NewHTTPClient(cfg.Concurrency, webhookTLS)
+	a.fast = NewFastClient(cfg.Concurrency, webhookTLS)
 	secret := []byte(cfg.WebhookSecret)
 	if cfg.WebhookURL != "" {
 		h, err := NewWebhook(cfg.WebhookURL, 0, secret, a.client)
 		if err != nil {
 			return err
 		}
+		a.useFast(h)
 		a.worker.HandleDefault(h.Handle)
 	}
 	for typ, hc := range cfg.Webhooks {
@@ -248,9 +253,18 @@ func (a *App) handleWebhooks() error {
 		if err != nil {
 			return fmt.Errorf("type %q: %w", typ, err)
 		}
+		a.useFast(h)
 		a.worker.Handle(typ, h.Handle)
 	}
 	return nil
+}
+
+// useFast sends h's requests through the fast client unless a proxy from
+// the environment applies to its URL (webhookfast.go).
+func (a *App) useFast(h *Webhook) {
+	if UseFast(h.URL) {
+		h.Fast = a.fast
+	}
 }
 
 // listen binds the admin HTTP server, ready while the worker consumes and
@@ -448,6 +462,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	cancel()
 	a.client.CloseIdleConnections()
+	if a.fast != nil {
+		a.fast.CloseIdleConnections()
+	}
 	if a.limits != nil {
 		if cerr := a.limits.Close(); cerr != nil {
 			a.log.Warn("close etcd", "err", cerr)

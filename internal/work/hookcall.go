@@ -194,7 +194,11 @@ func (c *hookCaller) post(ctx context.Context, hook, url, target string, timeout
 	}
 	resp, err := c.client.Do(req)
 	if span != nil {
-		endWebhookSpan(span, resp, err)
+		status := 0
+		if err == nil {
+			status = resp.StatusCode
+		}
+		endWebhookSpan(span, status, err)
 	}
 	if err != nil {
 		err = config.RedactError(err) // its *url.Error holds the whole URL, query included

@@ -1,7 +1,9 @@
 package work
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -98,7 +100,9 @@ func TestPrintableExcerpt(t *testing.T) {
 	}
 }
 
-func TestWebhookRequest(t *testing.T) {
+func TestWebhookRequest(t *testing.T) { forEachClient(t, nil, testWebhookRequest) }
+
+func testWebhookRequest(t *testing.T, use func(*Webhook)) {
 	var got *http.Request
 	var body []byte
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,6 +115,7 @@ func TestWebhookRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	use(h)
 	due := time.UnixMilli(1700000000123)
 	tk := &worker.Task{ID: "order-1", Type: "order.cancel", Payload: []byte(`{"a":1}`), ContentType: "application/json",
 		Attempt: 2, MaxAttempts: 5, Gen: 9, DueAt: due}
@@ -141,7 +146,9 @@ func TestWebhookRequest(t *testing.T) {
 // The request carries the Standard Webhooks headers, which the public
 // verifier accepts, for a raw secret and a whsec_ one; the signature
 // covers the id, the attempt, the time and the body.
-func TestWebhookStandardSignature(t *testing.T) {
+func TestWebhookStandardSignature(t *testing.T) { forEachClient(t, nil, testWebhookStandardSignature) }
+
+func testWebhookStandardSignature(t *testing.T, use func(*Webhook)) {
 	var hdr http.Header
 	var body []byte
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -155,6 +162,7 @@ func TestWebhookStandardSignature(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		use(h)
 		h.now = func() time.Time { return sent }
 		tk := &worker.Task{ID: "order.1", Type: "t", Payload: []byte(`{"a":1}`), ContentType: "application/json", Attempt: 2, MaxAttempts: 5}
 		if err := h.Handle(t.Context(), tk); err != nil {
@@ -195,7 +203,9 @@ func TestWebhookStandardSignature(t *testing.T) {
 	}
 }
 
-func TestWebhookErrors(t *testing.T) {
+func TestWebhookErrors(t *testing.T) { forEachClient(t, nil, testWebhookErrors) }
+
+func testWebhookErrors(t *testing.T, use func(*Webhook)) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -238,6 +248,7 @@ func TestWebhookErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		use(h)
 		err = h.Handle(t.Context(), tk)
 		if err == nil || worker.IsPermanent(err) != c.permanent || !strings.Contains(err.Error(), c.contains) {
 			t.Errorf("%s: err %v (permanent %v), want permanent=%v containing %q", c.url, err, worker.IsPermanent(err), c.permanent, c.contains)
@@ -245,10 +256,32 @@ func TestWebhookErrors(t *testing.T) {
 	}
 	// the task's own deadline also ends the request (and is retried)
 	h, _ := NewWebhook(srv.URL+"/slow", 0, nil, client)
+	use(h)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	if err := h.Handle(ctx, tk); err == nil || worker.IsPermanent(err) {
+	if err := h.Handle(ctx, tk); err == nil || worker.IsPermanent(err) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("task deadline: %v", err)
+	}
+	// and its cancellation (a lost slot, the worker's hard stop) returns
+	// at once, naming the cause (the fast client's call goes on until its
+	// deadline: webhookfast.go)
+	ctx, cancel = context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	ctx, cancelNow := context.WithCancelCause(ctx)
+	time.AfterFunc(50*time.Millisecond, func() { cancelNow(errors.New("slot lost")) })
+	start := time.Now()
+	if err := h.Handle(ctx, tk); err == nil || !strings.Contains(err.Error(), "slot lost") || time.Since(start) > 400*time.Millisecond {
+		t.Errorf("cancelled after 50ms: %v after %v", err, time.Since(start))
+	}
+	// a long answer is read to its bounds, and the call still succeeds
+	big := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 1<<20))
+	}))
+	defer big.Close()
+	h, _ = NewWebhook(big.URL, 0, nil, client)
+	use(h)
+	if err := h.Handle(t.Context(), tk); err != nil {
+		t.Errorf("a 1 MiB answer: %v", err)
 	}
 	client.CloseIdleConnections()
 }
@@ -279,4 +312,12 @@ func FuzzParseRetryAfter(f *testing.F) {
 			t.Fatalf("%q: not ok but %v", v, d)
 		}
 	})
+}
+
+// forEachClient runs test with a webhook's net/http client and with its
+// fast client (webhookfast.go), both with tlsConf for https.
+func forEachClient(t *testing.T, tlsConf *tls.Config, test func(t *testing.T, use func(*Webhook))) {
+	t.Run("net/http", func(t *testing.T) { test(t, func(*Webhook) {}) })
+	fast := NewFastClient(2, tlsConf)
+	t.Run("fasthttp", func(t *testing.T) { test(t, func(h *Webhook) { h.Fast = fast }) })
 }
