@@ -580,21 +580,19 @@ func TestKeyedExpiredSlotFreesItsValue(t *testing.T) {
 	}
 	// the crashed holders' late Done changes nothing; a3's and a4's free
 	// the value, and its count goes
-	for i, it := range batch[:2] {
-		_ = l.Done(ctx, it, ds[i])
+	release := func(items []Item, ds []Decision) {
+		for i, it := range items {
+			_ = l.Done(ctx, it, ds[i])
+		}
+		if err := l.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := l.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release(batch[:2], ds)
 	if c := count(); c != 2 {
 		t.Fatalf("count %v after late releases of expired slots, want 2", c)
 	}
-	for i, it := range next[:2] {
-		_ = l.Done(ctx, it, ds2[i])
-	}
-	if err := l.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release(next[:2], ds2)
 	if n, err := rdb.ZCard(ctx, base+"ks").Result(); err != nil || n != 2 {
 		t.Fatalf("the slot set holds %d members (%v) with only b's slot held, want 2 (the slot, b's count)", n, err)
 	}

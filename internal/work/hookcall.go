@@ -194,11 +194,7 @@ func (c *hookCaller) post(ctx context.Context, hook, url, target string, timeout
 	}
 	resp, err := c.client.Do(req)
 	if span != nil {
-		status := 0
-		if err == nil {
-			status = resp.StatusCode
-		}
-		endWebhookSpan(span, status, err)
+		endHTTPSpan(span, resp, err)
 	}
 	if err != nil {
 		err = config.RedactError(err) // its *url.Error holds the whole URL, query included

@@ -155,11 +155,7 @@ func (h *Webhook) Handle(ctx context.Context, t *worker.Task) error {
 	}
 	resp, err := h.Client.Do(req)
 	if span != nil {
-		status := 0
-		if err == nil {
-			status = resp.StatusCode
-		}
-		endWebhookSpan(span, status, err)
+		endHTTPSpan(span, resp, err)
 	}
 	if err != nil {
 		// the *url.Error holds the whole URL, query included: redacted
@@ -291,6 +287,15 @@ func startWebhookSpan(ctx context.Context, name, target string, attrs ...attribu
 	return tracing.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(semconv.HTTPRequestMethodPost, semconv.URLFull(target)),
 		trace.WithAttributes(attrs...))
+}
+
+// endHTTPSpan is endWebhookSpan of a net/http call.
+func endHTTPSpan(span trace.Span, resp *http.Response, err error) {
+	status := 0
+	if err == nil {
+		status = resp.StatusCode
+	}
+	endWebhookSpan(span, status, err)
 }
 
 // endWebhookSpan sets a request's span's status from its answer's status
