@@ -637,7 +637,11 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 	if key == "" { // a Decision made by hand
 		key = typeKeys(l.ns, it.Type)[keyRunning]
 	}
-	if l.rel.has(key, d.slot) {
+	var claim int64 // relEntry.claim: a limit-1 keyed slot's, else 0
+	if d.rel == relOne {
+		claim = d.one.exp.Load()
+	}
+	if l.rel.has(key, d.slot, claim) {
 		return false, nil // released by Done, on its way to Redis
 	}
 	args := []any{d.slotTTL.Milliseconds(), d.slot, "0"}

@@ -93,15 +93,16 @@ func (r *releases) put(key string, kind relKind, es ...relEntry) {
 	r.kinds[key] = kind
 }
 
-// has reports whether slot of the set key waits to be freed, after any
-// flush in flight (which may carry it) reached Redis.
-func (r *releases) has(key, slot string) bool {
+// has reports whether slot of the set key (in :k1, with that claim: a
+// value's later holder is not its earlier one) waits to be freed, after
+// any flush in flight (which may carry it) reached Redis.
+func (r *releases) has(key, slot string, claim int64) bool {
 	r.sending.Lock()
 	defer r.sending.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.pending[key] {
-		if e.slot == slot {
+		if e.slot == slot && e.claim == claim {
 			return true
 		}
 	}

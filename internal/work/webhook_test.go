@@ -111,7 +111,8 @@ func testWebhookRequest(t *testing.T, use func(*Webhook)) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
-	h, err := NewWebhook(srv.URL+"/hook?token=abc", 0, []byte("s3"), NewHTTPClient(2, nil))
+	// credentials in the URL go as basic authentication
+	h, err := NewWebhook(strings.Replace(srv.URL, "http://", "http://svc:pw@", 1)+"/hook?token=abc", 0, []byte("s3"), NewHTTPClient(2, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +135,9 @@ func testWebhookRequest(t *testing.T, use func(*Webhook)) {
 	}
 	if got.Method != http.MethodPost || got.URL.Path != "/hook" || got.URL.Query().Get("token") != "abc" || string(body) != `{"a":1}` {
 		t.Errorf("request %s %s body %q", got.Method, got.URL, body)
+	}
+	if u, p, ok := got.BasicAuth(); !ok || u != "svc" || p != "pw" {
+		t.Errorf("basic auth %q %q %v, want the URL's", u, p, ok)
 	}
 	// no secret: no signature
 	h.Secret = nil
@@ -286,6 +290,15 @@ func testWebhookErrors(t *testing.T, use func(*Webhook)) {
 	client.CloseIdleConnections()
 }
 
+// The fast client is for plain http URLs without a proxy.
+func TestUseFast(t *testing.T) {
+	for u, want := range map[string]bool{"http://sink:8080/hook": true, "https://sink/hook": false, "::bad": false} {
+		if got := UseFast(u); got != want {
+			t.Errorf("UseFast(%q) = %v, want %v", u, got, want)
+		}
+	}
+}
+
 func TestNewWebhookChecksURL(t *testing.T) {
 	for _, u := range []string{"", "ftp://x/y", "http://", "/relative", "http://a b/", "gopher://user:pw@host/?q=secret"} {
 		if _, err := NewWebhook(u, 0, nil, nil); err == nil {
@@ -315,7 +328,8 @@ func FuzzParseRetryAfter(f *testing.F) {
 }
 
 // forEachClient runs test with a webhook's net/http client and with its
-// fast client (webhookfast.go), both with tlsConf for https.
+// fast client (webhookfast.go; tlsConf for https, which UseFast keeps on
+// net/http).
 func forEachClient(t *testing.T, tlsConf *tls.Config, test func(t *testing.T, use func(*Webhook))) {
 	t.Run("net/http", func(t *testing.T) { test(t, func(*Webhook) {}) })
 	fast := NewFastClient(2, tlsConf)

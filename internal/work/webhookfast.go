@@ -24,11 +24,11 @@ import (
 // request and answer over), fasthttp's ~10 µs with one goroutine per
 // request (BenchmarkWebhookClients; the webhook is ~45% of a work
 // process' CPU per task in bench-scale). It is used where it behaves as
-// net/http does for a webhook: HTTP/1.1, no redirects followed, the same
-// TLS settings, deadlines from the task's context and its cancellation
-// ending the call, answers read to the same bounds; not where a proxy
-// from the environment applies (HTTPS_PROXY, HTTP_PROXY, NO_PROXY: UseFast),
-// which only net/http honours here.
+// net/http does for a webhook: HTTP/1.1, no redirects followed,
+// credentials in the URL sent as basic authentication, deadlines from the
+// task's context and its cancellation ending the handler, answers read to
+// the same bounds; for plain http URLs that no proxy from the environment
+// (HTTP_PROXY, NO_PROXY) applies to (UseFast).
 
 // NewFastClient is the fast client the app's webhooks share: up to
 // 4×maxConns connections to a host (a request waits up to a minute for
@@ -57,10 +57,14 @@ func NewFastClient(maxConns int, tlsConf *tls.Config) *fasthttp.Client {
 }
 
 // UseFast reports whether a webhook to rawURL can use the fast client:
-// no proxy from the environment applies to it.
+// a plain http URL that no proxy from the environment applies to. An
+// https webhook stays on net/http: with TLS 1.3 a server that refuses the
+// client's certificate says so after the handshake, and fasthttp reports
+// that as a connection closed before the answer, losing the reason
+// ("certificate required") that an operator needs.
 func UseFast(rawURL string) bool {
 	u, err := url.Parse(rawURL)
-	if err != nil {
+	if err != nil || u.Scheme != "http" {
 		return false
 	}
 	p, err := http.ProxyFromEnvironment(&http.Request{URL: u})
