@@ -111,7 +111,7 @@ if climit > 0 then
     hv = redis.call('ZMSCORE', K1, unpack(vals))
   end
   if not one or redis.call('EXISTS', KS) == 1 then
-    for j = 1, m do cm[j] = '#' .. vals[j] end
+    for j = 1, m do cm[j] = count_member(vals[j]) end
     slots_prune_keyed(KS, now)
     cv = redis.call('ZMSCORE', KS, unpack(cm))
   end
@@ -132,7 +132,7 @@ end
 
 local codes, waits = {}, {} -- by position in the call
 local first = 0 -- position of the value's first task, less one
-local idx, idxmax, qsmax = {}, now, nil
+local idx, qsmax = {}, nil
 local zargs = {} -- ZADD arguments of :ks: the slots taken and the counts of their values
 local z1 = {} -- ZADD arguments of :k1: the values that took their slot
 local nowstr, expiry = int(now), int(now + ttl)
@@ -285,5 +285,5 @@ for pos = 1, first do
   if codes[pos] ~= 0 then inorder[#inorder + 1] = waits[pos] end
 end
 
-index_touch(KEYS[1], idx, now, idxmax, horizon + fresh)
+index_touch(KEYS[1], idx, now, now, horizon + fresh)
 return {now, table.concat(codes), inorder}

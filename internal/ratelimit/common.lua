@@ -174,6 +174,9 @@ local function bucket_field(f, rate, burst, now)
   return bucket_refill(tonumber(t), tonumber(at), rate, burst, now)
 end
 
+-- count_member is the member of :ks that counts value v's slots.
+local function count_member(v) return '#' .. v end
+
 -- slot_value returns the value of a keyed rule's slot id ("<prefix><i>:<value>",
 -- the prefix "<limiter id>-<seq>:"): what follows its second ':'.
 local function slot_value(slot)
@@ -199,7 +202,7 @@ local function slots_drop(ks, slots)
       if v then
         if by[v] == nil then
           by[v] = 0
-          cms[#cms + 1] = '#' .. v
+          cms[#cms + 1] = count_member(v)
         end
         by[v] = by[v] + 1
       end

@@ -604,14 +604,11 @@ func (l *Limiter) Done(ctx context.Context, it Item, d Decision) error {
 		return nil
 	}
 	// release.go: with the next Admit, or within releaseDelay
-	switch {
-	case d.rel == relOne:
-		l.release(d.runKey, relOne, relEntry{slot: d.slot, claim: d.one.exp.Load(), fresh: d.one.at.Load() + int64(d.slotTTL/2)})
-	case d.runKey == "": // a Decision made by hand
-		l.release(typeKeys(l.ns, it.Type)[keyRunning], relType, relEntry{slot: d.slot})
-	default:
-		l.release(d.runKey, d.rel, relEntry{slot: d.slot})
+	e := relEntry{slot: d.slot}
+	if d.rel == relOne {
+		e.claim, e.fresh = d.one.exp.Load(), d.one.at.Load()+int64(d.slotTTL/2)
 	}
+	l.release(d.runKey, d.rel, e)
 	return nil
 }
 
@@ -633,26 +630,21 @@ func (l *Limiter) Refresh(ctx context.Context, it Item, d Decision) (bool, error
 	if !ok || rule.Concurrency == nil {
 		return true, nil // no limit any more: nothing to hold
 	}
-	key := d.runKey
-	if key == "" { // a Decision made by hand
-		key = typeKeys(l.ns, it.Type)[keyRunning]
-	}
-	var claim int64 // relEntry.claim: a limit-1 keyed slot's, else 0
-	if d.rel == relOne {
-		claim = d.one.exp.Load()
-	}
-	if l.rel.has(key, d.slot, claim) {
-		return false, nil // released by Done, on its way to Redis
-	}
-	args := []any{d.slotTTL.Milliseconds(), d.slot, "0"}
+	args := []any{d.slotTTL.Milliseconds(), d.slot, "0"} // refresh.lua: the set's kind
+	var claim int64                                      // relEntry.claim: a limit-1 keyed slot's, else 0
 	switch d.rel {
 	case relOne:
-		args = append(args[:2], "2", d.one.exp.Load())
+		claim = d.one.exp.Load()
+		args[2] = "2"
+		args = append(args, claim)
 	case relKeyed:
 		args[2] = "1"
 	}
+	if l.rel.has(d.runKey, d.slot, claim) {
+		return false, nil // released by Done, on its way to Redis
+	}
 	at := mono()
-	v, err := refreshScript.Run(ctx, l.rdb, []string{key}, args...).Int64()
+	v, err := refreshScript.Run(ctx, l.rdb, []string{d.runKey}, args...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("refresh slot %s: %w", it.Type, err)
 	}

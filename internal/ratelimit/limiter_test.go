@@ -274,7 +274,8 @@ func TestConcurrencySlots(t *testing.T) {
 	if ok, err := l.Refresh(ctx, held[0], ds[0]); err != nil || !ok {
 		t.Fatalf("refresh held slot: %v %v", ok, err)
 	}
-	if ok, err := l.Refresh(ctx, held[0], Decision{Run: true, slot: "zz", slotTTL: time.Minute}); err != nil || ok {
+	unknown := Decision{Run: true, slot: "zz", slotTTL: time.Minute, runKey: ds[0].runKey, rel: relType}
+	if ok, err := l.Refresh(ctx, held[0], unknown); err != nil || ok {
 		t.Fatalf("refresh unknown slot: %v %v", ok, err)
 	}
 	if err := l.Done(ctx, held[0], ds[0]); err != nil {

@@ -16,9 +16,9 @@ import (
 // one, with 20-40 µs more CPU per task in the worker and in Redis). Done
 // now queues the slot; the queue goes out with the next Admit, in its
 // pipeline and before its scripts (an Admit of this Limiter after a Done
-// always finds the slot free), or releaseDelay after the first relQueue
+// always finds the slot free), or releaseDelay after the first queued
 // slot when no Admit comes first: one command per slot set, with every
-// slot relQueue for it. Another process sees the slot free at most
+// slot queued for it. Another process sees the slot free at most
 // releaseDelay (plus a round trip) later than before. A release that
 // fails goes back to the queue; a slot whose release never reaches Redis
 // still expires after its TTL, as a crashed holder's does.
@@ -237,14 +237,14 @@ func (l *Limiter) release(key string, kind relKind, e relEntry) {
 	}
 }
 
-// flushReleases sends the relQueue releases now (the timer's flush).
+// flushReleases sends the queued releases now (the timer's flush).
 func (l *Limiter) flushReleases() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = l.Flush(ctx)
 }
 
-// Flush sends the relQueue releases of Done now; the error is the first
+// Flush sends the queued releases of Done now; the error is the first
 // failed one's (those go back to the queue and are sent again).
 func (l *Limiter) Flush(ctx context.Context) error {
 	l.rel.sending.Lock()

@@ -35,7 +35,7 @@ local function add(v)
   end
 end
 for _, v in ipairs(redis.call('ZRANGE', KEYS[1], '+inf', from, 'BYSCORE', 'REV', 'LIMIT', 0, scan)) do add(v) end
-for _, c in ipairs(redis.call('ZRANGE', KEYS[5], '-inf', '(0', 'BYSCORE', 'LIMIT', 0, scan)) do add(string.sub(c, 2)) end
+for _, c in ipairs(redis.call('ZRANGE', KEYS[5], '-inf', '(0', 'BYSCORE', 'LIMIT', 0, scan)) do add(string.sub(c, 2)) end -- count_member's value
 for _, v in ipairs(redis.call('ZRANGE', KEYS[6], '+inf', qfrom, 'BYSCORE', 'REV', 'LIMIT', 0, scan)) do add(v) end
 for _, v in ipairs(redis.call('ZRANGE', KEYS[2], qfrom, '+inf', 'BYSCORE', 'LIMIT', 0, scan)) do add(v) end
 local m = #vals
@@ -46,7 +46,7 @@ if m == 0 then return out end
 local wv, bv, held, queued, cm = {}, {}, {}, {}, {}
 if win > 0 then wv = redis.call('HMGET', KEYS[3], unpack(vals)) end
 if rate > 0 then bv = redis.call('HMGET', KEYS[4], unpack(vals)) end
-for j = 1, m do cm[j] = '#' .. vals[j] end
+for j = 1, m do cm[j] = count_member(vals[j]) end
 held = redis.call('ZMSCORE', KEYS[5], unpack(cm))
 local one = redis.call('ZMSCORE', KEYS[6], unpack(vals))
 queued = redis.call('ZMSCORE', KEYS[2], unpack(vals))
