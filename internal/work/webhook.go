@@ -39,8 +39,7 @@ type Webhook struct {
 	Secret  []byte        // signs requests when set (decoded: see worker.WebhookSecret)
 	Client  *http.Client  // must not follow redirects; see NewHTTPClient
 	// Fast, when set, sends the requests instead of Client (webhookfast.go:
-	// a third of the CPU per request); the app sets it unless a proxy
-	// applies to URL (UseFast).
+	// 14-18 µs less CPU per call); the app sets it where UseFast says so.
 	Fast *fasthttp.Client
 
 	target string           // URL with secrets redacted, for error messages
@@ -158,19 +157,28 @@ func (h *Webhook) Handle(ctx context.Context, t *worker.Task) error {
 		endHTTPSpan(span, resp, err)
 	}
 	if err != nil {
-		// the *url.Error holds the whole URL, query included: redacted
-		// here, before it becomes the task's last error, dead letter,
-		// outcome record or a log line
-		err = config.RedactError(err)
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("webhook %s: timed out: %w", target, err)
-		}
-		return fmt.Errorf("webhook %s: %w", target, err) // connection errors: retried
+		return callError(target, err)
 	}
 	defer resp.Body.Close()
 	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, excerptMax))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainMax)) // reuse the connection
 	return classify(target, resp.StatusCode, resp.Header.Get("Retry-After"), excerpt, time.Now())
+}
+
+// callError is the task's error for a webhook call that got no answer
+// (retried): redacted first — net/http's *url.Error holds the whole URL,
+// query included — before it becomes the task's last error, dead letter,
+// outcome record or a log line; a timeout (the context's, or fasthttp's:
+// timeoutErr) says so.
+func callError(target string, err error) error {
+	err = config.RedactError(err)
+	if errors.Is(err, fasthttp.ErrTimeout) {
+		err = timeoutErr{err}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("webhook %s: timed out: %w", target, err)
+	}
+	return fmt.Errorf("webhook %s: %w", target, err)
 }
 
 // Of a webhook's answer, the first excerptMax bytes are kept for the

@@ -14,7 +14,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/delayq/delayq/internal/config"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -93,10 +92,6 @@ func (f fastHeaders) Keys() []string {
 // handleFast is Handle through h.Fast.
 func (h *Webhook) handleFast(ctx context.Context, t *worker.Task, target string) error {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	release := func() {
-		fasthttp.ReleaseRequest(req)
-		fasthttp.ReleaseResponse(resp)
-	}
 	req.SetRequestURI(h.URL)
 	req.Header.SetMethod(http.MethodPost)
 	ctx, span := h.setHeaders(ctx, t, target, fastHeaders{&req.Header})
@@ -104,15 +99,9 @@ func (h *Webhook) handleFast(ctx context.Context, t *worker.Task, target string)
 		defer span.End()
 	}
 	req.SetBody(t.Payload)
-	err := h.doFast(ctx, req, resp)
-	if errors.Is(err, errAbandoned) {
-		// the call goes on without us: its goroutine releases req and resp
-		err = ctx.Err()
-		if cause := context.Cause(ctx); !errors.Is(cause, err) {
-			err = fmt.Errorf("%w: %w", err, cause)
-		}
-	} else {
-		defer release()
+	abandoned, err := h.doFast(ctx, req, resp)
+	if !abandoned { // else the call's goroutine releases them
+		defer releaseFast(req, resp)
 	}
 	status := 0
 	if err == nil {
@@ -122,11 +111,7 @@ func (h *Webhook) handleFast(ctx context.Context, t *worker.Task, target string)
 		endWebhookSpan(span, status, err)
 	}
 	if err != nil {
-		err = config.RedactError(err)
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout) {
-			return fmt.Errorf("webhook %s: timed out: %w", target, timeoutErr{err})
-		}
-		return fmt.Errorf("webhook %s: %w", target, err) // connection errors: retried
+		return callError(target, err)
 	}
 	var excerpt []byte
 	if body := resp.BodyStream(); body != nil {
@@ -141,14 +126,17 @@ func (h *Webhook) handleFast(ctx context.Context, t *worker.Task, target string)
 // maxFastCall is the deadline of a fast call whose context has none.
 const maxFastCall = 10 * time.Minute
 
-// errAbandoned: ctx ended before the call did (doFast).
-var errAbandoned = errors.New("abandoned")
+// releaseFast gives a call's request and response back to fasthttp.
+func releaseFast(req *fasthttp.Request, resp *fasthttp.Response) {
+	fasthttp.ReleaseRequest(req)
+	fasthttp.ReleaseResponse(resp)
+}
 
 // doFast sends req within ctx's deadline. A context that can end sooner
 // (cancelled) waits for the call on a goroutine of its own: when ctx ends
-// first it returns errAbandoned at once, and that goroutine releases req
-// and resp once the call returns.
-func (h *Webhook) doFast(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response) error {
+// first it returns at once, abandoned, with ctx's error (and its cause),
+// and that goroutine releases req and resp once the call returns.
+func (h *Webhook) doFast(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response) (abandoned bool, err error) {
 	// fasthttp cannot cancel a call: one abandoned goes on until its
 	// deadline, so every call has one (the engine gives every task a
 	// timeout; maxFastCall bounds a context without one)
@@ -158,23 +146,26 @@ func (h *Webhook) doFast(ctx context.Context, req *fasthttp.Request, resp *fasth
 	}
 	do := func() error { return h.Fast.DoDeadline(req, resp, deadline) }
 	if ctx.Done() == nil {
-		return do()
+		return false, do()
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	done := make(chan struct{ err error }, 1)
 	go func() { done <- struct{ err error }{do()} }()
 	select {
 	case r := <-done:
-		return r.err
+		return false, r.err
 	case <-ctx.Done():
 		go func() {
 			<-done // the call's outcome is no one's any more
-			fasthttp.ReleaseRequest(req)
-			fasthttp.ReleaseResponse(resp)
+			releaseFast(req, resp)
 		}()
-		return errAbandoned
+		err = ctx.Err()
+		if cause := context.Cause(ctx); !errors.Is(cause, err) {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+		return true, err
 	}
 }
 
