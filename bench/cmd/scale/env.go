@@ -104,13 +104,13 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 		"DQ_LOG_FORMAT":       "text",
 		"DQ_SHUTDOWN_TIMEOUT": "5s",
 	}
-	with := func(extra map[string]string) (string, map[string]string) {
+	// with is the environment of process i of a kind
+	with := func(i int, extra map[string]string) (string, map[string]string) {
 		addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(scope))
 		m := map[string]string{"DQ_HTTP_ADDR": addr}
-		if profile && extra["first"] == "1" {
+		if profile && i == 0 {
 			m["DQ_PPROF_ADDR"] = "127.0.0.1:" + strconv.Itoa(testenv.FreePort(scope))
 		}
-		delete(extra, "first")
 		for k, v := range common {
 			m[k] = v
 		}
@@ -121,7 +121,7 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 	}
 	t1 := time.Now()
 	for i := range pc.daemons {
-		addr, m := with(map[string]string{"DQ_JOURNAL_DIR": scope.TempDir(), "first": first(i)})
+		addr, m := with(i, map[string]string{"DQ_JOURNAL_DIR": scope.TempDir()})
 		p := startProc(scope, e.hc, bin, "daemon", i, addr, m)
 		e.daemons = append(e.daemons, p)
 		tr := &http.Transport{MaxIdleConnsPerHost: 64}
@@ -129,10 +129,9 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 		e.api = append(e.api, client.New("http://"+addr, client.WithHTTPClient(&http.Client{Transport: tr, Timeout: 60 * time.Second})))
 	}
 	for i := range pc.events {
-		addr, m := with(map[string]string{
+		addr, m := with(i, map[string]string{
 			"DQ_PROCESS_ID":    fmt.Sprintf("scale-event-%d", i),
 			"DQ_DEFAULT_TOPIC": tasksTopic,
-			"first":            first(i),
 		})
 		e.events = append(e.events, startProc(scope, e.hc, bin, "event", i, addr, m))
 	}
@@ -141,12 +140,11 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 			"DQ_GROUP":       workerGroup,
 			"DQ_TOPICS":      tasksTopic,
 			"DQ_WEBHOOK_URL": e.hookURL,
-			"first":          first(i),
 		}
 		if workConc > 0 {
 			extra["DQ_WORK_CONCURRENCY"] = strconv.Itoa(workConc)
 		}
-		addr, m := with(extra)
+		addr, m := with(i, extra)
 		e.workers = append(e.workers, startProc(scope, e.hc, bin, "work", i, addr, m))
 	}
 	// processes stop together (SIGTERM to all, then each waited for):
@@ -160,14 +158,6 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 	say("k=%d: infrastructure up in %v (cluster %v, etcd, kfake %d partitions), %d daemon(s), %d event, %d work process(es) healthy and every shard led %v later",
 		k, infra.Round(10*time.Millisecond), e.cluster.Addrs, partitions, pc.daemons, pc.events, pc.workers, time.Since(t1).Round(10*time.Millisecond))
 	return e
-}
-
-// first marks process 0 of a kind (startEnv's "first" setting).
-func first(i int) string {
-	if i == 0 {
-		return "1"
-	}
-	return "0"
 }
 
 func (e *env) all() []*proc {
