@@ -51,7 +51,7 @@ func runNamedApp(ctx context.Context, env Env, name string, args []string) error
 		_, err := fmt.Fprintln(env.Stdout, config.Version(name))
 		return err
 	}
-	return config.WithProfiling(config.WithTracing(name, apps()[name]))(ctx, args, env.Getenv, env.Stderr)
+	return config.WithProcess(name, apps()[name])(ctx, args, env.Getenv, env.Stderr)
 }
 
 // command is one dq subcommand.

@@ -30,7 +30,7 @@ func Main(name string, run RunFunc) {
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := WithProfiling(WithTracing(name, run))(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	err := WithProcess(name, run)(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	code := ExitCode(ctx, name, err, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -55,6 +55,11 @@ func ExitCode(ctx context.Context, name string, err error, stderr io.Writer) int
 	}
 	return 1
 }
+
+// WithProcess is run as every binary runs it, whether started as itself
+// or as the dq binary's named app: with its tracing (WithTracing) and its
+// runtime profiles (WithProfiling) around it.
+func WithProcess(name string, run RunFunc) RunFunc { return WithProfiling(WithTracing(name, run)) }
 
 // WithTracing is run with the process' tracing set up around it from the
 // OTEL_* variables (tracing.Setup: off unless they ask for it; the
