@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"testing"
@@ -31,7 +32,10 @@ import (
 // reference, a type-wide concurrency rule that never binds. Then the
 // keyed type's Redis state: right after the run, and once the keys have
 // been idle past the limiter's horizon (DQ_BENCH_IDLE_WAIT=0 skips that
-// 80 s wait).
+// 80 s wait). The last round prints redis-server's time per task by
+// command; each pass runs under the pprof label mode=<type> (noop, keyed,
+// typed), so that a -cpuprofile splits the worker's CPU by pass (go tool
+// pprof -tags, -tagfocus mode=keyed; kfake's goroutines are unlabelled).
 //
 //	make bench-keys
 func BenchmarkKeyLimits(b *testing.B) {
@@ -111,14 +115,22 @@ func BenchmarkKeyLimits(b *testing.B) {
 				if m.typ != "noop" {
 					lim = live
 				}
+				cs0 := rs.commandStats(b)
 				cpu0, pcpu0 := rs.cpu(b), testenv.ProcessCPU()
-				rate := workerConsumeWith(b, k.Brokers, rdb, ns, fmt.Sprintf("bench.%s.%d", m.typ, r), n, conc, lim)
+				var rate float64
+				pprof.Do(b.Context(), pprof.Labels("mode", m.typ), func(context.Context) {
+					rate = workerConsumeWith(b, k.Brokers, rdb, ns, fmt.Sprintf("bench.%s.%d", m.typ, r), n, conc, lim)
+				})
 				ru := float64((rs.cpu(b) - cpu0).Nanoseconds()) / 1000 / float64(n)
 				pu := float64((testenv.ProcessCPU() - pcpu0).Nanoseconds()) / 1000 / float64(n)
 				rates[m.name] = append(rates[m.name], rate)
 				redisUS[m.name] = append(redisUS[m.name], ru)
 				procUS[m.name] = append(procUS[m.name], pu)
 				fmt.Printf("  round %d, %-8s: %7.0f tasks/s; CPU per task: redis-server %.2fus, worker+kfake %.2fus\n", r+1, m.name, rate, ru, pu)
+				if r == rounds-1 {
+					fmt.Printf("      redis-server per task, by command (INFO commandstats; evalsha includes what its scripts call): %s\n",
+						testenv.CommandStatsDelta(cs0, rs.commandStats(b), n))
+				}
 			}
 		}
 		base := rates["no rule"]

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,11 +16,18 @@ import (
 // BenchmarkThroughput); a handlerCtx is one small allocation, ended at
 // its deadline by its runner's reused timer and at the parent's end by
 // its runner's one registration with the parent (see runner.start). Its
-// Done channel is made only when asked for.
+// Done channel is made only when asked for. It is also what a rate-limit
+// lease cancels with a cause (endCause), without a context of its own per
+// task.
 type handlerCtx struct {
 	parent   context.Context
 	vals     context.Context // nil: parent's values; else these (a child of parent's: its trace context)
 	deadline time.Time
+	// caused is set by endCause before it ends c: a cancelled
+	// context.WithCancelCause over c's values, which Value answers
+	// context.Cause's lookup with (the only way a context of another
+	// package can carry a cause)
+	caused atomic.Pointer[context.Context]
 
 	mu     sync.Mutex
 	done   chan struct{} // nil until Done is called or the context ends
@@ -54,6 +62,9 @@ func (c *handlerCtx) Err() error {
 }
 
 func (c *handlerCtx) Value(key any) any {
+	if cc := c.caused.Load(); cc != nil {
+		return (*cc).Value(key)
+	}
 	if c.vals != nil {
 		return c.vals.Value(key)
 	}
@@ -95,6 +106,11 @@ func (c *handlerCtx) end(err error) {
 	if c.err != nil {
 		return
 	}
+	c.endLocked(err)
+}
+
+// endLocked ends c with err; c.mu is held and c has not ended.
+func (c *handlerCtx) endLocked(err error) {
 	c.err = err
 	if c.done == nil {
 		c.done = closedDone
@@ -105,6 +121,31 @@ func (c *handlerCtx) end(err error) {
 		go f()
 	}
 	c.afters = nil
+}
+
+// endCause cancels c with cause (context.Cause(c) returns it; Err is
+// context.Canceled) unless it ended already.
+func (c *handlerCtx) endCause(cause error) {
+	c.mu.Lock()
+	ended := c.err != nil
+	c.mu.Unlock()
+	if ended {
+		return
+	}
+	base := c.vals
+	if base == nil {
+		base = c.parent
+	}
+	// WithoutCancel: its values, no registration with its parent
+	cc, cancel := context.WithCancelCause(context.WithoutCancel(base))
+	cancel(cause)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.caused.Store(&cc)
+	c.endLocked(context.Canceled)
 }
 
 // handlerTimer ends a runner's current handler context at its deadline

@@ -177,3 +177,48 @@ func TestHandlerCtxParentDeadlineFirst(t *testing.T) {
 func startNow(h *handlerTimer, timeout time.Duration) *handlerCtx {
 	return h.startAt(time.Now(), timeout)
 }
+
+// endCause (a rate-limit lease lost while the handler runs) ends the
+// handler's context with Canceled and the cause, which contexts derived
+// from it see too; its values stay; a context that ended before keeps its
+// error, and a later end changes nothing.
+func TestHandlerCtxEndCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type key struct{}
+		ht := newHandlerTimer(context.WithValue(t.Context(), key{}, "v"))
+		defer ht.stop()
+		c := startNow(ht, time.Minute)
+		child, cancel := context.WithCancel(c)
+		defer cancel()
+		lost := errors.New("slot lost")
+		c.endCause(lost)
+		synctest.Wait()
+		for name, ctx := range map[string]context.Context{"handler": c, "derived": child} {
+			select {
+			case <-ctx.Done():
+			default:
+				t.Fatalf("%s context not done after endCause", name)
+			}
+			if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), lost) {
+				t.Fatalf("%s context: Err() = %v, Cause = %v; want Canceled, the cause", name, ctx.Err(), context.Cause(ctx))
+			}
+			if ctx.Value(key{}) != "v" {
+				t.Fatalf("%s context lost its values", name)
+			}
+		}
+		c.endCause(errors.New("again"))
+		ht.finish(c)
+		if !errors.Is(context.Cause(c), lost) {
+			t.Fatalf("after a second endCause and finish: Cause = %v", context.Cause(c))
+		}
+
+		c = startNow(ht, time.Second)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		c.endCause(lost)
+		if !errors.Is(c.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(c), context.DeadlineExceeded) {
+			t.Fatalf("endCause after the deadline: Err() = %v, Cause = %v", c.Err(), context.Cause(c))
+		}
+		ht.finish(c)
+	})
+}

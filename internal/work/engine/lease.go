@@ -101,14 +101,14 @@ type limitLease struct {
 	timer   *time.Timer
 	started bool // the renewals run
 
-	done chan struct{} // closed by stop
+	done chan struct{} // made when the renewals start (tick), closed by stop
 	wg   sync.WaitGroup
 	once sync.Once
 
 	mu      sync.Mutex
-	until   time.Time               // the lease's end (with hold)
-	lost    error                   // why it was lost; nil while held
-	cancel  context.CancelCauseFunc // the running handler's; nil while none runs
+	until   time.Time   // the lease's end (with hold)
+	lost    error       // why it was lost; nil while held
+	running *handlerCtx // the running handler's context; nil while none runs
 	stopped bool
 }
 
@@ -122,7 +122,7 @@ func (e *Engine) renewLimit(ctx context.Context, it *item) (stop func()) {
 	if !ok || every <= 0 || !it.dec.Run {
 		return func() {}
 	}
-	l := &limitLease{e: e, it: it, r: r, every: every, done: make(chan struct{})}
+	l := &limitLease{e: e, it: it, r: r, every: every}
 	if hold := it.dec.HoldFor; hold > 0 {
 		l.hold, l.margin = hold, leaseMargin(hold)
 		until := it.dec.HeldUntil
@@ -206,7 +206,7 @@ func (l *limitLease) tick(ctx context.Context) {
 		return
 	}
 	if !l.started {
-		l.started = true
+		l.started, l.done = true, make(chan struct{})
 		l.wg.Go(func() { l.renew(ctx) }) // under mu: stop's Wait sees it
 	}
 	if l.hold <= 0 {
@@ -237,14 +237,14 @@ func (l *limitLease) lose(reason, why string) {
 		return
 	}
 	l.lost = fmt.Errorf("%w: %s", ErrLimitSlotLost, why)
-	cancel := l.cancel
+	running := l.running
 	l.mu.Unlock()
-	if cancel != nil {
-		cancel(l.lost)
+	if running != nil {
+		running.endCause(l.lost)
 	}
 	l.e.met.slotsLost.WithLabelValues(reason).Inc()
 	msg := "rate-limit slot lost while its task waited for a handler slot; the handler will not run"
-	if cancel != nil {
+	if running != nil {
 		msg = "rate-limit slot lost; cancelling the handler (another task may take the slot)"
 	}
 	l.it.log.Warn(msg, "type", l.it.t.Type, "reason", reason, "why", why)
@@ -255,29 +255,32 @@ func (l *limitLease) stop() {
 	l.once.Do(func() {
 		l.mu.Lock()
 		l.stopped = true
+		done := l.done
 		l.mu.Unlock()
 		if l.timer != nil {
 			l.timer.Stop()
 		}
-		close(l.done)
+		if done != nil {
+			close(done)
+		}
 		l.wg.Wait()
 	})
 }
 
-// call runs handler h for x under ctx, fenced by the lease l (nil: no
-// lease, h runs under ctx): h's context is cancelled with l's loss as its
-// cause when the lease is lost while h runs, and h's error then wraps it;
-// a lease lost before h starts fails the run without calling h.
-func (l *limitLease) call(ctx context.Context, log *slog.Logger, h HandlerFunc, x *Execution) error {
+// call runs handler h for x under hctx, fenced by the lease l (nil: no
+// lease, h runs under hctx): hctx is cancelled with l's loss as its cause
+// (handlerCtx.endCause) when the lease is lost while h runs, and h's error
+// then wraps it; a lease lost before h starts fails the run without
+// calling h. (A context of its own per task cost ~0.7 µs of a worker's
+// CPU per admitted task: BenchmarkKeyLimits' profile.)
+func (l *limitLease) call(hctx *handlerCtx, log *slog.Logger, h HandlerFunc, x *Execution) error {
 	if l == nil {
-		return call(ctx, log, h, x)
+		return call(hctx, log, h, x)
 	}
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	l.mu.Lock()
 	lost := l.lost
 	if lost == nil {
-		l.cancel = cancel
+		l.running = hctx
 	}
 	l.mu.Unlock()
 	if lost != nil {
@@ -285,7 +288,7 @@ func (l *limitLease) call(ctx context.Context, log *slog.Logger, h HandlerFunc, 
 	}
 	err := call(hctx, log, h, x)
 	l.mu.Lock()
-	l.cancel, lost = nil, l.lost
+	l.running, lost = nil, l.lost
 	l.mu.Unlock()
 	if lost != nil && err != nil && !errors.Is(err, ErrLimitSlotLost) {
 		err = fmt.Errorf("%w: %w", lost, err)
