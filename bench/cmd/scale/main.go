@@ -260,10 +260,12 @@ func (b *run) startCPUProfile(phase string) func() {
 	}
 }
 
-// remoteProfiles starts reading a CPU profile of every process serving
-// its profiles (process 0 of each kind, DQ_PPROF_ADDR) over the next
-// cfg.remoteProfile, into prefix-k<k>-<phase>-<kind><i>.prof, and returns
-// what waits for them.
+// remoteProfiles starts reading a CPU profile and an allocation profile
+// (what was allocated over the window: Go's delta profile) of every
+// process serving its profiles (process 0 of each kind, DQ_PPROF_ADDR)
+// over the next cfg.remoteProfile, into
+// prefix-k<k>-<phase>-<kind><i>.prof and .allocs.prof, and returns what
+// waits for them.
 func (b *run) remoteProfiles(phase string) (wait func()) {
 	var wg sync.WaitGroup
 	secs := max(int(b.cfg.remoteProfile.Seconds()), 1)
@@ -271,23 +273,25 @@ func (b *run) remoteProfiles(phase string) (wait func()) {
 		if p.pprof == "" {
 			continue
 		}
-		path := fmt.Sprintf("%s-k%d-%s-%s.prof", b.cfg.cpuProfile, b.e.k, phase, strings.ReplaceAll(p.name, " ", ""))
-		wg.Go(func() {
-			hc := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
-			resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprof, secs))
-			if err != nil {
-				b.note("k=%d %s: profile of %s: %v", b.e.k, phase, p.name, err)
-				return
-			}
-			defer resp.Body.Close()
-			data, err := io.ReadAll(resp.Body)
-			if err == nil && resp.StatusCode == http.StatusOK {
-				err = os.WriteFile(path, data, 0o644)
-			}
-			if err != nil || resp.StatusCode != http.StatusOK {
-				b.note("k=%d %s: profile of %s: status %d, %v", b.e.k, phase, p.name, resp.StatusCode, err)
-			}
-		})
+		base := fmt.Sprintf("%s-k%d-%s-%s", b.cfg.cpuProfile, b.e.k, phase, strings.ReplaceAll(p.name, " ", ""))
+		for _, kind := range []struct{ path, suffix string }{{"profile", ".prof"}, {"allocs", ".allocs.prof"}} {
+			wg.Go(func() {
+				hc := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+				resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", p.pprof, kind.path, secs))
+				if err != nil {
+					b.note("k=%d %s: %s profile of %s: %v", b.e.k, phase, kind.path, p.name, err)
+					return
+				}
+				defer resp.Body.Close()
+				data, err := io.ReadAll(resp.Body)
+				if err == nil && resp.StatusCode == http.StatusOK {
+					err = os.WriteFile(base+kind.suffix, data, 0o644)
+				}
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.note("k=%d %s: %s profile of %s: status %d, %v", b.e.k, phase, kind.path, p.name, resp.StatusCode, err)
+				}
+			})
+		}
 	}
 	return wg.Wait
 }
