@@ -70,6 +70,15 @@ func (f limiterFace) Done(ctx context.Context, it engine.LimitItem, d engine.Lim
 	f.l.Done(ctx, LimitItem(it), LimitDecision(d))
 }
 
+// Limits forwards to a Limiter that is a LimitScoper (engine.LimitScoper);
+// any other may limit every type.
+func (f limiterFace) Limits(typ string) bool {
+	if s, ok := f.l.(LimitScoper); ok {
+		return s.Limits(typ)
+	}
+	return true
+}
+
 // Hold forwards to a Limiter that is a LimitHolder (engine.LimitHolder);
 // for any other it holds nothing.
 func (f limiterFace) Hold(ctx context.Context, it engine.LimitItem, until time.Time) error {

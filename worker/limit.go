@@ -52,6 +52,19 @@ type LimitHolder interface {
 	Hold(ctx context.Context, item LimitItem, until time.Time) error
 }
 
+// LimitScoper is a Limiter that can tell without a round trip that it
+// holds no task of a type back (delayq's LiveLimits: the type has no
+// rule). The worker admits the tasks of a type for which Limits reports
+// false without calling Admit, Hold or Done for them: most types of a
+// deployment have no rule, and each call converts and copies the batch
+// through every layer between the worker and the limiter. A rule added
+// meanwhile applies from the next batch, as it would had the batch come a
+// moment earlier.
+type LimitScoper interface {
+	Limiter
+	Limits(typ string) bool
+}
+
 // LimitItem is one task as a Limiter sees it.
 type LimitItem struct {
 	ID       string

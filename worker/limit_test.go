@@ -114,3 +114,65 @@ func TestLimiterDefersAndFailsClosed(t *testing.T) {
 	}
 	t.Logf("Admit calls %d, deferred %v", lim.calls, r.handled(t, "deferred"))
 }
+
+// scopedLimiter is a fakeLimiter that is a LimitScoper limiting one type.
+type scopedLimiter struct {
+	*fakeLimiter
+	typ string
+}
+
+func (l scopedLimiter) Limits(typ string) bool { return typ == l.typ }
+
+// A LimitScoper's unlimited types run without Admit or Done (no round
+// trip for types without a rule); its limited ones, in the same batches,
+// keep their decisions in order: deferred, admitted, Done once.
+func TestLimitScoperBypassesUnlimitedTypes(t *testing.T) {
+	e := newEnv(t)
+	lim := scopedLimiter{&fakeLimiter{deferred: map[string]bool{}, admitted: map[string]int{}, done: map[string]int{}}, "held"}
+	led := newLedger()
+	cfg, reg := e.config(t, "w1")
+	cfg.Limiter = lim
+	start(t, cfg, reg, func(w *worker.Worker) {
+		w.HandleDefault(func(ctx context.Context, tk *worker.Task) error {
+			led.record("w1", tk)
+			return nil
+		})
+	})
+	e.Firer.Start(t)
+
+	var ids, held []string
+	var tasks []*task.Task
+	for i := range 40 {
+		typ := "free"
+		if i%3 == 0 {
+			typ = "held"
+		}
+		id := fmt.Sprintf("%s-%d", typ, i)
+		ids = append(ids, id)
+		if typ == "held" {
+			held = append(held, id)
+		}
+		tasks = append(tasks, newTask(id, typ))
+	}
+	worktest.Schedule(t, e.Store, tasks...)
+	e.WaitState(t, 20*time.Second, task.StateSucceeded, ids...)
+	testenv.WaitFor(t, 5*time.Second, "Done called for every limited run", func() bool {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		return len(lim.done) == len(held)
+	})
+	if tw := led.twice(); len(tw) > 0 {
+		t.Fatalf("ran more than once: %v", tw)
+	}
+	lim.mu.Lock()
+	defer lim.mu.Unlock()
+	for _, id := range held {
+		if !lim.deferred[id] || lim.admitted[id] != 1 || lim.done[id] != 1 {
+			t.Fatalf("%s (limited): deferred %v, admitted %d, done %d; want deferred once, then admitted and done once",
+				id, lim.deferred[id], lim.admitted[id], lim.done[id])
+		}
+	}
+	if len(lim.admitted) != len(held) || len(lim.done) != len(held) {
+		t.Fatalf("Admit saw %d tasks and Done %d, want only the %d of the limited type", len(lim.admitted), len(lim.done), len(held))
+	}
+}

@@ -131,6 +131,10 @@ func (l *LiveLimits) Hold(ctx context.Context, it LimitItem, until time.Time) er
 }
 
 // Done implements [Limiter]: it frees the item's concurrency slot.
+// Limits reports whether a rule may hold tasks of typ back now
+// (LimitScoper).
+func (l *LiveLimits) Limits(typ string) bool { return l.lim.Limits(typ) }
+
 func (l *LiveLimits) Done(ctx context.Context, it LimitItem, d LimitDecision) {
 	rd, ok := d.Ticket.(*ratelimit.Decision)
 	if !ok {

@@ -22,6 +22,12 @@ type RuleSource interface {
 // etcd).
 type StaticRules map[string]Rule
 
+// Has reports whether typ has a rule.
+func (s StaticRules) Has(typ string) bool {
+	_, ok := s[typ]
+	return ok
+}
+
 // Rule returns the rule of typ.
 func (s StaticRules) Rule(typ string) (Rule, bool) {
 	r, ok := s[typ]
@@ -144,6 +150,12 @@ func (r *Rules) Rule(typ string) (Rule, bool) {
 		return Rule{}, false
 	}
 	return rule.clone(), true
+}
+
+// Has reports whether typ has a rule, without copying it.
+func (r *Rules) Has(typ string) bool {
+	_, ok := r.m.Snapshot()[typ]
+	return ok
 }
 
 // Snapshot returns a copy of every rule currently known.

@@ -294,6 +294,25 @@ func (l *Limiter) Admit(ctx context.Context, items []Item) ([]Decision, error) {
 	return out, nil
 }
 
+// Limits reports whether Admit may hold back tasks of typ: the type has a
+// rule, or had one whose gauges Admit has yet to clear (group). A worker
+// admits the tasks of any other type without calling Admit or Done
+// (worker.LimitScoper).
+func (l *Limiter) Limits(typ string) bool {
+	if l.rules == nil {
+		return false
+	}
+	if h, ok := l.rules.(interface{ Has(typ string) bool }); ok {
+		if h.Has(typ) {
+			return true
+		}
+	} else if _, ok := l.rules.Rule(typ); ok {
+		return true
+	}
+	_, gauged := l.m.types.Load(typ)
+	return gauged
+}
+
 // group collects the items of limited types. Runs of one type (the common
 // batch) cost one rule lookup.
 func (l *Limiter) group(items []Item) []*group {

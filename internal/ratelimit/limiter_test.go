@@ -650,3 +650,37 @@ func TestRenewedSlotHoldsWhileRunning(t *testing.T) {
 		t.Fatalf("refresh of an expired slot: %v %v, want false", held, err)
 	}
 }
+
+// Limits (worker.LimitScoper) is true for a type with a rule, false for
+// one without; a type whose rule went away stays limited until an Admit
+// has cleared its gauges, so that the worker still calls Admit once.
+func TestLimitsScope(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	rules := StaticRules{"mail": {Concurrency: &Concurrency{Limit: 5, SlotTTL: dur(10 * time.Second)}}}
+	l := newLimiter(t, rdb, testNS(t), rules, Options{Registerer: prometheus.NewRegistry()})
+	if !l.Limits("mail") || l.Limits("sms") {
+		t.Fatalf("Limits(mail) = %v, Limits(sms) = %v; want true, false", l.Limits("mail"), l.Limits("sms"))
+	}
+	ds, err := l.Admit(t.Context(), items("mail", 2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range ds {
+		if err := l.Done(t.Context(), items("mail", 2, 0)[i], d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delete(rules, "mail")
+	if !l.Limits("mail") {
+		t.Fatal("a type whose rule went away must stay limited until Admit cleared its gauges")
+	}
+	if _, err := l.Admit(t.Context(), items("mail", 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if l.Limits("mail") {
+		t.Fatal("Limits(mail) after the Admit that cleared its gauges: want false")
+	}
+	if (&Limiter{}).Limits("mail") {
+		t.Fatal("a Limiter without rules limits nothing")
+	}
+}

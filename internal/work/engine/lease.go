@@ -30,6 +30,13 @@ type LimitRenewer interface {
 	Renew(ctx context.Context, item LimitItem, d LimitDecision) (held bool, err error)
 }
 
+// LimitScoper is a Limiter that can tell without a round trip that it
+// holds no task of a type back (worker.LimitScoper): the engine admits
+// the tasks of such a type without calling Admit, Hold or Done.
+type LimitScoper interface {
+	Limits(typ string) bool
+}
+
 // LimitHolder is a Limiter that keeps the tasks of a key in order
 // (worker.LimitHolder): a task that failed and goes to retry at until is
 // held in its key's order first, so that a later task of the key does not

@@ -89,6 +89,7 @@ type item struct {
 	// (see renewLimit); set by dispatch
 	stopRenew func()
 	lease     *limitLease    // what the Limiter admitted it with, renewed and fenced (see renewLimit); nil if nothing
+	unlimited bool           // admitted without the Limiter (a LimitScoper that does not limit its type): no Hold, no Done
 	out       pendingOutcome // set once its handler returned (decide)
 	// tctx is the context of a record that carries a trace context
 	// (trace.go): its attempt span's, or the record's own when tracing is

@@ -30,24 +30,50 @@ func (e *Engine) limit(ctx context.Context, ready []*item) (run, deferred []*ite
 		}
 		return ready, nil
 	}
-	lis := make([]LimitItem, len(ready))
-	for i, it := range ready {
-		lis[i] = it.limitItem()
+	// the items of types the Limiter does not limit (no rule: most types)
+	// are admitted here, without a round trip or a copy of them through
+	// the layers down to the limiter
+	limited := ready
+	if s, ok := l.(LimitScoper); ok {
+		limited = nil
+		var last string
+		var lastLimits bool
+		for i, it := range ready {
+			if i == 0 || it.t.Type != last {
+				last, lastLimits = it.t.Type, s.Limits(it.t.Type)
+			}
+			it.unlimited = !lastLimits
+			if lastLimits {
+				limited = append(limited, it)
+			}
+		}
 	}
-	decs, err := l.Admit(ctx, lis)
-	if err == nil && len(decs) != len(ready) {
-		err = errors.New("limiter returned a wrong number of decisions")
-	}
-	if err != nil {
-		e.log.Warn("rate limiter failed; deferring the batch", "err", err, "records", len(ready), "retry_in", limitRetry)
-		decs = make([]LimitDecision, len(ready))
-		for i := range decs {
-			decs[i].Reason = "limiter_error"
+	var decs []LimitDecision
+	if len(limited) > 0 {
+		lis := make([]LimitItem, len(limited))
+		for i, it := range limited {
+			lis[i] = it.limitItem()
+		}
+		var err error
+		decs, err = l.Admit(ctx, lis)
+		if err == nil && len(decs) != len(limited) {
+			err = errors.New("limiter returned a wrong number of decisions")
+		}
+		if err != nil {
+			e.log.Warn("rate limiter failed; deferring the batch", "err", err, "records", len(limited), "retry_in", limitRetry)
+			decs = make([]LimitDecision, len(limited))
+			for i := range decs {
+				decs[i].Reason = "limiter_error"
+			}
 		}
 	}
 	run = ready[:0:0]
-	for i, it := range ready {
-		it.dec = decs[i]
+	for _, it := range ready {
+		if it.unlimited {
+			it.dec = LimitDecision{Run: true}
+		} else {
+			it.dec, decs = decs[0], decs[1:]
+		}
 		if it.dec.Run {
 			it.state = stateAdmitted
 			run = append(run, it)
@@ -65,7 +91,7 @@ func (e *Engine) limit(ctx context.Context, ready []*item) (run, deferred []*ite
 // hold is logged; the retry is stored all the same.
 func (e *Engine) limitHold(ctx context.Context, it *item) {
 	h, ok := e.cfg.Limiter.(LimitHolder)
-	if !ok || it.out.f.Kind != redisstore.Retry {
+	if !ok || it.unlimited || it.out.f.Kind != redisstore.Retry {
 		return
 	}
 	until := time.Now().Add(it.out.f.Delay)
@@ -77,7 +103,7 @@ func (e *Engine) limitHold(ctx context.Context, it *item) {
 // limitDone tells the Limiter (when set) that an admitted item's handler
 // returned, or will not run.
 func (e *Engine) limitDone(ctx context.Context, it *item) {
-	if l := e.cfg.Limiter; l != nil {
+	if l := e.cfg.Limiter; l != nil && !it.unlimited {
 		l.Done(context.WithoutCancel(ctx), it.limitItem(), it.dec)
 	}
 }
