@@ -42,47 +42,68 @@ type Fields struct {
 // Parse reads and checks the dq-* headers of m, and that its value is at
 // most maxPayload bytes (when maxPayload > 0). Any problem is a
 // *HostileError with a short reason for the dead letter.
+//
+// It runs once per record a worker reads: the known headers are found by
+// position and the numbers parsed from their bytes, so that only what
+// Fields keeps is allocated (a map of the dq-* headers and a string per
+// value cost a work process ~10 allocations per record). A dq-* header
+// (the prefix in any case) given twice under the same name is refused,
+// and the task's own headers go to Fields.Headers, as before.
 func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 	if maxPayload > 0 && len(m.Value) > maxPayload {
 		return nil, hostile("payload of %d bytes is over the limit of %d", len(m.Value), maxPayload)
 	}
-	if len(m.Headers) == 0 {
+	hs := m.Headers
+	if len(hs) == 0 {
 		return nil, hostile("no headers: not a delayq record")
 	}
-	if len(m.Headers) > task.MaxHeaders+16 {
-		return nil, hostile("%d headers", len(m.Headers))
+	if len(hs) > task.MaxHeaders+16 {
+		return nil, hostile("%d headers", len(hs))
 	}
-	dq := map[string]string{}
+	var at [numKnown]int // 1 + the position of each known header; 0: absent
 	var own map[string]string
-	for _, h := range m.Headers {
-		if strings.HasPrefix(strings.ToLower(h.Key), "dq-") {
-			if _, dup := dq[h.Key]; dup {
-				return nil, hostile("header %s given twice", short(h.Key))
+	for i, h := range hs {
+		if !isDQ(h.Key) {
+			if own == nil {
+				own = map[string]string{}
 			}
-			dq[h.Key] = string(h.Value)
+			own[h.Key] = string(h.Value)
 			continue
 		}
-		if own == nil {
-			own = map[string]string{}
+		for _, p := range hs[:i] {
+			if p.Key == h.Key {
+				return nil, hostile("header %s given twice", short(h.Key))
+			}
 		}
-		own[h.Key] = string(h.Value)
+		if k := knownHeader(h.Key); k >= 0 {
+			at[k] = i + 1
+		}
+	}
+	val := func(k int) hval {
+		if at[k] == 0 {
+			return hval{}
+		}
+		return hval{hs[at[k]-1].Value, true}
 	}
 	r := &Fields{Headers: own, Shard: -1}
-	var ok bool
-	if r.ID, ok = dq[HeaderID]; !ok {
+	id := val(kID)
+	if !id.ok {
 		return nil, hostile("no %s header", HeaderID)
 	}
+	r.ID = string(id.v)
 	if err := task.ValidateStoredID(r.ID); err != nil {
 		return nil, hostile("bad %s header: %v", HeaderID, err)
 	}
-	if r.Type, ok = dq[HeaderType]; !ok || r.Type == "" || len(r.Type) > task.MaxTypeLen {
+	typ := val(kType)
+	if !typ.ok || len(typ.v) == 0 || len(typ.v) > task.MaxTypeLen {
 		return nil, hostile("missing or bad %s header", HeaderType)
 	}
+	r.Type = string(typ.v)
 	var err error
-	if r.Gen, err = parseUint(dq, HeaderGen, true); err != nil {
+	if r.Gen, err = uintHeader(val(kGen), HeaderGen, true); err != nil {
 		return nil, err
 	}
-	att, err := parseUint(dq, HeaderAttempt, true)
+	att, err := uintHeader(val(kAttempt), HeaderAttempt, true)
 	if err != nil {
 		return nil, err
 	}
@@ -90,20 +111,20 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 		return nil, hostile("%s header %d out of range", HeaderAttempt, att)
 	}
 	r.Attempt = int(att)
-	if r.DueAt, err = parseMillis(dq, HeaderDueAt, true); err != nil {
+	if r.DueAt, err = millisHeader(val(kDueAt), HeaderDueAt, true); err != nil {
 		return nil, err
 	}
-	if r.FiredAt, err = parseMillis(dq, HeaderFiredAt, false); err != nil {
+	if r.FiredAt, err = millisHeader(val(kFiredAt), HeaderFiredAt, false); err != nil {
 		return nil, err
 	}
-	if v, ok := dq[HeaderShard]; ok {
-		sh, err := strconv.Atoi(v)
+	if v := val(kShard); v.ok {
+		sh, err := strconv.Atoi(string(v.v)) // not kept: no copy on the heap
 		if err != nil || sh < 0 || sh >= 1<<16 {
-			return nil, hostile("bad %s header %q", HeaderShard, short(v))
+			return nil, hostile("bad %s header %q", HeaderShard, short(string(v.v)))
 		}
 		r.Shard = sh
 	}
-	to, err := parseUint(dq, HeaderTimeoutMS, false)
+	to, err := uintHeader(val(kTimeoutMS), HeaderTimeoutMS, false)
 	if err != nil {
 		return nil, err
 	}
@@ -111,35 +132,93 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 		return nil, hostile("%s header %d out of range", HeaderTimeoutMS, to)
 	}
 	r.Timeout = time.Duration(to) * time.Millisecond
-	if _, err := parseUint(dq, HeaderMaxAttempts, false); err != nil {
+	if _, err := uintHeader(val(kMaxAttempts), HeaderMaxAttempts, false); err != nil {
 		return nil, err
 	}
-	if p, ok := dq[HeaderPriority]; ok {
-		if _, err := strconv.Atoi(p); err != nil {
-			return nil, hostile("bad %s header %q", HeaderPriority, short(p))
+	if p := val(kPriority); p.ok {
+		if _, err := strconv.Atoi(string(p.v)); err != nil {
+			return nil, hostile("bad %s header %q", HeaderPriority, short(string(p.v)))
 		}
 	}
-	r.ContentType = dq[HeaderContentType]
+	if ct := val(kContentType); ct.ok {
+		r.ContentType = string(ct.v)
+	}
 	return r, nil
 }
 
-func parseUint(h map[string]string, name string, required bool) (uint64, error) {
-	v, ok := h[name]
-	if !ok {
+// The headers Parse reads, by position in Parse's table.
+const (
+	kID = iota
+	kType
+	kGen
+	kAttempt
+	kDueAt
+	kFiredAt
+	kShard
+	kTimeoutMS
+	kMaxAttempts
+	kPriority
+	kContentType
+	numKnown
+)
+
+// knownHeader is the position of a header Parse reads, -1 for any other.
+func knownHeader(key string) int {
+	switch key {
+	case HeaderID:
+		return kID
+	case HeaderType:
+		return kType
+	case HeaderGen:
+		return kGen
+	case HeaderAttempt:
+		return kAttempt
+	case HeaderDueAt:
+		return kDueAt
+	case HeaderFiredAt:
+		return kFiredAt
+	case HeaderShard:
+		return kShard
+	case HeaderTimeoutMS:
+		return kTimeoutMS
+	case HeaderMaxAttempts:
+		return kMaxAttempts
+	case HeaderPriority:
+		return kPriority
+	case HeaderContentType:
+		return kContentType
+	}
+	return -1
+}
+
+// isDQ reports whether a header name has the reserved prefix, in any case.
+func isDQ(key string) bool { return len(key) >= 3 && strings.EqualFold(key[:3], "dq-") }
+
+// hval is a header's value as Parse found it: ok when present.
+type hval struct {
+	v  []byte
+	ok bool
+}
+
+// uintHeader parses the value h of the header name as strconv.ParseUint
+// does; an absent one is 0, or refused when required.
+func uintHeader(h hval, name string, required bool) (uint64, error) {
+	if !h.ok {
 		if required {
 			return 0, hostile("no %s header", name)
 		}
 		return 0, nil
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
+	n, err := strconv.ParseUint(string(h.v), 10, 64) // not kept: no copy on the heap
 	if err != nil {
-		return 0, hostile("bad %s header %q", name, short(v))
+		return 0, hostile("bad %s header %q", name, short(string(h.v)))
 	}
 	return n, nil
 }
 
-func parseMillis(h map[string]string, name string, required bool) (time.Time, error) {
-	n, err := parseUint(h, name, required)
+// millisHeader is uintHeader of a unix-ms time (0 or absent: the zero time).
+func millisHeader(h hval, name string, required bool) (time.Time, error) {
+	n, err := uintHeader(h, name, required)
 	if err != nil || n == 0 {
 		return time.Time{}, err
 	}

@@ -1,9 +1,13 @@
 package record
 
 import (
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/delayq/delayq/internal/task"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -132,4 +136,174 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted %+v", r)
 		}
 	})
+}
+
+// parseRef is Parse as it was before session 31 (a map of the dq-*
+// headers, a string per value): the reference FuzzParseSameAsMap holds
+// Parse to.
+//
+// It reads and checks the dq-* headers of m, and that its value is at
+// most maxPayload bytes (when maxPayload > 0). Any problem is a
+// *HostileError with a short reason for the dead letter.
+func parseRef(m *kafka.Message, maxPayload int) (*Fields, error) {
+	if maxPayload > 0 && len(m.Value) > maxPayload {
+		return nil, hostile("payload of %d bytes is over the limit of %d", len(m.Value), maxPayload)
+	}
+	if len(m.Headers) == 0 {
+		return nil, hostile("no headers: not a delayq record")
+	}
+	if len(m.Headers) > task.MaxHeaders+16 {
+		return nil, hostile("%d headers", len(m.Headers))
+	}
+	dq := map[string]string{}
+	var own map[string]string
+	for _, h := range m.Headers {
+		if strings.HasPrefix(strings.ToLower(h.Key), "dq-") {
+			if _, dup := dq[h.Key]; dup {
+				return nil, hostile("header %s given twice", short(h.Key))
+			}
+			dq[h.Key] = string(h.Value)
+			continue
+		}
+		if own == nil {
+			own = map[string]string{}
+		}
+		own[h.Key] = string(h.Value)
+	}
+	r := &Fields{Headers: own, Shard: -1}
+	var ok bool
+	if r.ID, ok = dq[HeaderID]; !ok {
+		return nil, hostile("no %s header", HeaderID)
+	}
+	if err := task.ValidateStoredID(r.ID); err != nil {
+		return nil, hostile("bad %s header: %v", HeaderID, err)
+	}
+	if r.Type, ok = dq[HeaderType]; !ok || r.Type == "" || len(r.Type) > task.MaxTypeLen {
+		return nil, hostile("missing or bad %s header", HeaderType)
+	}
+	var err error
+	if r.Gen, err = parseUintRef(dq, HeaderGen, true); err != nil {
+		return nil, err
+	}
+	att, err := parseUintRef(dq, HeaderAttempt, true)
+	if err != nil {
+		return nil, err
+	}
+	if att < 1 || att > task.MaxMaxAttempts {
+		return nil, hostile("%s header %d out of range", HeaderAttempt, att)
+	}
+	r.Attempt = int(att)
+	if r.DueAt, err = parseMillisRef(dq, HeaderDueAt, true); err != nil {
+		return nil, err
+	}
+	if r.FiredAt, err = parseMillisRef(dq, HeaderFiredAt, false); err != nil {
+		return nil, err
+	}
+	if v, ok := dq[HeaderShard]; ok {
+		sh, err := strconv.Atoi(v)
+		if err != nil || sh < 0 || sh >= 1<<16 {
+			return nil, hostile("bad %s header %q", HeaderShard, short(v))
+		}
+		r.Shard = sh
+	}
+	to, err := parseUintRef(dq, HeaderTimeoutMS, false)
+	if err != nil {
+		return nil, err
+	}
+	if to > uint64(task.MaxTimeout.Milliseconds()) {
+		return nil, hostile("%s header %d out of range", HeaderTimeoutMS, to)
+	}
+	r.Timeout = time.Duration(to) * time.Millisecond
+	if _, err := parseUintRef(dq, HeaderMaxAttempts, false); err != nil {
+		return nil, err
+	}
+	if p, ok := dq[HeaderPriority]; ok {
+		if _, err := strconv.Atoi(p); err != nil {
+			return nil, hostile("bad %s header %q", HeaderPriority, short(p))
+		}
+	}
+	r.ContentType = dq[HeaderContentType]
+	return r, nil
+}
+
+func parseUintRef(h map[string]string, name string, required bool) (uint64, error) {
+	v, ok := h[name]
+	if !ok {
+		if required {
+			return 0, hostile("no %s header", name)
+		}
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, hostile("bad %s header %q", name, short(v))
+	}
+	return n, nil
+}
+
+func parseMillisRef(h map[string]string, name string, required bool) (time.Time, error) {
+	n, err := parseUintRef(h, name, required)
+	if err != nil || n == 0 {
+		return time.Time{}, err
+	}
+	if n > 253402300799999 { // 9999-12-31
+		return time.Time{}, hostile("%s header %d out of range", name, n)
+	}
+	return task.FromMillis(int64(n)), nil
+}
+
+// Parse accepts and refuses exactly what the map-based parser it replaced
+// did, with the same reasons and the same fields: header lists from lines
+// "key=value" (keys in any case, duplicates, numbers with signs, spaces,
+// underscores, overflow).
+func FuzzParseSameAsMap(f *testing.F) {
+	valid := ""
+	for i := 0; i+1 < len(validHeaders); i += 2 {
+		valid += validHeaders[i] + "=" + validHeaders[i+1] + "\n"
+	}
+	f.Add(valid, 10)
+	f.Add(valid+"dq-gen=8\n", 10)
+	f.Add(valid+"DQ-gen=8\ndq-shard=+5\n", 10)
+	f.Add("dq-id=a\ndq-type=t\ndq-gen=1_0\ndq-attempt=1\ndq-due-at=1\n", 0)
+	f.Add("dq-id=a\ndq-type=t\ndq-gen=18446744073709551616\ndq-attempt=1\ndq-due-at=1\n", 0)
+	f.Add("dq-id=a\ndq-type=t\ndq-gen= 1\ndq-attempt=+1\ndq-due-at=0\ndq-priority=-0\ndq-shard=65536\n", 0)
+	f.Add("Dq-Id=a\ndq-id=b\ndq-type=t\ndq-gen=1\ndq-attempt=1\ndq-due-at=1\ntenant=x\ntenant=y\n", 0)
+	f.Add("", 0)
+	f.Fuzz(func(t *testing.T, spec string, value int) {
+		var hs []kafka.Header
+		for line := range strings.Lines(spec) {
+			k, v, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+			hs = append(hs, kafka.Header{Key: k, Value: []byte(v)})
+		}
+		m := &kafka.Message{Headers: hs, Value: make([]byte, value&255)}
+		got, gerr := Parse(m, 128)
+		want, werr := parseRef(m, 128)
+		if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+			t.Fatalf("headers %q: error %v, the map parser's %v", spec, gerr, werr)
+		}
+		if gerr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("headers %q: %+v, the map parser's %+v", spec, got, want)
+		}
+	})
+}
+
+// BenchmarkParse: one valid record's headers, the way a worker reads each
+// record.
+//
+//	go test ./internal/record -run '^$' -bench BenchmarkParse -benchmem
+func BenchmarkParse(b *testing.B) {
+	m := &kafka.Message{Headers: hdrs(validHeaders...), Value: []byte("{}")}
+	for _, c := range []struct {
+		name  string
+		parse func(*kafka.Message, int) (*Fields, error)
+	}{{"positions", Parse}, {"map (before)", parseRef}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.parse(m, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
