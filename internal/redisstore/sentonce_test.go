@@ -108,15 +108,18 @@ func (p *crashProxy) replies(c, s net.Conn) {
 	}
 }
 
+// crash marks the proxy crashed, then cuts it: a client that sees its
+// connection cut finds crashed closed (closed last, a loaded machine let a
+// test read it between the cut and the close: "never reached the proxy").
 func (p *crashProxy) crash() {
 	p.once.Do(func() {
+		close(p.crashed)
 		p.ln.Close()
 		p.mu.Lock()
 		for _, c := range p.conns {
 			c.Close()
 		}
 		p.mu.Unlock()
-		close(p.crashed)
 	})
 }
 
@@ -153,7 +156,7 @@ func TestScheduleThatRanIsNeverReportedNotRun(t *testing.T) {
 		res, err := s.Schedule(t.Context(), []Submit{{Task: mk("once-1", due)}})
 		select {
 		case <-p.crashed:
-		default:
+		case <-time.After(10 * time.Second):
 			t.Fatalf("the schedule never reached the proxy: %v %+v", err, res)
 		}
 		rerr := err

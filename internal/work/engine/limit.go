@@ -20,8 +20,9 @@ func (it *item) limitItem() LimitItem {
 
 // limit asks the Limiter (when set) which claimed items may run now and
 // sets each admitted or deferred, with its decision. A failing Limiter
-// defers the whole batch a little (fail closed), without using an
-// attempt.
+// defers every item it was asked about a little (fail closed), without
+// using an attempt; the items of types a LimitScoper does not limit are
+// not asked about, and run.
 func (e *Engine) limit(ctx context.Context, ready []*item) (run, deferred []*item) {
 	l := e.cfg.Limiter
 	if l == nil {
