@@ -56,12 +56,12 @@ func (l *fakeLimiter) Done(ctx context.Context, it worker.LimitItem, d worker.Li
 	l.done[it.ID]++
 }
 
-// A Limiter's deferrals go back to Redis (not an attempt) and run later; a
-// failing Limiter defers the whole batch (fail closed) without dropping it
-// or using an attempt; Done follows every admitted run.
-func TestLimiterDefersAndFailsClosed(t *testing.T) {
+// runLimited runs tasks (ids) on one worker whose Limiter is lim, whose
+// counts are f's, until all succeeded and f saw wantDone Done calls; a task
+// run twice fails the test.
+func runLimited(t *testing.T, lim worker.Limiter, f *fakeLimiter, tasks []*task.Task, ids []string, wantDone int) (*env, *running) {
+	t.Helper()
 	e := newEnv(t)
-	lim := &fakeLimiter{fail: 3, deferred: map[string]bool{}, admitted: map[string]int{}, done: map[string]int{}}
 	led := newLedger()
 	cfg, reg := e.config(t, "w1")
 	cfg.Limiter = lim
@@ -72,6 +72,24 @@ func TestLimiterDefersAndFailsClosed(t *testing.T) {
 		})
 	})
 	e.Firer.Start(t)
+	worktest.Schedule(t, e.Store, tasks...)
+	e.WaitState(t, 20*time.Second, task.StateSucceeded, ids...)
+	testenv.WaitFor(t, 5*time.Second, "Done called for every limited run", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.done) == wantDone
+	})
+	if tw := led.twice(); len(tw) > 0 {
+		t.Fatalf("ran more than once: %v", tw)
+	}
+	return e, r
+}
+
+// A Limiter's deferrals go back to Redis (not an attempt) and run later; a
+// failing Limiter defers the whole batch (fail closed) without dropping it
+// or using an attempt; Done follows every admitted run.
+func TestLimiterDefersAndFailsClosed(t *testing.T) {
+	lim := &fakeLimiter{fail: 3, deferred: map[string]bool{}, admitted: map[string]int{}, done: map[string]int{}}
 
 	var ids []string
 	var tasks []*task.Task
@@ -84,16 +102,7 @@ func TestLimiterDefersAndFailsClosed(t *testing.T) {
 		ids = append(ids, id)
 		tasks = append(tasks, newTask(id, typ))
 	}
-	worktest.Schedule(t, e.Store, tasks...)
-	e.WaitState(t, 20*time.Second, task.StateSucceeded, ids...)
-	testenv.WaitFor(t, 5*time.Second, "Done called for every run", func() bool {
-		lim.mu.Lock()
-		defer lim.mu.Unlock()
-		return len(lim.done) == len(ids)
-	})
-	if tw := led.twice(); len(tw) > 0 {
-		t.Fatalf("ran more than once: %v", tw)
-	}
+	e, r := runLimited(t, lim, lim, tasks, ids, len(ids))
 	for _, id := range ids {
 		tk, err := e.Store.Get(t.Context(), id)
 		if err != nil || tk.Attempt != 1 {
@@ -127,18 +136,7 @@ func (l scopedLimiter) Limits(typ string) bool { return typ == l.typ }
 // trip for types without a rule); its limited ones, in the same batches,
 // keep their decisions in order: deferred, admitted, Done once.
 func TestLimitScoperBypassesUnlimitedTypes(t *testing.T) {
-	e := newEnv(t)
 	lim := scopedLimiter{&fakeLimiter{deferred: map[string]bool{}, admitted: map[string]int{}, done: map[string]int{}}, "held"}
-	led := newLedger()
-	cfg, reg := e.config(t, "w1")
-	cfg.Limiter = lim
-	start(t, cfg, reg, func(w *worker.Worker) {
-		w.HandleDefault(func(ctx context.Context, tk *worker.Task) error {
-			led.record("w1", tk)
-			return nil
-		})
-	})
-	e.Firer.Start(t)
 
 	var ids, held []string
 	var tasks []*task.Task
@@ -154,16 +152,7 @@ func TestLimitScoperBypassesUnlimitedTypes(t *testing.T) {
 		}
 		tasks = append(tasks, newTask(id, typ))
 	}
-	worktest.Schedule(t, e.Store, tasks...)
-	e.WaitState(t, 20*time.Second, task.StateSucceeded, ids...)
-	testenv.WaitFor(t, 5*time.Second, "Done called for every limited run", func() bool {
-		lim.mu.Lock()
-		defer lim.mu.Unlock()
-		return len(lim.done) == len(held)
-	})
-	if tw := led.twice(); len(tw) > 0 {
-		t.Fatalf("ran more than once: %v", tw)
-	}
+	runLimited(t, lim, lim.fakeLimiter, tasks, ids, len(held))
 	lim.mu.Lock()
 	defer lim.mu.Unlock()
 	for _, id := range held {

@@ -22,12 +22,6 @@ type RuleSource interface {
 // etcd).
 type StaticRules map[string]Rule
 
-// Has reports whether typ has a rule.
-func (s StaticRules) Has(typ string) bool {
-	_, ok := s[typ]
-	return ok
-}
-
 // Rule returns the rule of typ.
 func (s StaticRules) Rule(typ string) (Rule, bool) {
 	r, ok := s[typ]
@@ -150,12 +144,6 @@ func (r *Rules) Rule(typ string) (Rule, bool) {
 		return Rule{}, false
 	}
 	return rule.clone(), true
-}
-
-// Has reports whether typ has a rule, without copying it.
-func (r *Rules) Has(typ string) bool {
-	_, ok := r.m.Snapshot()[typ]
-	return ok
 }
 
 // Snapshot returns a copy of every rule currently known.

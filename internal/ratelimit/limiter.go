@@ -302,11 +302,7 @@ func (l *Limiter) Limits(typ string) bool {
 	if l.rules == nil {
 		return false
 	}
-	if h, ok := l.rules.(interface{ Has(typ string) bool }); ok {
-		if h.Has(typ) {
-			return true
-		}
-	} else if _, ok := l.rules.Rule(typ); ok {
+	if _, ok := l.rules.Rule(typ); ok { // once per run of a type in a batch
 		return true
 	}
 	_, gauged := l.m.types.Load(typ)

@@ -60,7 +60,7 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 	if len(hs) > task.MaxHeaders+16 {
 		return nil, hostile("%d headers", len(hs))
 	}
-	var at [numKnown]int // 1 + the position of each known header; 0: absent
+	var known [numKnown]hval // each header Parse reads, as found
 	var own map[string]string
 	for i, h := range hs {
 		if !isDQ(h.Key) {
@@ -76,17 +76,11 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 			}
 		}
 		if k := knownHeader(h.Key); k >= 0 {
-			at[k] = i + 1
+			known[k] = hval{h.Value, true}
 		}
-	}
-	val := func(k int) hval {
-		if at[k] == 0 {
-			return hval{}
-		}
-		return hval{hs[at[k]-1].Value, true}
 	}
 	r := &Fields{Headers: own, Shard: -1}
-	id := val(kID)
+	id := known[kID]
 	if !id.ok {
 		return nil, hostile("no %s header", HeaderID)
 	}
@@ -94,16 +88,16 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 	if err := task.ValidateStoredID(r.ID); err != nil {
 		return nil, hostile("bad %s header: %v", HeaderID, err)
 	}
-	typ := val(kType)
+	typ := known[kType]
 	if !typ.ok || len(typ.v) == 0 || len(typ.v) > task.MaxTypeLen {
 		return nil, hostile("missing or bad %s header", HeaderType)
 	}
 	r.Type = string(typ.v)
 	var err error
-	if r.Gen, err = uintHeader(val(kGen), HeaderGen, true); err != nil {
+	if r.Gen, err = uintHeader(known[kGen], HeaderGen, true); err != nil {
 		return nil, err
 	}
-	att, err := uintHeader(val(kAttempt), HeaderAttempt, true)
+	att, err := uintHeader(known[kAttempt], HeaderAttempt, true)
 	if err != nil {
 		return nil, err
 	}
@@ -111,20 +105,20 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 		return nil, hostile("%s header %d out of range", HeaderAttempt, att)
 	}
 	r.Attempt = int(att)
-	if r.DueAt, err = millisHeader(val(kDueAt), HeaderDueAt, true); err != nil {
+	if r.DueAt, err = millisHeader(known[kDueAt], HeaderDueAt, true); err != nil {
 		return nil, err
 	}
-	if r.FiredAt, err = millisHeader(val(kFiredAt), HeaderFiredAt, false); err != nil {
+	if r.FiredAt, err = millisHeader(known[kFiredAt], HeaderFiredAt, false); err != nil {
 		return nil, err
 	}
-	if v := val(kShard); v.ok {
+	if v := known[kShard]; v.ok {
 		sh, err := strconv.Atoi(string(v.v)) // not kept: no copy on the heap
 		if err != nil || sh < 0 || sh >= 1<<16 {
 			return nil, hostile("bad %s header %q", HeaderShard, short(string(v.v)))
 		}
 		r.Shard = sh
 	}
-	to, err := uintHeader(val(kTimeoutMS), HeaderTimeoutMS, false)
+	to, err := uintHeader(known[kTimeoutMS], HeaderTimeoutMS, false)
 	if err != nil {
 		return nil, err
 	}
@@ -132,15 +126,15 @@ func Parse(m *kafka.Message, maxPayload int) (*Fields, error) {
 		return nil, hostile("%s header %d out of range", HeaderTimeoutMS, to)
 	}
 	r.Timeout = time.Duration(to) * time.Millisecond
-	if _, err := uintHeader(val(kMaxAttempts), HeaderMaxAttempts, false); err != nil {
+	if _, err := uintHeader(known[kMaxAttempts], HeaderMaxAttempts, false); err != nil {
 		return nil, err
 	}
-	if p := val(kPriority); p.ok {
+	if p := known[kPriority]; p.ok {
 		if _, err := strconv.Atoi(string(p.v)); err != nil {
 			return nil, hostile("bad %s header %q", HeaderPriority, short(string(p.v)))
 		}
 	}
-	if ct := val(kContentType); ct.ok {
+	if ct := known[kContentType]; ct.ok {
 		r.ContentType = string(ct.v)
 	}
 	return r, nil

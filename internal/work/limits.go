@@ -57,11 +57,11 @@ func (l *limits) Run(ctx context.Context) error { return l.rules.Run(ctx) }
 // Close closes the etcd client (after Run returned).
 func (l *limits) Close() error { return l.etcd.Close() }
 
-// Admit implements worker.Limiter.
 // Limits reports whether a rule may hold tasks of typ back now
 // (worker.LimitScoper).
 func (l *limits) Limits(typ string) bool { return l.lim.Limits(typ) }
 
+// Admit implements worker.Limiter.
 func (l *limits) Admit(ctx context.Context, items []worker.LimitItem) ([]worker.LimitDecision, error) {
 	in := make([]ratelimit.Item, len(items))
 	for i, it := range items {

@@ -127,9 +127,8 @@ func (c *handlerCtx) endLocked(err error) {
 // context.Canceled) unless it ended already.
 func (c *handlerCtx) endCause(cause error) {
 	c.mu.Lock()
-	ended := c.err != nil
-	c.mu.Unlock()
-	if ended {
+	defer c.mu.Unlock()
+	if c.err != nil {
 		return
 	}
 	base := c.vals
@@ -139,11 +138,6 @@ func (c *handlerCtx) endCause(cause error) {
 	// WithoutCancel: its values, no registration with its parent
 	cc, cancel := context.WithCancelCause(context.WithoutCancel(base))
 	cancel(cause)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
-		return
-	}
 	c.caused.Store(&cc)
 	c.endLocked(context.Canceled)
 }
