@@ -25,7 +25,7 @@ func rec(i int, kind string) record.OutcomeRecord {
 	}
 }
 
-func newPub(t *testing.T, cfg outcome.Config) (*outcome.Publisher, *prometheus.Registry) {
+func newPub(t testing.TB, cfg outcome.Config) (*outcome.Publisher, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
