@@ -292,6 +292,20 @@ func (e *env) redisCPU() []time.Duration {
 	return out
 }
 
+// commandStats is INFO commandstats summed over the masters.
+func (e *env) commandStats() map[string]testenv.CommandStat {
+	out := map[string]testenv.CommandStat{}
+	for _, n := range e.nodes {
+		for name, c := range testenv.CommandStats(e.scope, n) {
+			o := out[name]
+			o.Calls += c.Calls
+			o.Usec += c.Usec
+			out[name] = o
+		}
+	}
+	return out
+}
+
 // keysPerMaster is DBSIZE of every master.
 func (e *env) keysPerMaster() []int64 {
 	out := make([]int64, len(e.nodes))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // payload is every task's payload: 100 bytes of JSON.
@@ -97,6 +98,20 @@ func (b *run) cpuPerTask(what string, c0, c1 []time.Duration, n int) CPU {
 	return out
 }
 
+// commandsPerTask prints where the masters' command time went per task
+// between two INFO commandstats readings: calls and µs per task by
+// command. A script's commands count both in evalsha (whose time includes
+// them) and under their own names; the time outside commands (reading,
+// parsing and answering calls, the event loop) is in INFO cpu only, so a
+// phase with more calls per task costs more than its commands' sum.
+func (b *run) commandsPerTask(what string, before, after map[string]testenv.CommandStat, n int) {
+	if n == 0 {
+		return
+	}
+	say("k=%d %-8s redis per task by command (INFO commandstats of every master; evalsha includes its scripts' commands): %s",
+		b.e.k, what, testenv.CommandStatsDelta(before, after, n))
+}
+
 // phaseSchedule: N tasks due in 1h through the batch API.
 func (b *run) phaseSchedule() {
 	n := b.cfg.schedule
@@ -168,7 +183,7 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	w := newWatch(fmt.Sprintf("k%d-%s-", b.e.k, p.tag), p.n)
 	p.tap.cur.Store(w)
 	defer p.tap.cur.Store(nil)
-	c0 := b.e.redisCPU()
+	c0, cs0 := b.e.redisCPU(), b.e.commandStats()
 	pre := b.e.cpuSnap() // the CPU per task covers the scheduling too
 	// the cores busy from T on (the scheduling before T is not the phase's)
 	type started struct {
@@ -195,7 +210,7 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	st.stop()
 	s0 := st.snap
 	time.Sleep(p.settle)
-	c1 := b.e.redisCPU()
+	c1, cs1 := b.e.redisCPU(), b.e.commandStats()
 	post := b.e.cpuSnap()
 	r.Seen, r.Dups = n, dups
 	if n == 0 {
@@ -211,6 +226,7 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	say("k=%d %-9s %d tasks due at once -> %s in %v: %.0f %s; first %s %.0f ms after T; %s %d [%s]",
 		b.e.k, p.phase, n, p.what, span.Round(time.Millisecond), r.Rate, p.unit, p.one, r.FirstMs, p.dupName, dups, r.Method)
 	r.RedisCPU = b.cpuPerTask(p.phase, c0, c1, n)
+	b.commandsPerTask(p.phase, cs0, cs1, n)
 	r.Cores = b.cores(p.phase, s0, endSnap)
 	r.PerTask = perTask(pre, post, n)
 	say("k=%d %-9s CPU per task, scheduling to the last %s: %s", b.e.k, p.phase, p.one, r.PerTask)
@@ -240,7 +256,7 @@ func (b *run) phaseLag() {
 	b.e.hook.cur.Store(wh)
 	defer b.e.consumer.cur.Store(nil)
 	defer b.e.hook.cur.Store(nil)
-	c0 := b.e.redisCPU()
+	c0, cs0 := b.e.redisCPU(), b.e.commandStats()
 	pre := b.e.cpuSnap()
 	took, failed := b.schedule(prefix, n, tasksTopic, func(i int) time.Time { return start.Add(time.Duration(i) * step) })
 	r := &b.res.Lag
@@ -253,7 +269,7 @@ func (b *run) phaseLag() {
 	end := start.Add(b.cfg.lagDur)
 	okc := wc.wait(time.Until(end) + b.cfg.timeout)
 	okh := wh.wait(time.Until(end) + b.cfg.timeout)
-	c1 := b.e.redisCPU()
+	c1, cs1 := b.e.redisCPU(), b.e.commandStats()
 	post := b.e.cpuSnap()
 	nc, _, _, lc, dc := wc.snapshot()
 	nh, _, _, lh, dh := wh.snapshot()
@@ -268,6 +284,7 @@ func (b *run) phaseLag() {
 	say("k=%d lag       webhook  (due -> call received): p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, max %.1f ms (%d tasks) [%s]",
 		b.e.k, r.Webhook.P50, r.Webhook.P99, r.Webhook.P999, r.Webhook.Max, nh, r.Method)
 	r.RedisCPU = b.cpuPerTask("lag", c0, c1, n)
+	b.commandsPerTask("lag", cs0, cs1, n)
 	r.PerTask = perTask(pre, post, n)
 	say("k=%d lag       CPU per task, scheduling to the last webhook call (a steady stream: idle work over %v included): %s", b.e.k, b.cfg.lagDur, r.PerTask)
 	say("k=%d lag       (at a steady %.0f/s most takes, claims and finishes carry one task or few: the per-call cost is not shared as in the bursts)", b.e.k, b.cfg.lagRate)
