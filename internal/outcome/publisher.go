@@ -24,19 +24,20 @@ const (
 	DefaultQueue        = 10000
 	DefaultWriteTimeout = 10 * time.Second
 	maxBatch            = 500             // records per write
-	// DefaultBatchSize bounds kafka-go's batch of one partition in a
-	// write. kafka-go gives every partition batch a slice of BatchSize
-	// messages (152 bytes each) before it knows how many it will hold: at
-	// 500, each write allocated 76 KB per partition it touched, which was
-	// most of a work process' allocation (bench-scale's allocs profile:
-	// 38% of its bytes) for batches that carry a few records each. A
-	// partition with more records in one write sends them in batches of
-	// this size, one after the other; a full batch goes at once, without
-	// the BatchTimeout. BenchmarkPublish compares the sizes.
-	DefaultBatchSize = 64
 	warnEvery           = time.Minute     // at most one WARN per period about drops
 	createRetry         = 5 * time.Second // between tries to create the topic
 )
+
+// DefaultBatchSize bounds kafka-go's batch of one partition in a
+// write. kafka-go gives every partition batch a slice of BatchSize
+// messages (152 bytes each) before it knows how many it will hold: at
+// 500, each write allocated 76 KB per partition it touched, which was
+// the largest share of a work process' allocation (bench-scale's allocs profile:
+// 38% of its bytes) for batches that carry a few records each. A
+// partition with more records in one write sends them in batches of
+// this size, one after the other; a full batch goes at once, without
+// the BatchTimeout. BenchmarkPublish compares the sizes.
+const DefaultBatchSize = 64
 
 // Drop reasons (the reason label of delayq_outcomes_dropped_total).
 const (
