@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -36,8 +37,10 @@ func BenchmarkWebhookClients(b *testing.B) {
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	run := func() (us, rate float64) {
+	run := func() (us, rate, bytes, allocs float64) {
 		var wg sync.WaitGroup
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
 		c0, t0 := cpu(), time.Now()
 		for range conc {
 			wg.Go(func() {
@@ -50,18 +53,20 @@ func BenchmarkWebhookClients(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		return float64((cpu() - c0).Nanoseconds()) / 1000 / calls, calls / time.Since(t0).Seconds()
+		us, rate = float64((cpu()-c0).Nanoseconds())/1000/calls, calls/time.Since(t0).Seconds()
+		runtime.ReadMemStats(&m1)
+		return us, rate, float64(m1.TotalAlloc-m0.TotalAlloc) / calls, float64(m1.Mallocs-m0.Mallocs) / calls
 	}
 	for range b.N {
-		fmt.Printf("BenchmarkWebhookClients: %d signed calls from %d goroutines to an in-process net/http sink (204), CPU of this process (getrusage) per call, client and sink\n", calls, conc)
+		fmt.Printf("BenchmarkWebhookClients: %d signed calls from %d goroutines to an in-process net/http sink (204), CPU of this process (getrusage) and its allocations (runtime.MemStats) per call, client and sink\n", calls, conc)
 		for r := range rounds {
 			h.Fast = nil
-			us, rate := run()
-			fmt.Printf("  round %d net/http: %.1f µs per call, %.0f calls/s\n", r+1, us, rate)
+			us, rate, by, al := run()
+			fmt.Printf("  round %d net/http: %.1f µs per call, %.0f calls/s, %.0f bytes in %.1f allocations per call\n", r+1, us, rate, by, al)
 			b.ReportMetric(us, "nethttp-us/call")
 			h.Fast = fast
-			us2, rate2 := run()
-			fmt.Printf("  round %d fasthttp: %.1f µs per call, %.0f calls/s (%.1f µs less)\n", r+1, us2, rate2, us-us2)
+			us2, rate2, by2, al2 := run()
+			fmt.Printf("  round %d fasthttp: %.1f µs per call, %.0f calls/s (%.1f µs less), %.0f bytes in %.1f allocations per call\n", r+1, us2, rate2, us-us2, by2, al2)
 			b.ReportMetric(us2, "fasthttp-us/call")
 		}
 	}

@@ -160,8 +160,7 @@ func (h *Webhook) Handle(ctx context.Context, t *worker.Task) error {
 		return callError(target, err)
 	}
 	defer resp.Body.Close()
-	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, excerptMax))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainMax)) // reuse the connection
+	excerpt := answerExcerpt(resp.StatusCode, resp.Body)
 	return classify(target, resp.StatusCode, resp.Header.Get("Retry-After"), excerpt, time.Now())
 }
 
@@ -188,6 +187,21 @@ const (
 	excerptMax = 256
 	drainMax   = 64 << 10
 )
+
+// answerExcerpt reads what classify needs of an answer's body: nothing of
+// a 2xx answer (the common case: no buffer per call), the first
+// excerptMax bytes of any other. The rest is drained, up to
+// excerptMax+drainMax bytes in all, so that the connection is reused.
+func answerExcerpt(status int, body io.Reader) []byte {
+	var excerpt []byte
+	rest := int64(excerptMax + drainMax)
+	if status < 200 || status > 299 {
+		excerpt, _ = io.ReadAll(io.LimitReader(body, excerptMax))
+		rest -= int64(len(excerpt))
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, rest))
+	return excerpt
+}
 
 // setHeaders sets the headers of a request for t on c: the task's
 // metadata, the signatures when the webhook has a secret, and the trace

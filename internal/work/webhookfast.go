@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -115,9 +114,8 @@ func (h *Webhook) handleFast(ctx context.Context, t *worker.Task, target string)
 	}
 	var excerpt []byte
 	if body := resp.BodyStream(); body != nil {
-		excerpt, _ = io.ReadAll(io.LimitReader(body, excerptMax))
-		_, _ = io.Copy(io.Discard, io.LimitReader(body, drainMax)) // reuse the connection
-	} else {
+		excerpt = answerExcerpt(status, body)
+	} else if status < 200 || status > 299 {
 		excerpt = bytes.Clone(resp.Body()[:min(len(resp.Body()), excerptMax)])
 	}
 	return classify(target, status, string(resp.Header.Peek("Retry-After")), excerpt, time.Now())
