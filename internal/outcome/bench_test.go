@@ -13,11 +13,11 @@ import (
 
 // BenchmarkPublish: what publishing an outcome costs the process at a
 // steady rate, by kafka-go batch size (issue 46: the outcome writer's
-// partition batches were most of a work process' allocation). 40,000
-// records published at 10,000/s (bench-scale's rate per work process) to
-// an in-process kfake broker (8 partitions; its CPU is in the figure,
-// alike for every size), each size three times, alternated. Per record:
-// the process' CPU (getrusage) and the bytes it allocated
+// partition batches were the largest share of a work process' bytes).
+// 40,000 records published at 10,000/s (bench-scale's rate per work
+// process) to an in-process kfake broker (8 partitions; its CPU is in the
+// figure, alike for every size), each size three times, alternated. Per
+// record: the process' CPU (getrusage) and the bytes it allocated
 // (runtime.MemStats.TotalAlloc) from the first Publish until the last
 // record was confirmed.
 //
