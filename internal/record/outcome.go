@@ -6,10 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/delayq/delayq/internal/jsonw"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -151,18 +151,18 @@ func AppendOutcomeJSON(b []byte, o *OutcomeRecord) []byte {
 	}
 	b = slices.Grow(b, n)
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, o.ID)
+	b = jsonw.AppendString(b, o.ID)
 	b = append(b, `,"type":`...)
-	b = appendJSONString(b, o.Type)
+	b = jsonw.AppendString(b, o.Type)
 	b = append(b, `,"outcome":`...)
-	b = appendJSONString(b, o.Outcome)
+	b = jsonw.AppendString(b, o.Outcome)
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(o.Attempt), 10)
 	b = append(b, `,"max_attempts":`...)
 	b = strconv.AppendInt(b, int64(o.MaxAttempts), 10)
 	if e := task.Clip(o.Error, OutcomeErrorMax); e != "" {
 		b = append(b, `,"error":`...)
-		b = appendJSONString(b, e)
+		b = jsonw.AppendString(b, e)
 	}
 	if !o.DueAt.IsZero() {
 		b = append(b, `,"due_at":`...)
@@ -190,9 +190,9 @@ func AppendOutcomeJSON(b []byte, o *OutcomeRecord) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = jsonw.AppendString(b, k)
 			b = append(b, ':')
-			b = appendJSONString(b, o.Headers[k])
+			b = jsonw.AppendString(b, o.Headers[k])
 		}
 		b = append(b, '}')
 	}
@@ -234,63 +234,6 @@ func appendOutcomeTime(b []byte, t time.Time) []byte {
 	b = append(b, ':')
 	b = d2(b, sec)
 	return append(b, '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z', '"')
-}
-
-// appendJSONString appends s as encoding/json writes a string: quotes,
-// backslash and control characters escaped (\b \f \n \r \t by name, the
-// others as \u00XX), <, > and & as \u003c \u003e \u0026 (its HTML
-// escaping), U+2028 and U+2029 as \u2028 \u2029, and every invalid UTF-8
-// byte as \ufffd.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // Why an outcome topic's record is not one delayq published (Forged).

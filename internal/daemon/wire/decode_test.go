@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/delayq/delayq/internal/jsonw"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -254,9 +255,9 @@ func payloadRepaired(raw []byte) bool {
 func encodeRequest(t *task.Task) []byte {
 	var b bytes.Buffer
 	b.WriteString(`{"id":`)
-	b.Write(appendString(nil, t.ID))
+	b.Write(jsonw.AppendString(nil, t.ID))
 	b.WriteString(`,"type":`)
-	b.Write(appendString(nil, t.Type))
+	b.Write(jsonw.AppendString(nil, t.Type))
 	b.WriteString(`,"due_at":"` + FormatTime(t.DueAt) + `"`)
 	if t.PayloadJSON {
 		b.WriteString(`,"payload":`)

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
+	"github.com/delayq/delayq/internal/jsonw"
 	"github.com/delayq/delayq/internal/task"
 )
 
@@ -133,14 +133,14 @@ func AppendScheduled(b []byte, s *Scheduled) []byte {
 	b = append(b, '{')
 	if s.ID != "" {
 		b = append(b, `"id":`...)
-		b = appendString(b, s.ID)
+		b = jsonw.AppendString(b, s.ID)
 		b = append(b, ',')
 	}
 	if s.Err != nil {
 		b = append(b, `"error":{"code":`...)
-		b = appendString(b, s.Err.Code)
+		b = jsonw.AppendString(b, s.Err.Code)
 		b = append(b, `,"message":`...)
-		b = appendString(b, s.Err.Message)
+		b = jsonw.AppendString(b, s.Err.Message)
 		// the status the task would have got alone (a batch answers 200)
 		b = append(b, `,"status":`...)
 		b = strconv.AppendInt(b, int64(s.Err.Status), 10)
@@ -159,57 +159,6 @@ func AppendScheduled(b []byte, s *Scheduled) []byte {
 	b = append(b, `","shard":`...)
 	b = strconv.AppendInt(b, int64(s.Shard), 10)
 	return append(b, '}')
-}
-
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
-// as encoding/json does.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // taskView is the JSON of a task (GET /v1/tasks/{id}, GET /v1/tasks, dead list). The
@@ -317,10 +266,10 @@ func AppendAttempts(b []byte, t *task.Task) []byte {
 			b = append(a.EndedAt.UTC().AppendFormat(b, TimeLayout), '"')
 		}
 		b = append(b, `,"outcome":`...)
-		b = appendString(b, a.Outcome)
+		b = jsonw.AppendString(b, a.Outcome)
 		if a.Error != "" {
 			b = append(b, `,"error":`...)
-			b = appendString(b, a.Error)
+			b = jsonw.AppendString(b, a.Error)
 		}
 		b = append(b, '}')
 	}
