@@ -36,8 +36,8 @@ func BenchmarkPublish(b *testing.B) {
 		fmt.Printf("BenchmarkPublish: %d outcome records at %d/s to kfake (8 partitions), per record: CPU of this process (getrusage, broker included) and bytes allocated, by kafka-go BatchSize\n", n, rate)
 		cpu := map[int][]float64{}
 		for r := range rounds {
-			for _, size := range sizes {
-				topic := fmt.Sprintf("outcomes.bench.%d.%d", size, r)
+			for j, size := range sizes {
+				topic := topics[r*len(sizes)+j]
 				p, reg := newPub(b, outcome.Config{Brokers: k.Brokers, Topic: topic, BatchSize: size, Queue: n})
 				if !p.Publish(rec(0, "succeeded")) { // the topic made and the connection up
 					b.Fatal("warm-up record dropped")

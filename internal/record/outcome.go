@@ -208,32 +208,9 @@ func AppendOutcomeJSON(b []byte, o *OutcomeRecord) []byte {
 }
 
 // appendOutcomeTime appends t as a JSON string in OutcomeTimeLayout (its
-// characters need no escaping), in UTC. Years 0 to 9999 are written
-// digit by digit (AppendFormat's layout walk was half of the appender's
-// time), the milliseconds truncated as AppendFormat truncates them; other
-// years go through AppendFormat.
+// characters need no escaping).
 func appendOutcomeTime(b []byte, t time.Time) []byte {
-	t = t.UTC()
-	year, month, day := t.Date()
-	if year < 0 || year > 9999 {
-		b = append(b, '"')
-		b = t.AppendFormat(b, OutcomeTimeLayout)
-		return append(b, '"')
-	}
-	hour, minute, sec := t.Clock()
-	ms := t.Nanosecond() / int(time.Millisecond)
-	d2 := func(b []byte, v int) []byte { return append(b, byte('0'+v/10), byte('0'+v%10)) }
-	b = append(b, '"', byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-')
-	b = d2(b, int(month))
-	b = append(b, '-')
-	b = d2(b, day)
-	b = append(b, 'T')
-	b = d2(b, hour)
-	b = append(b, ':')
-	b = d2(b, minute)
-	b = append(b, ':')
-	b = d2(b, sec)
-	return append(b, '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z', '"')
+	return append(jsonw.AppendTime(append(b, '"'), t), '"')
 }
 
 // Why an outcome topic's record is not one delayq published (Forged).

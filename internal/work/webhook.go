@@ -188,6 +188,9 @@ const (
 	drainMax   = 64 << 10
 )
 
+// succeeded reports whether a webhook answered status is a success (2xx).
+func succeeded(status int) bool { return status >= 200 && status <= 299 }
+
 // answerExcerpt reads what classify needs of an answer's body: nothing of
 // a 2xx answer (the common case: no buffer per call), the first
 // excerptMax bytes of any other. The rest is drained, up to
@@ -195,7 +198,7 @@ const (
 func answerExcerpt(status int, body io.Reader) []byte {
 	var excerpt []byte
 	rest := int64(excerptMax + drainMax)
-	if status < 200 || status > 299 {
+	if !succeeded(status) {
 		excerpt, _ = io.ReadAll(io.LimitReader(body, excerptMax))
 		rest -= int64(len(excerpt))
 	}
@@ -253,7 +256,7 @@ const maxRetryAfter = 24 * time.Hour
 // classify turns a response into an outcome: nil for 2xx; retried for 408,
 // 429 and 5xx (after Retry-After when given); permanent otherwise.
 func classify(target string, status int, retryAfter string, body []byte, now time.Time) error {
-	if status >= 200 && status <= 299 {
+	if succeeded(status) {
 		return nil
 	}
 	err := fmt.Errorf("webhook %s: %d %s", target, status, http.StatusText(status))
@@ -329,7 +332,7 @@ func endWebhookSpan(span trace.Span, status int, err error) {
 		return
 	}
 	span.SetAttributes(semconv.HTTPResponseStatusCode(status))
-	if status < 200 || status > 299 {
+	if !succeeded(status) {
 		span.SetStatus(codes.Error, strconv.Itoa(status)+" "+http.StatusText(status))
 	}
 }

@@ -115,7 +115,7 @@ func (h *Webhook) handleFast(ctx context.Context, t *worker.Task, target string)
 	var excerpt []byte
 	if body := resp.BodyStream(); body != nil {
 		excerpt = answerExcerpt(status, body)
-	} else if status < 200 || status > 299 {
+	} else if !succeeded(status) {
 		excerpt = bytes.Clone(resp.Body()[:min(len(resp.Body()), excerptMax)])
 	}
 	return classify(target, status, string(resp.Header.Peek("Retry-After")), excerpt, time.Now())

@@ -18,7 +18,10 @@ import (
 const TimeLayout = task.TimeLayout
 
 // FormatTime writes t in TimeLayout, in UTC.
-func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
+func FormatTime(t time.Time) string {
+	var buf [32]byte
+	return string(jsonw.AppendTime(buf[:0], t))
+}
 
 // WriteRaw writes the JSON body b with status.
 func WriteRaw(w http.ResponseWriter, status int, b []byte) {
@@ -155,7 +158,7 @@ func AppendScheduled(b []byte, s *Scheduled) []byte {
 		b = append(b, s.Kept...)
 	}
 	b = append(b, `","due_at":"`...)
-	b = s.DueAt.UTC().AppendFormat(b, TimeLayout)
+	b = jsonw.AppendTime(b, s.DueAt)
 	b = append(b, `","shard":`...)
 	b = strconv.AppendInt(b, int64(s.Shard), 10)
 	return append(b, '}')
@@ -259,11 +262,11 @@ func AppendAttempts(b []byte, t *task.Task) []byte {
 		b = strconv.AppendInt(b, int64(a.Attempt), 10)
 		if !a.StartedAt.IsZero() {
 			b = append(b, `,"started_at":"`...)
-			b = append(a.StartedAt.UTC().AppendFormat(b, TimeLayout), '"')
+			b = append(jsonw.AppendTime(b, a.StartedAt), '"')
 		}
 		if !a.EndedAt.IsZero() {
 			b = append(b, `,"ended_at":"`...)
-			b = append(a.EndedAt.UTC().AppendFormat(b, TimeLayout), '"')
+			b = append(jsonw.AppendTime(b, a.EndedAt), '"')
 		}
 		b = append(b, `,"outcome":`...)
 		b = jsonw.AppendString(b, a.Outcome)
