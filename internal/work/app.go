@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -38,7 +36,7 @@ type App struct {
 	worker *worker.Worker
 	srv    *admin.Server
 	client *http.Client        // shared by the webhooks (and hooks)
-	fast   *fasthttp.Client    // shared by the webhooks no proxy applies to (webhookfast.go)
+	fast   *FastClient         // shared by the webhooks no proxy applies to (webhookfast.go)
 	limits *limits             // nil without DQ_ETCD_ENDPOINTS
 	pause  *pause.Watcher      // nil without DQ_ETCD_ENDPOINTS
 	procs  *registry.Registrar // nil without DQ_ETCD_ENDPOINTS

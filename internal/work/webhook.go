@@ -40,7 +40,7 @@ type Webhook struct {
 	Client  *http.Client  // must not follow redirects; see NewHTTPClient
 	// Fast, when set, sends the requests instead of Client (webhookfast.go:
 	// 14-18 µs less CPU per call); the app sets it where UseFast says so.
-	Fast *fasthttp.Client
+	Fast *FastClient
 
 	target string           // URL with secrets redacted, for error messages
 	now    func() time.Time // the webhook-timestamp clock; nil: time.Now

@@ -211,11 +211,13 @@ func TestWebhookErrors(t *testing.T) { forEachClient(t, nil, testWebhookErrors) 
 
 func testWebhookErrors(t *testing.T, use func(*Webhook)) {
 	mux := http.NewServeMux()
+	slowEnded := make(chan time.Time, 8) // when the sink saw a slow request end
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 		case <-time.After(5 * time.Second):
 		}
+		slowEnded <- time.Now()
 	})
 	mux.HandleFunc("/moved", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/elsewhere", http.StatusFound)
@@ -266,16 +268,41 @@ func testWebhookErrors(t *testing.T, use func(*Webhook)) {
 	if err := h.Handle(ctx, tk); err == nil || worker.IsPermanent(err) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("task deadline: %v", err)
 	}
+	<-slowEnded // the timeouts' requests
+	<-slowEnded
 	// and its cancellation (a lost slot, the worker's hard stop) returns
-	// at once, naming the cause (the fast client's call goes on until its
-	// deadline: webhookfast.go)
-	ctx, cancel = context.WithTimeout(t.Context(), 500*time.Millisecond)
+	// at once, naming the cause, and ends the request: its connection is
+	// closed, so the sink sees it end too (both clients; the fast one
+	// cuts its connection's deadline short: webhookfast.go)
+	ctx, cancel = context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	ctx, cancelNow := context.WithCancelCause(ctx)
 	time.AfterFunc(50*time.Millisecond, func() { cancelNow(errors.New("slot lost")) })
 	start := time.Now()
-	if err := h.Handle(ctx, tk); err == nil || !strings.Contains(err.Error(), "slot lost") || time.Since(start) > 400*time.Millisecond {
+	if err := h.Handle(ctx, tk); err == nil || !strings.Contains(err.Error(), "slot lost") || time.Since(start) > 2*time.Second {
 		t.Errorf("cancelled after 50ms: %v after %v", err, time.Since(start))
+	}
+	select {
+	case end := <-slowEnded:
+		if d := end.Sub(start); d > 2*time.Second {
+			t.Errorf("the sink saw the cancelled request end %v after it began", d)
+		}
+	case <-time.After(4 * time.Second):
+		t.Error("the sink never saw the cancelled request end")
+	}
+	// a cancelled call leaves nothing behind: the next calls of the
+	// webhook go through (the fast client's slot is reused)
+	for range 3 {
+		if err := h.Handle(ctx, tk); err == nil || !strings.Contains(err.Error(), "slot lost") {
+			t.Errorf("a call with an ended context: %v", err)
+		}
+	}
+	hg, _ := NewWebhook(srv.URL+"/gone", 0, nil, client)
+	hg.Fast = h.Fast
+	for range 3 {
+		if err := hg.Handle(t.Context(), tk); err == nil || !strings.Contains(err.Error(), "410") {
+			t.Errorf("after a cancelled call: %v", err)
+		}
 	}
 	// a long answer is read to its bounds, and the call still succeeds
 	big := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,13 @@ type handlerCtx struct {
 	done   chan struct{} // nil until Done is called or the context ends
 	err    error
 	nextAF int
-	afters map[int]func() // AfterFunc's functions not yet run or stopped
+	afters []afterFunc // AfterFunc's functions not yet run or stopped (a webhook call registers one)
+}
+
+// afterFunc is a function of AfterFunc and its id (for its stop).
+type afterFunc struct {
+	id int
+	f  func()
 }
 
 // closedDone is the Done channel of a context that ended before anyone
@@ -84,18 +91,19 @@ func (c *handlerCtx) AfterFunc(f func()) (stop func() bool) {
 		go f()
 		return func() bool { return false }
 	}
-	if c.afters == nil {
-		c.afters = make(map[int]func())
-	}
 	id := c.nextAF
 	c.nextAF++
-	c.afters[id] = f
+	c.afters = append(c.afters, afterFunc{id: id, f: f})
 	return func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		_, ok := c.afters[id]
-		delete(c.afters, id)
-		return ok
+		for i, a := range c.afters {
+			if a.id == id {
+				c.afters = slices.Delete(c.afters, i, i+1)
+				return true
+			}
+		}
+		return false
 	}
 }
 
@@ -117,8 +125,8 @@ func (c *handlerCtx) endLocked(err error) {
 	} else {
 		close(c.done)
 	}
-	for _, f := range c.afters {
-		go f()
+	for _, a := range c.afters {
+		go a.f()
 	}
 	c.afters = nil
 }
