@@ -67,7 +67,7 @@ type procCounts struct{ daemons, events, workers int }
 // scope closes.
 // With profile, process 0 of each kind serves its runtime profiles
 // (DQ_PPROF_ADDR; remoteProfiles reads them).
-func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCounts, workConc int, profile bool) *env {
+func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCounts, workConc int, roleEnv map[string]map[string]string, profile bool) *env {
 	e := &env{
 		scope: scope, k: k, shards: shards,
 		hc:       &http.Client{Timeout: 5 * time.Second},
@@ -104,8 +104,8 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 		"DQ_LOG_FORMAT":       "text",
 		"DQ_SHUTDOWN_TIMEOUT": "5s",
 	}
-	// with is the environment of process i of a kind
-	with := func(i int, extra map[string]string) (string, map[string]string) {
+	// with is the environment of process i of a kind (-env's last)
+	with := func(i int, kind string, extra map[string]string) (string, map[string]string) {
 		addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(scope))
 		m := map[string]string{"DQ_HTTP_ADDR": addr}
 		if profile && i == 0 {
@@ -117,11 +117,14 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 		for k, v := range extra {
 			m[k] = v
 		}
+		for k, v := range roleEnv[kind] {
+			m[k] = v
+		}
 		return addr, m
 	}
 	t1 := time.Now()
 	for i := range pc.daemons {
-		addr, m := with(i, map[string]string{"DQ_JOURNAL_DIR": scope.TempDir()})
+		addr, m := with(i, "daemon", map[string]string{"DQ_JOURNAL_DIR": scope.TempDir()})
 		p := startProc(scope, e.hc, bin, "daemon", i, addr, m)
 		e.daemons = append(e.daemons, p)
 		tr := &http.Transport{MaxIdleConnsPerHost: 64}
@@ -129,7 +132,7 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 		e.api = append(e.api, client.New("http://"+addr, client.WithHTTPClient(&http.Client{Transport: tr, Timeout: 60 * time.Second})))
 	}
 	for i := range pc.events {
-		addr, m := with(i, map[string]string{
+		addr, m := with(i, "event", map[string]string{
 			"DQ_PROCESS_ID":    fmt.Sprintf("scale-event-%d", i),
 			"DQ_DEFAULT_TOPIC": tasksTopic,
 		})
@@ -144,7 +147,7 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 		if workConc > 0 {
 			extra["DQ_WORK_CONCURRENCY"] = strconv.Itoa(workConc)
 		}
-		addr, m := with(i, extra)
+		addr, m := with(i, "work", extra)
 		e.workers = append(e.workers, startProc(scope, e.hc, bin, "work", i, addr, m))
 	}
 	// processes stop together (SIGTERM to all, then each waited for):

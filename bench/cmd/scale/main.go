@@ -42,6 +42,7 @@ type config struct {
 	workers            int
 	scaleProcs         bool
 	workConc           int
+	roleEnv            map[string]map[string]string // -env: extra environment per kind of process
 	partitions         int
 	schedule, burst    int
 	handled            int
@@ -207,6 +208,11 @@ func main() {
 			cfg.daemons, cfg.events, cfg.workers, cfg.scaleProcs, concDesc(cfg.workConc), cfg.partitions),
 		"redis-server: testenv's settings (no persistence, noeviction, listpack hashes) plus cluster-enabled yes; every delayq setting at its default except DQ_SHARDS, DQ_LOG_LEVEL=warn",
 	}
+	for _, kind := range []string{"daemon", "event", "work"} {
+		if len(cfg.roleEnv[kind]) > 0 {
+			res.Settings = append(res.Settings, fmt.Sprintf("environment of the %s processes: %v", kind, cfg.roleEnv[kind]))
+		}
+	}
 	for _, s := range res.Settings {
 		say("# %s", s)
 	}
@@ -313,7 +319,7 @@ func runK(tb *tbenv.TB, cfg *config, bin string, k int) *KRun {
 	say("## k=%d masters: %d shards, %d daemon(s), %d event, %d work process(es); load average %s", k, shards, pc.daemons, pc.events, pc.workers, kr.LoadBefore)
 	scope := tb.Sub("k=" + strconv.Itoa(k))
 	defer scope.Close()
-	e := startEnv(scope, bin, k, shards, cfg.partitions, pc, cfg.workConc, cfg.cpuProfile != "")
+	e := startEnv(scope, bin, k, shards, cfg.partitions, pc, cfg.workConc, cfg.roleEnv, cfg.cpuProfile != "")
 	kr.ShardsPerMaster = e.shardsPerMaster
 	kr.NamespaceMaster = e.nsMaster
 	say("k=%d shards per master (CLUSTER KEYSLOT of {%s:<shard>} against each master's slot range): %s; the namespace-wide keys {%s} (meta, wake channel) on m%d",
@@ -371,6 +377,19 @@ func parseFlags() *config {
 	flag.IntVar(&cfg.workers, "workers", 2, "work processes")
 	flag.BoolVar(&cfg.scaleProcs, "scale-procs", false, "multiply -daemons, -events and -workers by the master count")
 	flag.IntVar(&cfg.workConc, "work-concurrency", 0, "DQ_WORK_CONCURRENCY of the work processes (0: the binary's default)")
+	cfg.roleEnv = map[string]map[string]string{}
+	flag.Func("env", "KIND:NAME=VALUE: an environment variable of every process of KIND (daemon, event, work), e.g. work:GOMAXPROCS=1; repeatable", func(v string) error {
+		kind, kv, ok := strings.Cut(v, ":")
+		name, val, ok2 := strings.Cut(kv, "=")
+		if !ok || !ok2 || name == "" || (kind != "daemon" && kind != "event" && kind != "work") {
+			return fmt.Errorf("want KIND:NAME=VALUE with KIND daemon, event or work, got %q", v)
+		}
+		if cfg.roleEnv[kind] == nil {
+			cfg.roleEnv[kind] = map[string]string{}
+		}
+		cfg.roleEnv[kind][name] = val
+		return nil
+	})
 	flag.IntVar(&cfg.partitions, "partitions", 16, "partitions of every topic")
 	flag.IntVar(&cfg.schedule, "schedule", 0, "tasks of the schedule phase (0: 100000, -short 4000)")
 	flag.IntVar(&cfg.burst, "burst", 0, "tasks of the burst phase (0: 50000, -short 2000)")
