@@ -295,7 +295,17 @@ func (e *env) redisCPU() []time.Duration {
 	return out
 }
 
-// commandStats is INFO commandstats summed over the masters.
+// Pseudo-commands of commandStats: INFO stats' reads and writes of client
+// connections (a read takes whatever a client sent: a call, or a
+// pipeline's calls together; a write sends answers back).
+const (
+	statReads  = "(client reads)"
+	statWrites = "(client writes)"
+)
+
+// commandStats is INFO commandstats summed over the masters, with INFO
+// stats' total_reads_processed and total_writes_processed as statReads
+// and statWrites (their Calls).
 func (e *env) commandStats() map[string]testenv.CommandStat {
 	out := map[string]testenv.CommandStat{}
 	for _, n := range e.nodes {
@@ -303,6 +313,24 @@ func (e *env) commandStats() map[string]testenv.CommandStat {
 			o := out[name]
 			o.Calls += c.Calls
 			o.Usec += c.Usec
+			out[name] = o
+		}
+		info, err := n.Info(e.scope.Context(), "stats").Result()
+		if err != nil {
+			e.scope.Fatalf("INFO stats: %v", err)
+		}
+		for line := range strings.SplitSeq(info, "\r\n") {
+			k, v, _ := strings.Cut(line, ":")
+			name := map[string]string{"total_reads_processed": statReads, "total_writes_processed": statWrites}[k]
+			if name == "" {
+				continue
+			}
+			c, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				e.scope.Fatalf("INFO stats: %s: %v", line, err)
+			}
+			o := out[name]
+			o.Calls += c
 			out[name] = o
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strconv"
@@ -108,8 +109,18 @@ func (b *run) commandsPerTask(what string, before, after map[string]testenv.Comm
 	if n == 0 {
 		return
 	}
+	before, after = maps.Clone(before), maps.Clone(after)
+	perTask := func(name string) float64 {
+		d := float64(after[name].Calls-before[name].Calls) / float64(n)
+		delete(before, name)
+		delete(after, name)
+		return d
+	}
+	reads, writes := perTask(statReads), perTask(statWrites)
 	say("k=%d %-8s redis per task by command (INFO commandstats of every master; evalsha includes its scripts' commands): %s",
 		b.e.k, what, testenv.CommandStatsDelta(before, after, n))
+	say("k=%d %-8s redis client reads %.3f and writes %.3f per task (INFO stats of every master: a read takes a call or a pipeline, a write sends answers back; each is an event-loop turn's share)",
+		b.e.k, what, reads, writes)
 }
 
 // phaseSchedule: N tasks due in 1h through the batch API.
