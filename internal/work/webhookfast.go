@@ -133,13 +133,13 @@ func (c *FastClient) newSlot(h *fastHost) *fastSlot {
 }
 
 // acquire takes a free slot of rawURL's host for a call within ctx,
-// waiting up to a minute for one when all are busy.
-func (c *FastClient) acquire(ctx context.Context, rawURL string) (*fastHost, *fastSlot, error) {
-	h, err := c.host(rawURL)
+// waiting up to a minute for one when all are busy; call is the call's
+// number in the slot (its abort's argument).
+func (c *FastClient) acquire(ctx context.Context, rawURL string) (h *fastHost, s *fastSlot, call uint64, err error) {
+	h, err = c.host(rawURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	var s *fastSlot
 	select {
 	case s = <-h.idle:
 	default:
@@ -155,17 +155,18 @@ func (c *FastClient) acquire(ctx context.Context, rawURL string) (*fastHost, *fa
 			select {
 			case s = <-h.idle:
 			case <-ctx.Done():
-				return nil, nil, ctx.Err()
+				return nil, nil, 0, ctx.Err()
 			case <-t.C:
-				return nil, nil, fasthttp.ErrNoFreeConns
+				return nil, nil, 0, fasthttp.ErrNoFreeConns
 			}
 		}
 	}
 	s.mu.Lock()
 	s.ctx = ctx
 	s.call++
+	call = s.call
 	s.mu.Unlock()
-	return h, s, nil
+	return h, s, call, nil
 }
 
 // release gives s back to h once its call ended (its answer read and
@@ -276,7 +277,7 @@ func (h *Webhook) handleFast(ctx context.Context, t *worker.Task, target string)
 	if err := ctx.Err(); err != nil {
 		return callError(target, ctxError(ctx))
 	}
-	host, slot, err := h.Fast.acquire(ctx, h.URL)
+	host, slot, call, err := h.Fast.acquire(ctx, h.URL)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctxError(ctx)
@@ -285,7 +286,6 @@ func (h *Webhook) handleFast(ctx context.Context, t *worker.Task, target string)
 	}
 	defer host.release(slot)
 	if ctx.Done() != nil {
-		call := slot.call // set by acquire; only this goroutine changes it until release
 		stop := context.AfterFunc(ctx, func() { slot.abort(call) })
 		defer stop()
 	}
