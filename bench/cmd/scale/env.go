@@ -295,43 +295,47 @@ func (e *env) redisCPU() []time.Duration {
 	return out
 }
 
-// Pseudo-commands of commandStats: INFO stats' reads and writes of client
-// connections (a read takes whatever a client sent: a call, or a
-// pipeline's calls together; a write sends answers back).
-const (
-	statReads  = "(client reads)"
-	statWrites = "(client writes)"
-)
+// redisStats is what one reading of every master's INFO gives the
+// per-task figures: commandstats summed, and the reads and writes of
+// client connections (stats' total_reads_processed and
+// total_writes_processed: a read takes whatever a client sent, a call or
+// a pipeline's calls together; a write sends answers back).
+type redisStats struct {
+	cmds          map[string]testenv.CommandStat
+	reads, writes int64
+}
 
-// commandStats is INFO commandstats summed over the masters, with INFO
-// stats' total_reads_processed and total_writes_processed as statReads
-// and statWrites (their Calls).
-func (e *env) commandStats() map[string]testenv.CommandStat {
-	out := map[string]testenv.CommandStat{}
+// commandStats reads INFO commandstats and stats of every master, in one
+// INFO call each.
+func (e *env) commandStats() redisStats {
+	out := redisStats{cmds: map[string]testenv.CommandStat{}}
 	for _, n := range e.nodes {
-		for name, c := range testenv.CommandStats(e.scope, n) {
-			o := out[name]
+		info, err := n.Info(e.scope.Context(), "commandstats", "stats").Result()
+		if err != nil {
+			e.scope.Fatalf("INFO commandstats stats: %v", err)
+		}
+		for name, c := range testenv.ParseCommandStats(info) {
+			o := out.cmds[name]
 			o.Calls += c.Calls
 			o.Usec += c.Usec
-			out[name] = o
-		}
-		info, err := n.Info(e.scope.Context(), "stats").Result()
-		if err != nil {
-			e.scope.Fatalf("INFO stats: %v", err)
+			out.cmds[name] = o
 		}
 		for line := range strings.SplitSeq(info, "\r\n") {
+			var sum *int64
 			k, v, _ := strings.Cut(line, ":")
-			name := map[string]string{"total_reads_processed": statReads, "total_writes_processed": statWrites}[k]
-			if name == "" {
+			switch k {
+			case "total_reads_processed":
+				sum = &out.reads
+			case "total_writes_processed":
+				sum = &out.writes
+			default:
 				continue
 			}
 			c, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				e.scope.Fatalf("INFO stats: %s: %v", line, err)
 			}
-			o := out[name]
-			o.Calls += c
-			out[name] = o
+			*sum += c
 		}
 	}
 	return out

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
 	"runtime"
 	"slices"
 	"strconv"
@@ -105,22 +104,14 @@ func (b *run) cpuPerTask(what string, c0, c1 []time.Duration, n int) CPU {
 // them) and under their own names; the time outside commands (reading,
 // parsing and answering calls, the event loop) is in INFO cpu only, so a
 // phase with more calls per task costs more than its commands' sum.
-func (b *run) commandsPerTask(what string, before, after map[string]testenv.CommandStat, n int) {
+func (b *run) commandsPerTask(what string, before, after redisStats, n int) {
 	if n == 0 {
 		return
 	}
-	before, after = maps.Clone(before), maps.Clone(after)
-	perTask := func(name string) float64 {
-		d := float64(after[name].Calls-before[name].Calls) / float64(n)
-		delete(before, name)
-		delete(after, name)
-		return d
-	}
-	reads, writes := perTask(statReads), perTask(statWrites)
 	say("k=%d %-8s redis per task by command (INFO commandstats of every master; evalsha includes its scripts' commands): %s",
-		b.e.k, what, testenv.CommandStatsDelta(before, after, n))
+		b.e.k, what, testenv.CommandStatsDelta(before.cmds, after.cmds, n))
 	say("k=%d %-8s redis client reads %.3f and writes %.3f per task (INFO stats of every master: a read takes a call or a pipeline, a write sends answers back; each is an event-loop turn's share)",
-		b.e.k, what, reads, writes)
+		b.e.k, what, float64(after.reads-before.reads)/float64(n), float64(after.writes-before.writes)/float64(n))
 }
 
 // phaseSchedule: N tasks due in 1h through the batch API.
