@@ -20,12 +20,12 @@ import (
 // The webhook's fast client. net/http's client costs a work process
 // ~21 µs of CPU per request on the 2-core VM (its connection's read and
 // write loops are goroutines of their own: three goroutines hand every
-// request and answer over), fasthttp's ~10 µs with one goroutine per
-// request (BenchmarkWebhookClients; the webhook is ~45% of a work
+// request and answer over), fasthttp's ~10 µs on the handler's own
+// goroutine (BenchmarkWebhookClients; the webhook is ~45% of a work
 // process' CPU per task in bench-scale). It is used where it behaves as
 // net/http does for a webhook: HTTP/1.1, no redirects followed,
 // credentials in the URL sent as basic authentication, deadlines from the
-// task's context and its cancellation ending the handler, answers read to
+// task's context and its cancellation ending the call, answers read to
 // the same bounds; for plain http URLs that no proxy from the environment
 // (HTTP_PROXY, NO_PROXY) applies to (UseFast).
 
