@@ -194,6 +194,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: open store: %w", err)
 	}
+	if advice := store.PersistenceAdvice(ctx); advice != "" {
+		w.log.Warn(advice) // the outcomes it stores are durable writes too
+	}
 	if !w.waitTopics(ctx) {
 		return nil // ctx ended first
 	}

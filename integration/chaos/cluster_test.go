@@ -104,6 +104,11 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 		"DQ_LOG_LEVEL":        "info",
 		"DQ_SHUTDOWN_TIMEOUT": "3s",
 	}
+	// DQ_CHAOS_LOG_LEVEL (e.g. debug) sets every process' log level, for
+	// following one task through the logs kept by DQ_CHAOS_LOG_DIR.
+	if lv := os.Getenv("DQ_CHAOS_LOG_LEVEL"); lv != "" {
+		common["DQ_LOG_LEVEL"] = lv
+	}
 	if c.ha != nil {
 		common["DQ_REDIS_ADDRS"] = strings.Join(c.ha.rc.Addrs, ",")
 		common["DQ_REDIS_REPLICA_ACKS"] = strconv.Itoa(cfg.ReplicaAcks)

@@ -20,9 +20,10 @@
 //	DQ_CHAOS_REDIS=cluster go test -count=1 ./integration/chaos -run 'TestChaos$'  # on a Redis Cluster with replicas
 //	go test -count=1 ./integration/chaos -run 'TestChaosFailover$'           # 1 minute of primary failovers (cluster)
 //	DQ_CHAOS_LOG_DIR=/tmp/chaos ...                                          # keep every process' whole output
+//	DQ_CHAOS_LOG_DIR=/tmp/chaos DQ_CHAOS_LOG_LEVEL=debug ...                 # ... at debug level (one task's path)
 //
 // In cluster mode (DQ_CHAOS_REDIS=cluster, and TestChaosFailover) Redis is
-// a Redis Cluster of 3 masters with one replica each (AOF everysec), the
+// a Redis Cluster of 3 masters with one replica each (AOF always), the
 // binaries run with DQ_REDIS_REPLICA_ACKS=1 (DQ_CHAOS_REPLICA_ACKS=0 shows
 // what a failover loses without it), and the nemesis adds the primary
 // failover: a master's replication link cut, the master SIGKILLed, its

@@ -58,6 +58,9 @@ func (k *storeKeeper) tryOpen(ctx context.Context) error {
 		if advice := st.ReplicaAdvice(octx); advice != "" {
 			a.log.Warn(advice)
 		}
+		if advice := st.PersistenceAdvice(octx); advice != "" {
+			a.log.Warn(advice)
+		}
 		a.redisUp.Store(true)
 		a.noteWrite(nil) // New wrote the namespace's meta: Redis takes writes
 		a.wake()

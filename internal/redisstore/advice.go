@@ -57,3 +57,39 @@ func (s *Store) ReplicaAdvice(ctx context.Context) string {
 	}
 	return ""
 }
+
+// PersistenceAdvice returns a warning when ReplicaAcks is set without
+// WaitAOF and the primary that holds the namespace's meta key does not
+// write its AOF before it answers (appendfsync other than always, or
+// appendonly no), or "" when it does or CONFIG is not permitted (managed
+// services, the least-privilege ACL user). WAIT makes a write survive the
+// promotion of a replica that confirmed it, not the primary's own restart:
+// a primary that is restarted before its replica is promoted comes back
+// with what its AOF holds, and its replicas resync to it and drop the
+// rest. With everysec Redis postpones its AOF writes (up to 2 s) while
+// a background fsync runs and answers its clients meanwhile, so a kill -9
+// then loses writes its replicas had confirmed (docs/design.md "Durable
+// acknowledgement": measured).
+func (s *Store) PersistenceAdvice(ctx context.Context) string {
+	if s.acks == 0 || s.waitAOF {
+		return ""
+	}
+	c, err := s.primaryFor(ctx, s.k.meta)
+	if err != nil {
+		return ""
+	}
+	m, err := c.ConfigGet(ctx, "append*").Result()
+	if err != nil || m["appendonly"] == "" {
+		return ""
+	}
+	addr := c.Options().Addr
+	switch {
+	case m["appendonly"] != "yes":
+		return fmt.Sprintf("redis primary %s has appendonly %s: a primary restarted before its replica is promoted comes back empty and its replicas resync to it, so DQ_REDIS_REPLICA_ACKS does not keep acknowledged writes across that restart (set appendonly yes with appendfsync always, or DQ_REDIS_WAIT_AOF=true on Redis 7.2 or later, or never restart a failed primary before its replica is promoted)",
+			addr, m["appendonly"])
+	case m["appendfsync"] != "always":
+		return fmt.Sprintf("redis primary %s has appendfsync %s: a primary killed and restarted before its replica is promoted can come back without up to ~2 s of writes its replicas confirmed (Redis postpones AOF writes while an fsync runs), and its replicas resync to it, so they are lost (set appendfsync always, or DQ_REDIS_WAIT_AOF=true on Redis 7.2 or later, or never restart a failed primary before its replica is promoted)",
+			addr, m["appendfsync"])
+	}
+	return ""
+}

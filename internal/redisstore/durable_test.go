@@ -180,6 +180,41 @@ func TestReplicaAdvice(t *testing.T) {
 	}
 }
 
+// PersistenceAdvice warns when replica acks are on but the primary does
+// not write its AOF before it answers: a primary restarted before its
+// replica is promoted then loses writes its replicas confirmed (the
+// chaos run that found it and the replay: docs/design.md).
+func TestPersistenceAdvice(t *testing.T) {
+	primary, _ := replicated(t)
+	rdb := primary.Client(t)
+	ctx := t.Context()
+	set := func(k, v string) {
+		t.Helper()
+		if err := rdb.ConfigSet(ctx, k, v).Err(); err != nil {
+			t.Fatalf("CONFIG SET %s %s: %v", k, v, err)
+		}
+	}
+	for _, tc := range []struct {
+		appendonly, fsync string
+		acks              int
+		want              string
+	}{
+		{"no", "everysec", 1, "has appendonly no"},
+		{"yes", "everysec", 1, "has appendfsync everysec"},
+		{"yes", "no", 1, "has appendfsync no"},
+		{"yes", "always", 1, ""},
+		{"yes", "everysec", 0, ""}, // no replica acks: ReplicaAdvice speaks
+	} {
+		set("appendonly", tc.appendonly)
+		set("appendfsync", tc.fsync)
+		s := newStore(t, rdb, Options{ReplicaAcks: tc.acks})
+		got := s.PersistenceAdvice(ctx)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("appendonly %s, appendfsync %s, acks %d: advice %q, want %q", tc.appendonly, tc.fsync, tc.acks, got, tc.want)
+		}
+	}
+}
+
 // Confirm (the replay of a written but unconfirmed schedule) creates an
 // absent task, leaves an existing one as it is whatever its content, and
 // writes its record again unchanged so that the call's WAIT covers it.
