@@ -63,6 +63,10 @@ func faultKinds(mode redisMode) []string {
 const (
 	eventCrashPoints = "after-take=0.02,after-produce=0.02,before-ack=0.02"
 	workCrashPoints  = "after-claim=0.02,after-handle=0.02,before-finish=0.02"
+	// a daemon's journal replay runs a page at a time, and only after an
+	// outage: a higher probability, so that an armed daemon that replays
+	// dies between a page's write and its journal commit
+	daemonCrashPoints = "after-replay=0.2"
 )
 
 // active is a fault in force until its heal runs.
@@ -242,13 +246,16 @@ func (n *nemesis) apply(tb testing.TB, kind string) *active {
 		return &active{what: p.name, uses: []string{p.name}, until: now.Add(down)}
 
 	case faultCrashPoints:
-		p := n.pick(eventRole, workRole)
+		p := n.pick(eventRole, workRole, daemonRole)
 		if p == nil {
 			return nil
 		}
 		spec := eventCrashPoints
-		if p.role == workRole {
+		switch p.role {
+		case workRole:
 			spec = workCrashPoints
+		case daemonRole:
+			spec = daemonCrashPoints
 		}
 		restart(tb, p, map[string]string{"DQ_FAULT_CRASH": spec})
 		return &active{what: p.name + " " + spec, uses: []string{p.name}, until: time.Now().Add(n.between(8*time.Second, 15*time.Second)),

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/delayq/delayq/internal/daemon/journal"
@@ -45,6 +46,14 @@ const passGap = 50 * time.Millisecond
 // it (hold). A written entry (journalrecord.go) is replayed in confirm
 // mode: created if a failover lost it, left as it is otherwise, so that a
 // change made since (a reschedule through another daemon) is never undone.
+//
+// An entry is written at most once: its replay carries a token (the
+// journal's id and the entry's seq, redisstore.Submit.Replay) that its
+// shard remembers for a day, and a replay of a token the shard has seen
+// is a confirmation. A daemon killed between applying an entry and
+// removing it replays it again after its restart; written again it
+// would set back a change made meanwhile through another daemon (seen:
+// a task rescheduled later fired at its journaled due time).
 //
 // An entry with a later entry of its id in the journal is dropped
 // unreplayed: each entry is the task's whole content, so the latest alone
@@ -236,8 +245,11 @@ func (p *replayPass) sort(ctx context.Context, entries []journal.Entry) {
 			p.done = append(p.done, e)
 			continue
 		}
-		// a written entry is confirmed, not written again (journalrecord.go)
-		p.subs = append(p.subs, redisstore.Submit{Task: t, Confirm: written})
+		// a written entry is confirmed, not written again (journalrecord.go);
+		// any other is written once: its token makes a second replay of it
+		// (this daemon died before it removed it) a confirmation
+		p.subs = append(p.subs, redisstore.Submit{Task: t, Confirm: written,
+			Replay: a.jr.ID() + ":" + strconv.FormatUint(e.Seq, 36)})
 		p.sent = append(p.sent, e)
 	}
 }
@@ -250,6 +262,9 @@ func (p *replayPass) replay(ctx context.Context) {
 	octx, cancel := a.opContext(ctx)
 	res, err := p.st.Schedule(octx, p.subs)
 	cancel()
+	// the chaos suite's crash point: Redis has the page, the journal still
+	// holds every entry of it unwritten (the replay token's case)
+	faultPoint("after-replay")
 	a.noteResults(p.m, res, err)
 	for i := range res {
 		r, e := &res[i], p.sent[i]

@@ -16,7 +16,8 @@
 //     must not change when anything fires; the chaos suite checks that.
 //
 // Points in use: after-take, after-produce, before-ack (cmd/event);
-// after-claim, after-handle, before-finish (cmd/work).
+// after-claim, after-handle, before-finish (cmd/work); after-replay
+// (cmd/daemon: a journal page written to Redis, not yet committed).
 //
 // Plant(name) reports a planted bug, compiled in only with the build tag
 // dqplant and chosen by DQ_PLANT; the chaos suite builds such binaries to

@@ -242,3 +242,60 @@ func TestScheduleConfirm(t *testing.T) {
 		t.Fatalf("confirm of an existing task wrote nothing (%d HSET): its WAIT would cover nothing", n)
 	}
 }
+
+// A journal entry's replay (Submit.Replay) writes the task the first time
+// its token meets the shard, and only confirms it after that: a daemon that
+// died between applying an entry and removing it from its journal replays
+// it again after a restart, and must not set back a change made meanwhile
+// (the chaos run where a task fired before its acknowledged reschedule).
+func TestScheduleReplayAppliesOnce(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	s := newStore(t, rdb, Options{Shards: 4})
+	ctx := t.Context()
+	due := time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC()
+	later := due.Add(time.Minute)
+	// the first replay writes it; a reschedule moves it on
+	res, err := s.Schedule(ctx, []Submit{{Task: mk("r-1", due), Replay: "j1:7"}})
+	if err != nil || res[0].Outcome != Created {
+		t.Fatalf("first replay: %+v %v", res, err)
+	}
+	if _, err := s.Reschedule(ctx, "r-1", later, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	// the same entry again (its daemon restarted): the reschedule stands
+	res, err = s.Schedule(ctx, []Submit{{Task: mk("r-1", due), Replay: "j1:7"}})
+	if err != nil || res[0].Outcome != Unchanged || !res[0].DueAt.Equal(later) {
+		t.Fatalf("the same entry replayed again: %+v %v, want unchanged at %v", res, err, later)
+	}
+	if got := getTask(t, s, "r-1"); !got.DueAt.Equal(later) {
+		t.Fatalf("due %v after the second replay, want the reschedule's %v", got.DueAt, later)
+	}
+	// another entry of the id (a later submission) is written as any
+	// schedule: an upsert of the waiting task
+	res, err = s.Schedule(ctx, []Submit{{Task: mk("r-1", due), Replay: "j1:9"}})
+	if err != nil || res[0].Outcome != Updated || !res[0].DueAt.Equal(due) {
+		t.Fatalf("a new entry of the id: %+v %v, want updated to %v", res, err, due)
+	}
+	// a seen token of an absent task (a failover lost it) creates it
+	res, err = s.Schedule(ctx, []Submit{{Task: mk("r-2", due), Replay: "j1:8"}, {Task: mk("r-3", due)}})
+	if err != nil || res[0].Outcome != Created || res[1].Outcome != Created {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if err := rdb.HDel(ctx, s.k.bucketKey(s.Shard("r-2"), bucketOf("r-2")), "r-2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Schedule(ctx, []Submit{{Task: mk("r-2", due), Replay: "j1:8"}})
+	if err != nil || res[0].Outcome != Created {
+		t.Fatalf("a seen token of an absent task: %+v %v, want created", res, err)
+	}
+	// the marks expire: every shard's set has a TTL of at most a day
+	for sh := range 4 {
+		key := s.k.replayMarks(sh)
+		if n, _ := rdb.Exists(ctx, key).Result(); n == 0 {
+			continue
+		}
+		if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > 24*time.Hour {
+			t.Fatalf("%s expires in %v (%v), want within a day", key, ttl, err)
+		}
+	}
+}

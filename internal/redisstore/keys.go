@@ -42,6 +42,11 @@ func (k keys) fence(shard int) string    { return k.prefix[shard] + "fence" }
 func (k keys) errs(shard int) string     { return k.prefix[shard] + "err" }
 func (k keys) leaseSeq(shard int) string { return k.prefix[shard] + "leaseq" }
 
+// replayMarks is the shard's zset of the journal entries daemons replayed
+// into it (member the entry's token, score when; a day's worth: see
+// Submit.Replay and schedule.lua, mode 'j').
+func (k keys) replayMarks(shard int) string { return k.prefix[shard] + "jr" }
+
 // parked is the index of the tasks of type typ parked on the shard (member
 // id, score the task's due time); ptypes is the set of types whose index
 // is not empty. See park.go.

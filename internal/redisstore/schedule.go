@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/delayq/delayq/internal/shardmap"
@@ -33,6 +34,15 @@ type Submit struct {
 	// one is left as it is (Unchanged) whatever its content, so that a
 	// change made since is never undone; the call's WAIT then confirms it.
 	Confirm bool
+	// Replay is the token of the journal entry a daemon replays (unique
+	// to the entry and never reused; ignored with Confirm): the first
+	// write of a token writes the task as any schedule does and the shard
+	// remembers the token for a day (schedule.lua, mode 'j'); a write of
+	// a token the shard has seen is a Confirm. So an entry applied by a
+	// daemon that died before it removed it from its journal is not
+	// written again over a change made since (a reschedule through
+	// another daemon), which made a task fire before its new due time.
+	Replay string
 }
 
 // Outcome says what Schedule did with one task.
@@ -173,6 +183,8 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 		}
 		if subs[i].Confirm {
 			k.mode += "c"
+		} else if subs[i].Replay != "" {
+			k.mode += "j"
 		}
 		return k
 	})
@@ -190,6 +202,9 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 			} else {
 				ms := task.Millis(t.DueAt)
 				c.args = append(c.args, t.ID, dueScoreArg(ms, b), newRecord(ms, t))
+			}
+			if strings.HasSuffix(sec.key.mode, "j") {
+				c.args = append(c.args, subs[i].Replay)
 			}
 		}
 	})

@@ -3,7 +3,7 @@
 -- shard; a Redis Cluster call is always one shard: its keys share a slot).
 -- ARGV[1] wake channel, then one section per shard:
 --   shard, the caller's map (see check_map), mode, n, and n triples
---   id, due, data; mode letters: 'x' existing tasks only (the old shard of
+--   id, due, data (quadruples with mode 'j'); mode letters: 'x' existing tasks only (the old shard of
 --   a growing map: an absent task is created on its new shard); 'r'
 --   revive: a cancelled task becomes waiting again with the new content
 --   (the scheduler re-materializing a tick it cancelled); 'c' confirm: the
@@ -11,7 +11,13 @@
 --   (DQ_REDIS_REPLICA_ACKS): an absent task is created (a failover lost
 --   the write), an existing one is left as it is (the write stands, or a
 --   later change replaced it: never undone) and its record written again
---   unchanged, so that the WAIT after the call covers it
+--   unchanged, so that the WAIT after the call covers it; 'j' journal
+--   replay: each task carries a fourth value, its journal entry's token,
+--   and a task whose token this shard has seen is treated as in mode 'c'
+--   (the entry was applied before: a daemon that died between writing it
+--   and removing it from its journal must not write it over a change
+--   made since), while a token not seen yet is remembered in the shard's
+--   replay marks (prefix .. 'jr', token -> ms) with the write
 -- KEYS, per section: due zset, stamp, done zset, claims hash, and the
 --   bucket hash of each of its n tasks
 -- A triple's due is "+<ms>" relative to Redis TIME, and data the task's
@@ -31,18 +37,37 @@ local channel = ARGV[1]
 local now = nil
 local out = {}
 
+-- replay_mark_ms is how long a shard remembers a journal entry's token
+-- (mode 'j'): a day, far longer than a daemon takes to restart and replay
+-- its journal again
+local replay_mark_ms = 86400000
+
+-- stride is the number of values per task of a section of mode m
+local function stride(m)
+  if string.find(m, 'j', 1, true) then return 4 end
+  return 3
+end
+
 local function schedule_shard(k, a, n)
   local due_key = KEYS[k]
   local shard, mode = ARGV[a], ARGV[a + 2]
   local existing_only = string.find(mode, 'x', 1, true) ~= nil
   local revive = string.find(mode, 'r', 1, true) ~= nil
   local confirm = string.find(mode, 'c', 1, true) ~= nil
+  local sw = stride(mode)
+  local marks_key, marks = nil, nil -- mode 'j': the shard's replay marks, and the tokens to remember
+  if sw == 4 then marks_key, marks = string.sub(due_key, 1, -4) .. 'jr', {} end
   local min_new = nil
   local zadd = {}
   local queued = {}
   for i = 1, n do
-    local j = a + 1 + 3 * i
+    local j = a + 4 + sw * (i - 1)
     local id, spec, data = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+    local token, seen = nil, false
+    if marks then
+      token = ARGV[j + 3]
+      seen = redis.call('ZSCORE', marks_key, token) ~= false
+    end
     local bkey = KEYS[k + 3 + i]
     local relative = string.sub(spec, 1, 1) == '+'
     local due, score, body, rec
@@ -72,7 +97,7 @@ local function schedule_shard(k, a, n)
       -- (an id written earlier in this call is not in the due set yet)
       if not queued[id] and taken(due_key, id, st) then st = taken_state(KEYS[k + 2], id, cur) end
       state = st
-      if confirm then
+      if confirm or seen then
         code, due = 2, odue
         redis.call('HSET', bkey, id, cur)
       elseif revive and st == 'c' then
@@ -101,9 +126,19 @@ local function schedule_shard(k, a, n)
       zadd[#zadd + 1] = id
       if min_new == nil or due < min_new then min_new = due end
     end
+    if token and not seen and code <= 3 then
+      now = now or now_ms()
+      marks[#marks + 1] = now
+      marks[#marks + 1] = token
+    end
     out[#out + 1] = code
     out[#out + 1] = state
     out[#out + 1] = due
+  end
+  if marks and #marks > 0 then
+    redis.call('ZADD', marks_key, unpack(marks))
+    redis.call('ZREMRANGEBYSCORE', marks_key, '-inf', '(' .. string.format('%d', now - replay_mark_ms))
+    redis.call('PEXPIRE', marks_key, replay_mark_ms)
   end
   -- one ZADD for the whole section (zadd_all); a later copy of an id in
   -- the same section wins
@@ -121,7 +156,7 @@ while a <= #ARGV do
   check_map(KEYS[k + 1], ARGV[a + 1])
   local n = tonumber(ARGV[a + 3])
   sections[#sections + 1] = {k, a, n}
-  k, a = k + 4 + n, a + 4 + 3 * n
+  k, a = k + 4 + n, a + 4 + stride(ARGV[a + 2]) * n
 end
 for _, s in ipairs(sections) do schedule_shard(s[1], s[2], s[3]) end
 return out

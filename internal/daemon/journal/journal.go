@@ -3,7 +3,9 @@ package journal
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -32,6 +34,10 @@ const (
 var (
 	bucketEntries = []byte("entries")
 	bucketIDs     = []byte("ids")
+	// bucketMeta holds the journal's own id (keyID), made when the file
+	// is created (or first opened by a version that has it)
+	bucketMeta = []byte("meta")
+	keyID      = []byte("id")
 	bucketProbe   = []byte("probe") // Check's write; holds one key (check.go)
 )
 
@@ -57,6 +63,7 @@ type Entry struct {
 type Journal struct {
 	db  *bolt.DB
 	dir string
+	id  string // ID
 	now func() time.Time
 	// openProbe opens Check's space probe file (a test double refuses
 	// its writes as a full disk does).
@@ -112,12 +119,22 @@ func Open(dir string) (*Journal, error) {
 // and checks every record, counting them.
 func (j *Journal) init(createdDir bool) error {
 	err := j.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketEntries, bucketIDs} {
+		for _, name := range [][]byte{bucketEntries, bucketIDs, bucketMeta} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("bucket %s: %w", name, err)
 			}
 		}
-		return nil
+		meta := tx.Bucket(bucketMeta)
+		if id := meta.Get(keyID); len(id) > 0 {
+			j.id = string(id)
+			return nil
+		}
+		b := make([]byte, 8)
+		if _, err := rand.Read(b); err != nil {
+			return fmt.Errorf("journal id: %w", err)
+		}
+		j.id = hex.EncodeToString(b)
+		return meta.Put(keyID, []byte(j.id))
 	})
 	if err != nil {
 		return fmt.Errorf("journal %s: %w", j.dir, err)
@@ -158,6 +175,11 @@ func (j *Journal) init(createdDir bool) error {
 	j.depth.Store(n)
 	return nil
 }
+
+// ID is the journal's own id: random, made with its file, kept across
+// restarts. With an entry's Seq it names the entry among every daemon's
+// journals (the daemon's replay token, redisstore.Submit.Replay).
+func (j *Journal) ID() string { return j.id }
 
 // Close closes the journal file and releases its lock.
 func (j *Journal) Close() error {
