@@ -36,9 +36,9 @@ var (
 	bucketIDs     = []byte("ids")
 	// bucketMeta holds the journal's own id (keyID), made when the file
 	// is created (or first opened by a version that has it)
-	bucketMeta = []byte("meta")
-	keyID      = []byte("id")
-	bucketProbe   = []byte("probe") // Check's write; holds one key (check.go)
+	bucketMeta  = []byte("meta")
+	keyID       = []byte("id")
+	bucketProbe = []byte("probe") // Check's write; holds one key (check.go)
 )
 
 var (
