@@ -65,8 +65,8 @@ const (
 	workCrashPoints  = "after-claim=0.02,after-handle=0.02,before-finish=0.02"
 	// a daemon's journal replay runs a page at a time, and only after an
 	// outage: a higher probability, so that an armed daemon that replays
-	// dies between a page's write and its journal commit
-	daemonCrashPoints = "after-replay=0.2"
+	// dies between a page's write and its journal commit (half the pages)
+	daemonCrashPoints = "after-replay=0.5"
 )
 
 // active is a fault in force until its heal runs.

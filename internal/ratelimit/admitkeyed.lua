@@ -103,11 +103,13 @@ if indexed then
 end
 
 local wv, bv, cv, cm, hv = {}, {}, {}, {}, {}
+local k1there = false
 if wlimit > 0 then wv = redis.call('HMGET', KW, unpack(vals)) end
 if rate > 0 then bv = redis.call('HMGET', KB, unpack(vals)) end
 if climit > 0 then
-  if redis.call('EXISTS', K1) == 1 then
-    redis.call('ZREMRANGEBYSCORE', K1, '-inf', int(now))
+  k1there = redis.call('EXISTS', K1) == 1
+  if k1there then
+    redis.call('ZREMRANGEBYSCORE', K1, '(0', int(now)) -- not the pad (common.lua)
     hv = redis.call('ZMSCORE', K1, unpack(vals))
   end
   if not one or redis.call('EXISTS', KS) == 1 then
@@ -276,6 +278,10 @@ if #zargs > 0 then
   redis.call('PEXPIRE', KS, int(ttl))
 end
 if #z1 > 0 then
+  if not k1there then -- created here: as a skip list (k1_pad, common.lua)
+    z1[#z1 + 1] = 0
+    z1[#z1 + 1] = k1_pad
+  end
   redis.call('ZADD', K1, unpack(z1))
   redis.call('PEXPIRE', K1, int(ttl))
 end

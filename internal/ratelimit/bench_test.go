@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -182,4 +183,100 @@ func benchKeyedRounds(b *testing.B, rdb redis.UniversalClient, l *Limiter, n, ro
 	}
 	tasks := float64(n * rounds)
 	return float64(admitCPU.Nanoseconds()) / 1000 / tasks, float64(doneCPU.Nanoseconds()) / 1000 / tasks
+}
+
+// BenchmarkAdmitKeyedSteady measures redis-server's CPU (INFO cpu) per
+// task admitted and released the way a busy worker does it: batches of 32
+// admitted one after the other, each batch's tasks done (Done) once the
+// batch two after it is admitted, so that about 64-96 slots are held at
+// any time (a worker's concurrency and its fetch), and the releases go out
+// with the next Admit (release.go). BenchmarkAdmitKeyed holds every slot
+// of a round at once (10,000 members), which is not the set a worker's
+// admissions meet. The type rule has a limit no batch reaches; the key
+// rule is {"scope":"key","concurrency":{"limit":1}} (ordered). 60,000
+// tasks over 10,000 keys per pass; passes alternate type, key, key, type
+// for rounds rounds.
+//
+//	go test ./internal/ratelimit -run '^$' -bench BenchmarkAdmitKeyedSteady -benchtime 1x
+func BenchmarkAdmitKeyedSteady(b *testing.B) {
+	const n, keys, batch, lag, rounds = 60_000, 10_000, 32, 2, 3
+	for range b.N {
+		srv := testenv.StartRedis(b)
+		rdb := srv.Client(b)
+		conc := func(limit int64) *Concurrency { return &Concurrency{Limit: limit, SlotTTL: dur(time.Minute)} }
+		rules := map[string]Rule{"type": {Concurrency: conc(MaxLimit)}, "key": {Scope: "key", Concurrency: conc(1)}}
+		us := map[string][]float64{}
+		for r := range rounds {
+			order := []string{"type", "key"}
+			if r%2 == 1 {
+				order = []string{"key", "type"}
+			}
+			for _, name := range order {
+				l := newLimiter(b, rdb, fmt.Sprintf("steady-%s-%d", name, r), StaticRules{"t": rules[name]}, Options{})
+				all := make([]Item, n)
+				due := time.Now()
+				for i := range all {
+					all[i] = Item{ID: fmt.Sprintf("task-%06d", i), Type: "t", Key: fmt.Sprintf("cust-%05d", i%keys), Due: due}
+				}
+				d0, err := l.Admit(b.Context(), all[:1]) // loads the script
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = l.Done(b.Context(), all[0], d0[0])
+				if err := l.Flush(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				ds := make([]Decision, n)
+				c0 := testenv.RedisCPU(b, rdb)
+				for from, k := 0, 0; from < n; from, k = from+batch, k+1 {
+					got, err := l.Admit(b.Context(), all[from:min(from+batch, n)])
+					if err != nil {
+						b.Fatal(err)
+					}
+					copy(ds[from:], got)
+					if k >= lag {
+						old := from - lag*batch
+						for i := old; i < old+batch; i++ {
+							if !ds[i].Run {
+								b.Fatalf("task %s deferred: %+v", all[i].ID, ds[i])
+							}
+							_ = l.Done(b.Context(), all[i], ds[i])
+						}
+					}
+				}
+				if err := l.Flush(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				us[name] = append(us[name], float64((testenv.RedisCPU(b, rdb)-c0).Nanoseconds())/1000/n)
+			}
+		}
+		for _, name := range []string{"type", "key"} {
+			fmt.Printf("BenchmarkAdmitKeyedSteady %-4s: redis CPU per task admitted and released %s µs (batches of %d, ~%d slots held)\n",
+				name, fmtList(us[name]), batch, (lag+1)*batch)
+		}
+		extra := make([]float64, rounds)
+		for r := range extra {
+			extra[r] = us["key"][r] - us["type"][r]
+		}
+		fmt.Printf("BenchmarkAdmitKeyedSteady: the key scope costs %s µs/task more than the type scope (per round)\n", fmtList(extra))
+		b.ReportMetric(median(us["type"]), "type-us/task")
+		b.ReportMetric(median(us["key"]), "key-us/task")
+	}
+}
+
+func fmtList(v []float64) string {
+	s := ""
+	for i, x := range v {
+		if i > 0 {
+			s += " / "
+		}
+		s += fmt.Sprintf("%.2f", x)
+	}
+	return s
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -174,6 +174,19 @@ local function bucket_field(f, rate, burst, now)
   return bucket_refill(tonumber(t), tonumber(at), rate, burst, now)
 end
 
+-- :k1 (a limit of 1 per value) is a sorted set of the values running
+-- now, a few dozen to a few hundred members that each admission and release
+-- looks up, adds and removes by member. As a listpack (Redis' encoding of a
+-- set of at most 128 short members) each of those is a scan of the whole
+-- set; k1_pad, a member longer than zset-max-listpack-value, makes Redis
+-- create the set as a skip list (the encoding comes from the whole ZADD
+-- that creates it, and a skip list never goes back). Its score 0 is below
+-- every expiry, so that every read of the holders (from now up) skips it,
+-- and the prune of expired holders starts above it; it is no value (a
+-- key or header value is valid UTF-8, \255 never is). releaseone.lua
+-- deletes the set when the pad is all it holds.
+local k1_pad = '\255k1 pad -------------------------------------------------------------------'
+
 -- count_member is the member of :ks that counts value v's slots.
 local function count_member(v) return '#' .. v end
 

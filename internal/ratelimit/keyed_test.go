@@ -646,13 +646,28 @@ func TestKeyedLimitOneClaim(t *testing.T) {
 	if d := admitOne(t, l, a3)[0]; d.Run {
 		t.Fatalf("a3 ran while a2 holds the value")
 	}
-	// a2's release frees it; the set is gone with its last member
+	// a2's release frees it; the set holds no value after its last
+	// holder, and is gone within a slot TTL (its pad, common.lua, stays
+	// until then after a release by ZREM)
 	_ = l.Done(ctx, a2, d2)
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := rdb.Exists(ctx, k1).Result(); err != nil || n != 0 {
-		t.Fatalf("the limit-1 set exists (%d, %v) with no slot held", n, err)
+	if n, err := rdb.ZCount(ctx, k1, "(0", "+inf").Result(); err != nil || n != 0 {
+		t.Fatalf("the limit-1 set holds %d values (%v) with no slot held", n, err)
+	}
+	if enc, err := rdb.ObjectEncoding(ctx, k1).Result(); err == nil && enc != "skiplist" {
+		t.Fatalf("the limit-1 set is a %s, want a skiplist (k1_pad)", enc)
+	}
+	if ttl, err := rdb.PTTL(ctx, k1).Result(); err != nil || ttl > time.Second {
+		t.Fatalf("the limit-1 set with no slot held expires in %v (%v), want within the slot TTL (1s)", ttl, err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for rdb.Exists(ctx, k1).Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the limit-1 set still exists 3s after its last holder left")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

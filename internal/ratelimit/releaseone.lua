@@ -11,5 +11,9 @@ local gone = {}
 for k = 1, n do
   if sc[k] and tonumber(sc[k]) == tonumber(ARGV[n + k]) then gone[#gone + 1] = ARGV[k] end
 end
-if #gone > 0 then redis.call('ZREM', KEYS[1], unpack(gone)) end
+if #gone > 0 then
+  redis.call('ZREM', KEYS[1], unpack(gone))
+  -- no holder left: the set goes (its pad alone, common.lua)
+  if redis.call('ZCARD', KEYS[1]) == 1 and redis.call('ZSCORE', KEYS[1], k1_pad) then redis.call('DEL', KEYS[1]) end
+end
 return #gone
