@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -50,6 +51,19 @@ type Redis struct {
 	adminUser, adminPassword string
 }
 
+// redisDir is a new directory for a server of o: on tmpfs with
+// o.MemDir where /dev/shm takes one (removed at cleanup), else tb.TempDir().
+func redisDir(tb testing.TB, o RedisOptions) string {
+	tb.Helper()
+	if o.MemDir {
+		if d, err := os.MkdirTemp("/dev/shm", "dq-redis-"); err == nil {
+			tb.Cleanup(func() { _ = os.RemoveAll(d) })
+			return d
+		}
+	}
+	return tb.TempDir()
+}
+
 // RedisOptions configures StartRedis.
 type RedisOptions struct {
 	// AOF turns on the append-only file with appendfsync always (unless
@@ -59,8 +73,17 @@ type RedisOptions struct {
 	AOF bool
 	// AppendFsync is the appendfsync policy with AOF: "always" (the
 	// default) or "everysec", which loses up to ~1 s of acknowledged
-	// writes on an OS crash but none on a kill -9 of redis-server.
+	// writes on an OS crash, and on a kill -9 of redis-server those it
+	// had not written yet: Redis postpones its AOF writes (up to 2 s)
+	// while a background fsync runs, and answers meanwhile
+	// (docs/reliability.md).
 	AppendFsync string
+	// MemDir puts the server's directory on tmpfs (/dev/shm) where there
+	// is one: its fsyncs cost nothing, so a test whose servers fsync
+	// every write (appendfsync always) loads no disk that other tests'
+	// servers share, and a kill -9 still loses nothing the server wrote.
+	// For tests that do not simulate power loss.
+	MemDir bool
 	// ClusterNodeTimeout is cluster-node-timeout of a cluster's nodes (it
 	// bounds failure detection, so a failover); default 5s,
 	// StartRedisClusterReplicas' 2s. StartRedis ignores it.
@@ -138,7 +161,7 @@ func StartRedis(tb testing.TB, opts ...RedisOptions) *Redis {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	r := &Redis{Dir: tb.TempDir(), opts: o}
+	r := &Redis{Dir: redisDir(tb, o), opts: o}
 	r.secure(tb, randomSecret())
 	r.start(tb, func(port int) []string { return redisBaseArgs(port, r.Dir, o) })
 	return r

@@ -176,7 +176,7 @@ func (c *RedisCluster) Client(tb testing.TB) *redis.ClusterClient {
 // StartRedisCluster's nodes; it knows no other node yet.
 func (c *RedisCluster) startNode(tb testing.TB) *Redis {
 	tb.Helper()
-	r := &Redis{Dir: tb.TempDir(), opts: c.opts}
+	r := &Redis{Dir: redisDir(tb, c.opts), opts: c.opts}
 	r.secure(tb, c.adminPassword)
 	r.start(tb, func(port int) []string {
 		args := append(redisBaseArgs(port, r.Dir, c.opts),

@@ -129,7 +129,7 @@ func StartSentinel(tb testing.TB, replicas int, opts ...RedisOptions) *SentinelS
 // startData starts one data node, a replica of of unless that is nil.
 func (s *SentinelSet) startData(tb testing.TB, adminPassword string, of *Redis) *Redis {
 	tb.Helper()
-	r := &Redis{Dir: tb.TempDir(), opts: s.opts}
+	r := &Redis{Dir: redisDir(tb, s.opts), opts: s.opts}
 	r.secure(tb, adminPassword)
 	r.start(tb, func(port int) []string {
 		args := append(redisBaseArgs(port, r.Dir, s.opts), "--repl-diskless-sync-delay", "0")
