@@ -3,8 +3,9 @@
 -- shard; a Redis Cluster call is always one shard: its keys share a slot).
 -- ARGV[1] wake channel, then one section per shard:
 --   shard, the caller's map (see check_map), mode, n, and n triples
---   id, due, data (quadruples with mode 'j'); mode letters: 'x' existing tasks only (the old shard of
---   a growing map: an absent task is created on its new shard); 'r'
+--   id, due, data (quadruples with mode 'j'); mode letters: 'x' existing
+--   tasks only (the old shard of a growing map: an absent task is created
+--   on its new shard); 'r'
 --   revive: a cancelled task becomes waiting again with the new content
 --   (the scheduler re-materializing a tick it cancelled); 'c' confirm: the
 --   replay of a write that ran but that the replicas did not confirm
