@@ -533,3 +533,36 @@ func TestRewrite(t *testing.T) {
 		t.Fatalf("a removed entry came back (len %d)", j.Len())
 	}
 }
+
+// ID names the journal among every daemon's: made with its file, kept
+// across restarts (a replay token is the ID and an entry's seq).
+func TestIDSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	j, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := j.ID()
+	if len(id) != 16 {
+		t.Fatalf("id %q, want 16 hex digits", id)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if j.ID() != id {
+		t.Fatalf("id %q after a reopen, want %q", j.ID(), id)
+	}
+	other, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if other.ID() == id {
+		t.Fatalf("two journals share the id %q", id)
+	}
+}
