@@ -159,12 +159,12 @@ func BenchmarkKeyLimits(b *testing.B) {
 			}
 			slices.Sort(cpuRatios)
 			fmt.Printf("  %-8s: median %.0f tasks/s = %.0f%% of no rule (per round %.0f%%..%.0f%%); redis-server %+.2fus per task (median), worker+kfake %+.2fus; CPU per no-rule task / per task with the rule %.0f%% (%.0f%%..%.0f%%)\n",
-				m.name, median(rates[m.name]), 100*median(ratios), 100*ratios[0], 100*ratios[len(ratios)-1],
-				median(redisUS[m.name])-median(redisUS["no rule"]), median(procUS[m.name])-median(procUS["no rule"]),
-				100*median(cpuRatios), 100*cpuRatios[0], 100*cpuRatios[len(cpuRatios)-1])
-			b.ReportMetric(100*median(ratios), "pct-of-no-rule-"+m.typ)
+				m.name, testenv.Median(rates[m.name]), 100*testenv.Median(ratios), 100*ratios[0], 100*ratios[len(ratios)-1],
+				testenv.Median(redisUS[m.name])-testenv.Median(redisUS["no rule"]), testenv.Median(procUS[m.name])-testenv.Median(procUS["no rule"]),
+				100*testenv.Median(cpuRatios), 100*cpuRatios[0], 100*cpuRatios[len(cpuRatios)-1])
+			b.ReportMetric(100*testenv.Median(ratios), "pct-of-no-rule-"+m.typ)
 		}
-		b.ReportMetric(median(base), "no-rule-tasks/s")
+		b.ReportMetric(testenv.Median(base), "no-rule-tasks/s")
 
 		count := func() (int, int64) {
 			var nkeys int

@@ -7,9 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,8 +125,8 @@ func BenchmarkThroughput(b *testing.B) {
 			b.ReportMetric(rate, "c"+strconv.Itoa(c)+"_tasks/s")
 			rates[c] = rate
 		}
-		med := median(raws)
-		fmt.Printf("  raw kafka-go, %d passes of this run: %s msgs/s (median %.0f, CPU per record %s us)\n", len(raws), join(raws, 0), med, join(rawCPUs, 2))
+		med := testenv.Median(raws)
+		fmt.Printf("  raw kafka-go, %d passes of this run: %s msgs/s (median %.0f, CPU per record %s us)\n", len(raws), testenv.JoinFloats(raws, 0), med, testenv.JoinFloats(rawCPUs, 2))
 		for _, c := range concurrency {
 			fmt.Printf("  share of the median raw pass, concurrency %3d: %3.0f%%\n", c, 100*rates[c]/med)
 		}
@@ -196,25 +194,6 @@ func (r benchRedis) commandStats(b *testing.B) map[string]testenv.CommandStat {
 		}
 	}
 	return out
-}
-
-// median is the median of xs (the mean of the middle two for an even count).
-func median(xs []float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	m := len(s) / 2
-	if len(s)%2 == 0 {
-		return (s[m-1] + s[m]) / 2
-	}
-	return s[m]
-}
-
-// join lists xs with prec decimals.
-func join(xs []float64, prec int) string {
-	out := make([]string, len(xs))
-	for i, x := range xs {
-		out[i] = strconv.FormatFloat(x, 'f', prec, 64)
-	}
-	return strings.Join(out, ", ")
 }
 
 // benchReader is the bare kafka-go group Reader of the raw and ideal

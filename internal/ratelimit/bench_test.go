@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"fmt"
 	mrand "math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
@@ -252,31 +251,14 @@ func BenchmarkAdmitKeyedSteady(b *testing.B) {
 		}
 		for _, name := range []string{"type", "key"} {
 			fmt.Printf("BenchmarkAdmitKeyedSteady %-4s: redis CPU per task admitted and released %s µs (batches of %d, ~%d slots held)\n",
-				name, fmtList(us[name]), batch, (lag+1)*batch)
+				name, testenv.JoinFloats(us[name], 2), batch, (lag+1)*batch)
 		}
 		extra := make([]float64, rounds)
 		for r := range extra {
 			extra[r] = us["key"][r] - us["type"][r]
 		}
-		fmt.Printf("BenchmarkAdmitKeyedSteady: the key scope costs %s µs/task more than the type scope (per round)\n", fmtList(extra))
-		b.ReportMetric(median(us["type"]), "type-us/task")
-		b.ReportMetric(median(us["key"]), "key-us/task")
+		fmt.Printf("BenchmarkAdmitKeyedSteady: the key scope costs %s µs/task more than the type scope (per round)\n", testenv.JoinFloats(extra, 2))
+		b.ReportMetric(testenv.Median(us["type"]), "type-us/task")
+		b.ReportMetric(testenv.Median(us["key"]), "key-us/task")
 	}
-}
-
-func fmtList(v []float64) string {
-	s := ""
-	for i, x := range v {
-		if i > 0 {
-			s += " / "
-		}
-		s += fmt.Sprintf("%.2f", x)
-	}
-	return s
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
