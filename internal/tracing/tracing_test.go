@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/internal/testenv"
@@ -121,5 +123,50 @@ func TestPrinter(t *testing.T) {
 	out := b.String()
 	if !strings.Contains(out, "trace 4bf92f3577b34da6a3ce929d0e0e4736 parent [dev]") || !strings.Contains(out, "  child [dev]") {
 		t.Fatalf("printed:\n%s", out)
+	}
+}
+
+// A child ends before its parent, so the batcher can export it a batch
+// earlier: the printer holds a child of a local parent until the parent
+// is printed, and prints a child of a remote parent at once (the flaky
+// dq dev --trace test: the webhook span printed unindented).
+func TestPrinterHoldsChildUntilLocalParent(t *testing.T) {
+	tid := trace.TraceID{1}
+	sc := func(id byte, remote bool) trace.SpanContext {
+		return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{id}, TraceFlags: trace.FlagsSampled, Remote: remote})
+	}
+	at := time.Now()
+	stub := func(name string, id byte, parent trace.SpanContext, start time.Duration) sdktrace.ReadOnlySpan {
+		return tracetest.SpanStub{Name: name, SpanContext: sc(id, false), Parent: parent,
+			StartTime: at.Add(start), EndTime: at.Add(time.Second)}.Snapshot()
+	}
+	var b bytes.Buffer
+	p := NewPrinter(&b)
+	attempt := stub("attempt", 2, sc(1, true), 0) // its parent, the fire, is another process'
+	webhook := stub("webhook", 3, sc(2, false), time.Millisecond)
+	if err := p.ExportSpans(t.Context(), []sdktrace.ReadOnlySpan{webhook}); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != 0 {
+		t.Fatalf("a child printed before its local parent:\n%s", b.String())
+	}
+	if err := p.ExportSpans(t.Context(), []sdktrace.ReadOnlySpan{attempt}); err != nil {
+		t.Fatal(err)
+	}
+	want := "trace " + tid.String() + " attempt [] "
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], want) || !strings.HasPrefix(lines[1], "trace "+tid.String()+"   webhook [] ") {
+		t.Fatalf("printed:\n%s\nwant the attempt (its remote parent not waited for), then the webhook under it", b.String())
+	}
+	// a child whose local parent never comes is printed at Shutdown
+	b.Reset()
+	if err := p.ExportSpans(t.Context(), []sdktrace.ReadOnlySpan{stub("orphan", 5, sc(4, false), 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.String(), "trace "+tid.String()+" orphan [] ") {
+		t.Fatalf("printed at shutdown:\n%s", b.String())
 	}
 }
