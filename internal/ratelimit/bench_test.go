@@ -194,7 +194,8 @@ func benchKeyedRounds(b *testing.B, rdb redis.UniversalClient, l *Limiter, n, ro
 // admissions meet. The type rule has a limit no batch reaches; the key
 // rule is {"scope":"key","concurrency":{"limit":1}} (ordered). 60,000
 // tasks over 10,000 keys per pass; passes alternate type, key, key, type
-// for rounds rounds.
+// for rounds rounds. It prints this process' CPU per task too (the
+// Limiter's Go side and go-redis; run with -cpuprofile to see where).
 //
 //	go test ./internal/ratelimit -run '^$' -bench BenchmarkAdmitKeyedSteady -benchtime 1x
 func BenchmarkAdmitKeyedSteady(b *testing.B) {
@@ -204,7 +205,7 @@ func BenchmarkAdmitKeyedSteady(b *testing.B) {
 		rdb := srv.Client(b)
 		conc := func(limit int64) *Concurrency { return &Concurrency{Limit: limit, SlotTTL: dur(time.Minute)} }
 		rules := map[string]Rule{"type": {Concurrency: conc(MaxLimit)}, "key": {Scope: "key", Concurrency: conc(1)}}
-		us := map[string][]float64{}
+		us, goUs := map[string][]float64{}, map[string][]float64{}
 		for r := range rounds {
 			order := []string{"type", "key"}
 			if r%2 == 1 {
@@ -226,7 +227,7 @@ func BenchmarkAdmitKeyedSteady(b *testing.B) {
 					b.Fatal(err)
 				}
 				ds := make([]Decision, n)
-				c0 := testenv.RedisCPU(b, rdb)
+				c0, p0 := testenv.RedisCPU(b, rdb), testenv.ProcessCPU()
 				for from, k := 0, 0; from < n; from, k = from+batch, k+1 {
 					got, err := l.Admit(b.Context(), all[from:min(from+batch, n)])
 					if err != nil {
@@ -246,12 +247,14 @@ func BenchmarkAdmitKeyedSteady(b *testing.B) {
 				if err := l.Flush(b.Context()); err != nil {
 					b.Fatal(err)
 				}
+				p1 := testenv.ProcessCPU()
 				us[name] = append(us[name], float64((testenv.RedisCPU(b, rdb)-c0).Nanoseconds())/1000/n)
+				goUs[name] = append(goUs[name], float64((p1-p0).Nanoseconds())/1000/n)
 			}
 		}
 		for _, name := range []string{"type", "key"} {
-			fmt.Printf("BenchmarkAdmitKeyedSteady %-4s: redis CPU per task admitted and released %s µs (batches of %d, ~%d slots held)\n",
-				name, testenv.JoinFloats(us[name], 2), batch, (lag+1)*batch)
+			fmt.Printf("BenchmarkAdmitKeyedSteady %-4s: redis CPU per task admitted and released %s µs, this process (the Limiter, go-redis) %s µs (batches of %d, ~%d slots held)\n",
+				name, testenv.JoinFloats(us[name], 2), testenv.JoinFloats(goUs[name], 2), batch, (lag+1)*batch)
 		}
 		extra := make([]float64, rounds)
 		for r := range extra {
@@ -260,5 +263,7 @@ func BenchmarkAdmitKeyedSteady(b *testing.B) {
 		fmt.Printf("BenchmarkAdmitKeyedSteady: the key scope costs %s µs/task more than the type scope (per round)\n", testenv.JoinFloats(extra, 2))
 		b.ReportMetric(testenv.Median(us["type"]), "type-us/task")
 		b.ReportMetric(testenv.Median(us["key"]), "key-us/task")
+		b.ReportMetric(testenv.Median(goUs["type"]), "type-go-us/task")
+		b.ReportMetric(testenv.Median(goUs["key"]), "key-go-us/task")
 	}
 }

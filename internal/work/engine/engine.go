@@ -31,6 +31,7 @@ type Engine struct {
 	met *metrics
 
 	fetching atomic.Bool
+	leases   leaseWatch // concurrency slots' leases whose timer is not armed yet
 
 	// set by Run
 	store    Store

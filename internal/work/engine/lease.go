@@ -103,10 +103,16 @@ type limitLease struct {
 	margin time.Duration
 	// timer starts the renewals when the first is due, then (with hold)
 	// fences the lease: it fires at until and ends it unless a renewal
-	// moved until (tick). One timer per admitted task, not two: most end
-	// before either would fire, and each costs its creation and its Stop.
+	// moved until (tick). One timer per lease, not two, and armed only
+	// when the first is near (leasewatch.go): most tasks end before either
+	// would fire, and each costs its creation and its Stop.
 	timer   *time.Timer
 	started bool // the renewals run
+	ctx     context.Context
+	first   time.Time // when the timer is due at first (arm)
+	// in the engine's leaseWatch until its timer is armed (under its mu)
+	bucket     *leaseBucket
+	prev, next *limitLease
 
 	done chan struct{} // made when the renewals start (tick), closed by stop
 	wg   sync.WaitGroup
@@ -120,16 +126,17 @@ type limitLease struct {
 }
 
 // renewLimit starts the lease of what an admitted item holds when the
-// Limiter is a LimitRenewer (see limitLease; it sets it.lease) and returns
-// its stop, which ends the renewals and waits for one in flight; it may be
-// called more than once.
-func (e *Engine) renewLimit(ctx context.Context, it *item) (stop func()) {
+// Limiter is a LimitRenewer (see limitLease) and sets it.lease, whose stop
+// ends the renewals and waits for one in flight (it may be called more
+// than once, and on a nil lease).
+func (e *Engine) renewLimit(ctx context.Context, it *item) {
+	it.lease = nil
 	r, ok := e.cfg.Limiter.(LimitRenewer)
 	every := it.dec.RenewEvery
 	if !ok || every <= 0 || !it.dec.Run {
-		return func() {}
+		return
 	}
-	l := &limitLease{e: e, it: it, r: r, every: every}
+	l := &limitLease{e: e, it: it, r: r, every: every, ctx: ctx}
 	if hold := it.dec.HoldFor; hold > 0 {
 		l.hold, l.margin = hold, leaseMargin(hold)
 		until := it.dec.HeldUntil
@@ -146,11 +153,26 @@ func (e *Engine) renewLimit(ctx context.Context, it *item) (stop func()) {
 	if l.hold > 0 {
 		first = min(first, time.Until(l.until))
 	}
-	l.mu.Lock() // tick, which may run at once, reads l.timer under mu
-	l.timer = time.AfterFunc(first, func() { l.tick(ctx) })
-	l.mu.Unlock()
-	return l.stop
+	l.first = time.Now().Add(first)
+	if first >= 2*leaseGrain {
+		e.leases.add(l, first)
+		return
+	}
+	l.arm()
 }
+
+// arm sets the lease's timer for l.first, unless it stopped.
+func (l *limitLease) arm() {
+	l.mu.Lock() // tick, which may run at once, reads l.timer under mu
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
+	}
+	l.timer = time.AfterFunc(time.Until(l.first), l.fire)
+}
+
+// fire runs tick when the timer fires.
+func (l *limitLease) fire() { l.tick(l.ctx) }
 
 // renew renews the hold now, then every l.every until stop, ctx's end or
 // the hold's loss.
@@ -257,15 +279,20 @@ func (l *limitLease) lose(reason, why string) {
 	l.it.log.Warn(msg, "type", l.it.t.Type, "reason", reason, "why", why)
 }
 
-// stop ends the renewals and the fence, and waits for a renewal in flight.
+// stop ends the renewals and the fence, and waits for a renewal in
+// flight. A nil lease has nothing to stop.
 func (l *limitLease) stop() {
+	if l == nil {
+		return
+	}
 	l.once.Do(func() {
+		l.e.leases.remove(l)
 		l.mu.Lock()
 		l.stopped = true
-		done := l.done
+		done, timer := l.done, l.timer
 		l.mu.Unlock()
-		if l.timer != nil {
-			l.timer.Stop()
+		if timer != nil {
+			timer.Stop()
 		}
 		if done != nil {
 			close(done)

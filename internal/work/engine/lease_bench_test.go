@@ -36,14 +36,13 @@ func BenchmarkLeasedRun(b *testing.B) {
 			for b.Loop() {
 				it := &item{t: &task.Task{ID: "a", Type: "t"}, log: log,
 					dec: LimitDecision{Run: true, RenewEvery: 5 * time.Second, HoldFor: 10 * time.Second}}
-				stop := func() {}
 				if leased {
-					stop = e.renewLimit(ctx, it)
+					e.renewLimit(ctx, it)
 				}
 				if _, err := e.execute(ctx, ht, log, x, time.Now(), it.lease, nil); err != nil {
 					b.Fatal(err)
 				}
-				stop()
+				it.lease.stop()
 			}
 		})
 	}

@@ -92,14 +92,14 @@ func runLeased(t *testing.T, answers []string, wait, work time.Duration) *leaseR
 	r.it = &item{t: &task.Task{ID: "a", Type: "conv"}, log: slog.New(slog.DiscardHandler),
 		dec: LimitDecision{Run: true, RenewEvery: leaseEvery, HoldFor: leaseTTL, HeldUntil: r.admitted.Add(leaseTTL)}}
 	ctx := t.Context()
-	stop := e.renewLimit(ctx, r.it)
-	defer stop()
+	e.renewLimit(ctx, r.it)
+	defer r.it.lease.stop()
 	time.Sleep(wait)
 	ht := newHandlerTimer(ctx)
 	defer ht.stop()
 	_, r.err = e.execute(ctx, ht, r.it.log, &Execution{ID: "a", Type: "conv", Timeout: time.Minute}, time.Now(), r.it.lease, nil)
 	close(ren.release) // a stalled renewal returns: stop waits for it
-	stop()
+	r.it.lease.stop()
 	return r
 }
 
@@ -204,5 +204,64 @@ func TestLeaseLostBeforeHandlerStarts(t *testing.T) {
 		if !errors.Is(r.err, ErrLimitSlotLost) {
 			t.Fatalf("run error %v, want ErrLimitSlotLost", r.err)
 		}
+	})
+}
+
+// Leases of tasks that end before their first renewal is near wait in the
+// engine's leaseWatch, without a timer of their own: a stopped lease
+// leaves it at once (nothing kept per ended task; an empty bucket goes
+// when its timer fires), and a lease still held
+// when its grain comes gets its own timer, which renews it on time.
+func TestLeaseWatchKeepsNoEndedTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ren := &scriptedRenewer{answers: []string{"ok"}, release: make(chan struct{})}
+		e := &Engine{cfg: Config{Limiter: ren}, met: newMetrics(nil, 10), log: slog.New(slog.DiscardHandler)}
+		ctx := t.Context()
+		admit := func() *item {
+			it := &item{t: &task.Task{ID: "a", Type: "conv"}, log: slog.New(slog.DiscardHandler),
+				dec: LimitDecision{Run: true, RenewEvery: leaseEvery, HoldFor: leaseTTL, HeldUntil: time.Now().Add(leaseTTL)}}
+			e.renewLimit(ctx, it)
+			return it
+		}
+		buckets := func() (n, leases int) {
+			e.leases.mu.Lock()
+			defer e.leases.mu.Unlock()
+			for _, b := range e.leases.buckets {
+				for l := b.head; l != nil; l = l.next {
+					leases++
+				}
+			}
+			return len(e.leases.buckets), leases
+		}
+		var ended []*item
+		for i := range 1000 {
+			ended = append(ended, admit())
+			if i%250 == 249 {
+				time.Sleep(leaseGrain / 2) // spread over a few grains
+			}
+		}
+		long := admit()
+		if long.lease.timer != nil {
+			t.Fatal("a lease whose first renewal is 333 ms away got a timer at once")
+		}
+		if b, n := buckets(); b < 2 || n != 1001 {
+			t.Fatalf("%d buckets hold %d leases, want several holding 1001", b, n)
+		}
+		for _, it := range ended {
+			it.lease.stop()
+		}
+		if _, n := buckets(); n != 1 {
+			t.Fatalf("after 1000 stops: the buckets hold %d leases, want the long task's alone", n)
+		}
+		time.Sleep(leaseEvery + time.Millisecond)
+		if b, n := buckets(); b != 0 || n != 0 {
+			t.Fatalf("after its grain: %d buckets hold %d leases, want none", b, n)
+		}
+		synctest.Wait()
+		if n := len(ren.calls); n != 1 {
+			t.Fatalf("%d renewals once the first was due, want 1", n)
+		}
+		long.lease.stop()
+		close(ren.release)
 	})
 }

@@ -85,10 +85,9 @@ type item struct {
 	claimed time.Time     // when the claim was (last) taken
 	t       *task.Task    // set once claimed
 	dec     LimitDecision // set once admitted
-	// stopRenew stops the renewals of what the Limiter admitted it with
-	// (see renewLimit); set by dispatch
-	stopRenew func()
-	lease     *limitLease    // what the Limiter admitted it with, renewed and fenced (see renewLimit); nil if nothing
+	// what the Limiter admitted it with, renewed and fenced (see
+	// renewLimit; set by dispatch, stopped by lease.stop); nil if nothing
+	lease     *limitLease
 	unlimited bool           // admitted without the Limiter (a LimitScoper that does not limit its type): no Hold, no Done
 	out       pendingOutcome // set once its handler returned (decide)
 	// tctx is the context of a record that carries a trace context
@@ -347,18 +346,18 @@ func (e *Engine) admit(ctx context.Context, ready []*item) {
 // its outcome.
 func (e *Engine) runItem(ctx context.Context, r *runner, it *item) {
 	x := e.execution(ctx, it)
-	stopRenew := it.stopRenew // started by dispatch
-	defer stopRenew()
+	lease := it.lease // started by dispatch (nil: none)
+	defer lease.stop()
 	if ctx.Err() != nil {
 		// the worker's hard shutdown came while it waited for a handler slot
-		stopRenew()
+		lease.stop()
 		e.limitDone(ctx, it)
 		e.abandon(ctx, it, true)
 		return
 	}
 	started := time.Now()
 	if started.Sub(it.claimed) > (it.timeout+e.cfg.ClaimMargin)/2 {
-		if !e.reclaim(ctx, it, stopRenew) {
+		if !e.reclaim(ctx, it) {
 			return
 		}
 		started = time.Now()
@@ -372,7 +371,7 @@ func (e *Engine) runItem(ctx context.Context, r *runner, it *item) {
 	if it.span != nil {
 		traceHandled(it, ran, herr)
 	}
-	stopRenew()
+	lease.stop()
 	if ctx.Err() != nil {
 		e.limitDone(ctx, it)
 		it.log.Warn("abandoned at shutdown; the record stays uncommitted", "err", herr)
@@ -421,13 +420,13 @@ func (e *Engine) execution(ctx context.Context, it *item) *Execution {
 // record over) may hold it or have finished the task. The same owner finds
 // its own claim and renews it. It reports whether the item may run; if
 // not, the item was skipped or abandoned, or waits for the other run.
-func (e *Engine) reclaim(ctx context.Context, it *item, stopRenew func()) bool {
+func (e *Engine) reclaim(ctx context.Context, it *item) bool {
 	e.met.reclaims.Inc()
 	ready, held := e.claim(ctx, []*item{it})
 	if len(ready) == 1 {
 		return true
 	}
-	stopRenew()
+	it.lease.stop()
 	e.limitDone(ctx, it)
 	for _, h := range held {
 		e.advance(ctx, h)

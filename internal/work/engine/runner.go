@@ -51,7 +51,7 @@ func (e *Engine) dispatch(ctx context.Context, it *item) {
 	e.running.Add(1) // the caller holds records: the count is above 0
 	// what the Limiter admitted it with (a concurrency slot) is renewed
 	// while it waits for a handler slot and runs, and given back after
-	it.stopRenew = e.renewLimit(ctx, it)
+	e.renewLimit(ctx, it)
 	q := &e.queue
 	q.mu.Lock()
 	q.items = append(q.items, it)
