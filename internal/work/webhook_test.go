@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,6 +291,30 @@ func testWebhookErrors(t *testing.T, use func(*Webhook)) {
 	case <-time.After(4 * time.Second):
 		t.Error("the sink never saw the cancelled request end")
 	}
+	// the same through a context with an AfterFunc of its own (the
+	// worker's handler context), which the fast client asks directly
+	if h.Fast != nil {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		ctx, cancelNow := context.WithCancelCause(ctx)
+		own := &ownAfterFunc{Context: ctx}
+		time.AfterFunc(50*time.Millisecond, func() { cancelNow(errors.New("slot lost")) })
+		start := time.Now()
+		if err := h.Handle(own, tk); err == nil || !strings.Contains(err.Error(), "slot lost") || time.Since(start) > 2*time.Second {
+			t.Errorf("cancelled after 50ms (own AfterFunc): %v after %v", err, time.Since(start))
+		}
+		if own.calls.Load() != 1 {
+			t.Errorf("the fast client called the context's own AfterFunc %d times, want 1", own.calls.Load())
+		}
+		select {
+		case end := <-slowEnded:
+			if d := end.Sub(start); d > 2*time.Second {
+				t.Errorf("the sink saw the cancelled request end %v after it began (own AfterFunc)", d)
+			}
+		case <-time.After(4 * time.Second):
+			t.Error("the sink never saw the cancelled request end (own AfterFunc)")
+		}
+	}
 	// a cancelled call leaves nothing behind: the next calls of the
 	// webhook go through (the fast client's slot is reused)
 	for range 3 {
@@ -361,4 +386,16 @@ func forEachClient(t *testing.T, tlsConf *tls.Config, test func(t *testing.T, us
 	t.Run("net/http", func(t *testing.T) { test(t, func(*Webhook) {}) })
 	fast := NewFastClient(2, tlsConf)
 	t.Run("fasthttp", func(t *testing.T) { test(t, func(h *Webhook) { h.Fast = fast }) })
+}
+
+// ownAfterFunc is a context with an AfterFunc method of its own, as the
+// worker's handler context has (engine.handlerCtx); it counts the calls.
+type ownAfterFunc struct {
+	context.Context
+	calls atomic.Int32
+}
+
+func (c *ownAfterFunc) AfterFunc(f func()) func() bool {
+	c.calls.Add(1)
+	return context.AfterFunc(c.Context, f)
 }

@@ -222,3 +222,35 @@ func TestHandlerCtxEndCause(t *testing.T) {
 		ht.finish(c)
 	})
 }
+
+// BenchmarkHandlerCtxAfterFunc: what a webhook call's cancel hook costs
+// on a handler's context (issue 46; internal/work's handleFast registers
+// one per call): context.AfterFunc, after the Done check that guarded it,
+// against the context's own AfterFunc, which handleFast now asks directly.
+// The context's allocation is in both.
+//
+//	go test ./internal/work/engine -run '^$' -bench BenchmarkHandlerCtxAfterFunc -benchmem
+func BenchmarkHandlerCtxAfterFunc(b *testing.B) {
+	f := func() {}
+	for _, direct := range []bool{false, true} {
+		name := "context.AfterFunc"
+		if direct {
+			name = "handlerCtx.AfterFunc"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c := &handlerCtx{parent: context.Background(), deadline: time.Now().Add(time.Minute)}
+				var stop func() bool
+				if direct {
+					stop = c.AfterFunc(f)
+				} else if c.Done() != nil {
+					stop = context.AfterFunc(c, f)
+				}
+				if !stop() {
+					b.Fatal("the hook ran or was gone")
+				}
+			}
+		})
+	}
+}
