@@ -275,44 +275,36 @@ func testWebhookErrors(t *testing.T, use func(*Webhook)) {
 	// at once, naming the cause, and ends the request: its connection is
 	// closed, so the sink sees it end too (both clients; the fast one
 	// cuts its connection's deadline short: webhookfast.go)
-	ctx, cancel = context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	ctx, cancelNow := context.WithCancelCause(ctx)
-	time.AfterFunc(50*time.Millisecond, func() { cancelNow(errors.New("slot lost")) })
-	start := time.Now()
-	if err := h.Handle(ctx, tk); err == nil || !strings.Contains(err.Error(), "slot lost") || time.Since(start) > 2*time.Second {
-		t.Errorf("cancelled after 50ms: %v after %v", err, time.Since(start))
-	}
-	select {
-	case end := <-slowEnded:
-		if d := end.Sub(start); d > 2*time.Second {
-			t.Errorf("the sink saw the cancelled request end %v after it began", d)
-		}
-	case <-time.After(4 * time.Second):
-		t.Error("the sink never saw the cancelled request end")
-	}
-	// the same through a context with an AfterFunc of its own (the
-	// worker's handler context), which the fast client asks directly
-	if h.Fast != nil {
+	cancelled := func(what string, wrap func(context.Context) context.Context) context.Context {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-		defer cancel()
+		t.Cleanup(cancel)
 		ctx, cancelNow := context.WithCancelCause(ctx)
-		own := &ownAfterFunc{Context: ctx}
 		time.AfterFunc(50*time.Millisecond, func() { cancelNow(errors.New("slot lost")) })
 		start := time.Now()
-		if err := h.Handle(own, tk); err == nil || !strings.Contains(err.Error(), "slot lost") || time.Since(start) > 2*time.Second {
-			t.Errorf("cancelled after 50ms (own AfterFunc): %v after %v", err, time.Since(start))
-		}
-		if own.calls.Load() != 1 {
-			t.Errorf("the fast client called the context's own AfterFunc %d times, want 1", own.calls.Load())
+		if err := h.Handle(wrap(ctx), tk); err == nil || !strings.Contains(err.Error(), "slot lost") || time.Since(start) > 2*time.Second {
+			t.Errorf("cancelled after 50ms (%s): %v after %v", what, err, time.Since(start))
 		}
 		select {
 		case end := <-slowEnded:
 			if d := end.Sub(start); d > 2*time.Second {
-				t.Errorf("the sink saw the cancelled request end %v after it began (own AfterFunc)", d)
+				t.Errorf("the sink saw the cancelled request end %v after it began (%s)", d, what)
 			}
 		case <-time.After(4 * time.Second):
-			t.Error("the sink never saw the cancelled request end (own AfterFunc)")
+			t.Errorf("the sink never saw the cancelled request end (%s)", what)
+		}
+		return ctx
+	}
+	ctx = cancelled("a context of the standard library", func(c context.Context) context.Context { return c })
+	// the same through a context with an AfterFunc of its own (the
+	// worker's handler context), which the fast client asks directly
+	if h.Fast != nil {
+		var own *ownAfterFunc
+		cancelled("a context with its own AfterFunc", func(c context.Context) context.Context {
+			own = &ownAfterFunc{Context: c}
+			return own
+		})
+		if own.calls.Load() != 1 {
+			t.Errorf("the fast client called the context's own AfterFunc %d times, want 1", own.calls.Load())
 		}
 	}
 	// a cancelled call leaves nothing behind: the next calls of the

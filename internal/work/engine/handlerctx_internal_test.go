@@ -232,22 +232,22 @@ func TestHandlerCtxEndCause(t *testing.T) {
 //	go test ./internal/work/engine -run '^$' -bench BenchmarkHandlerCtxAfterFunc -benchmem
 func BenchmarkHandlerCtxAfterFunc(b *testing.B) {
 	f := func() {}
-	for _, direct := range []bool{false, true} {
-		name := "context.AfterFunc"
-		if direct {
-			name = "handlerCtx.AfterFunc"
-		}
+	hooks := map[string]func(c *handlerCtx) (stop func() bool){
+		"context.AfterFunc": func(c *handlerCtx) func() bool {
+			if c.Done() == nil {
+				return nil
+			}
+			return context.AfterFunc(c, f)
+		},
+		"handlerCtx.AfterFunc": func(c *handlerCtx) func() bool { return c.AfterFunc(f) },
+	}
+	for _, name := range []string{"context.AfterFunc", "handlerCtx.AfterFunc"} {
+		hook := hooks[name]
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				c := &handlerCtx{parent: context.Background(), deadline: time.Now().Add(time.Minute)}
-				var stop func() bool
-				if direct {
-					stop = c.AfterFunc(f)
-				} else if c.Done() != nil {
-					stop = context.AfterFunc(c, f)
-				}
-				if !stop() {
+				if stop := hook(c); !stop() {
 					b.Fatal("the hook ran or was gone")
 				}
 			}
