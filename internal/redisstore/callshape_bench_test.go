@@ -115,3 +115,81 @@ func BenchmarkCallOverhead(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClaimFinishShapes measures redis-server CPU per task (INFO cpu)
+// of a worker's claim and finish by the shape of its micro-batches: g
+// fired tasks spread over 16 shards per ClaimMany and FinishMany (lean
+// successes), with the shards' sections packed into one script call (a
+// standalone redis-server) or one call per shard, all of a batch's calls
+// in one pipeline (a node of a Redis Cluster, as bench-scale's one master:
+// a call may not span slots). 64,000 tasks per shape, each on a fresh
+// namespace, from one connection. It splits what a handled task costs
+// Redis into the call's part and the task's (issue 46: bench-scale's
+// handled phase pays ~0.07 claim calls per task, BenchmarkKeyLimits
+// ~0.01).
+//
+//	go test ./internal/redisstore -run '^$' -bench BenchmarkClaimFinishShapes -benchtime 1x
+func BenchmarkClaimFinishShapes(b *testing.B) {
+	const n, shards = 64000, 16
+	for range b.N {
+		r := testenv.StartRedis(b)
+		rdb := r.Client(b)
+		for k, shape := range []struct {
+			g    int
+			pack bool
+		}{{16, true}, {16, false}, {224, true}, {224, false}, {1024, true}, {1024, false}} {
+			s, err := New(b.Context(), rdb, Options{Namespace: "cfshape" + strconv.Itoa(k), Shards: shards})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.pack = shape.pack
+			ids := scheduleBench(b, s, n, time.Now().Add(-time.Second))
+			for sh := range shards {
+				for {
+					t, err := s.Take(b.Context(), sh, 1, 1000, time.Hour)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(t.Tasks) == 0 {
+						break
+					}
+				}
+			}
+			var mixed []string // round robin over the shards, as a fetch spreads
+			for j := 0; len(mixed) < n; j++ {
+				for sh := range shards {
+					if j < len(ids[sh]) {
+						mixed = append(mixed, ids[sh][j])
+					}
+				}
+			}
+			cpu0, cs0 := testenv.RedisCPU(b, rdb), testenv.CommandStats(b, rdb)
+			for i := 0; i < n; i += shape.g {
+				var cs []Claim
+				var fs []Finish
+				for _, id := range mixed[i:min(i+shape.g, n)] {
+					cs = append(cs, Claim{ID: id, TTL: 30 * time.Second, Owner: "o"})
+					fs = append(fs, Finish{ID: id, Kind: Succeeded, Owner: "o"})
+				}
+				if _, err := s.ClaimMany(b.Context(), cs); err != nil {
+					b.Fatal(err)
+				}
+				res, err := s.FinishMany(b.Context(), fs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res[0].State != task.StateSucceeded {
+					b.Fatalf("finish: %+v", res[0])
+				}
+			}
+			us := float64((testenv.RedisCPU(b, rdb) - cpu0).Microseconds()) / n
+			calls, name := "one call", fmt.Sprintf("g%d-packed", shape.g)
+			if !shape.pack {
+				calls, name = "a call per shard", fmt.Sprintf("g%d-per-shard", shape.g)
+			}
+			fmt.Printf("  claim+finish, %4d tasks per batch, %-16s %6.2f us of redis-server CPU per task  (%s)\n",
+				shape.g, calls, us, testenv.CommandStatsDelta(cs0, testenv.CommandStats(b, rdb), n))
+			b.ReportMetric(us, name+"-us/task")
+		}
+	}
+}
