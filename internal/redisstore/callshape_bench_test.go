@@ -155,33 +155,9 @@ func BenchmarkClaimFinishShapes(b *testing.B) {
 					}
 				}
 			}
-			var mixed []string // round robin over the shards, as a fetch spreads
-			for j := 0; len(mixed) < n; j++ {
-				for sh := range shards {
-					if j < len(ids[sh]) {
-						mixed = append(mixed, ids[sh][j])
-					}
-				}
-			}
+			mixed := roundRobin(ids, n)
 			cpu0, cs0 := testenv.RedisCPU(b, rdb), testenv.CommandStats(b, rdb)
-			for i := 0; i < n; i += shape.g {
-				var cs []Claim
-				var fs []Finish
-				for _, id := range mixed[i:min(i+shape.g, n)] {
-					cs = append(cs, Claim{ID: id, TTL: 30 * time.Second, Owner: "o"})
-					fs = append(fs, Finish{ID: id, Kind: Succeeded, Owner: "o"})
-				}
-				if _, err := s.ClaimMany(b.Context(), cs); err != nil {
-					b.Fatal(err)
-				}
-				res, err := s.FinishMany(b.Context(), fs)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if res[0].State != task.StateSucceeded {
-					b.Fatalf("finish: %+v", res[0])
-				}
-			}
+			claimFinishBatches(b, s, mixed, shape.g)
 			us := float64((testenv.RedisCPU(b, rdb) - cpu0).Microseconds()) / n
 			calls, name := "one call", fmt.Sprintf("g%d-packed", shape.g)
 			if !shape.pack {
@@ -190,6 +166,43 @@ func BenchmarkClaimFinishShapes(b *testing.B) {
 			fmt.Printf("  claim+finish, %4d tasks per batch, %-16s %6.2f us of redis-server CPU per task  (%s)\n",
 				shape.g, calls, us, testenv.CommandStatsDelta(cs0, testenv.CommandStats(b, rdb), n))
 			b.ReportMetric(us, name+"-us/task")
+		}
+	}
+}
+
+// roundRobin lists n of the ids of every shard (ids[shard]) taking one of
+// each shard in turn, as a worker's fetch spreads over the shards.
+func roundRobin(ids [][]string, n int) []string {
+	var mixed []string
+	for j := 0; len(mixed) < n; j++ {
+		for sh := range ids {
+			if j < len(ids[sh]) {
+				mixed = append(mixed, ids[sh][j])
+			}
+		}
+	}
+	return mixed[:n]
+}
+
+// claimFinishBatches claims and finishes (lean successes, owner "o") the
+// fired tasks ids in batches of g, one ClaimMany and one FinishMany each.
+func claimFinishBatches(b *testing.B, s *Store, ids []string, g int) {
+	for i := 0; i < len(ids); i += g {
+		var cs []Claim
+		var fs []Finish
+		for _, id := range ids[i:min(i+g, len(ids))] {
+			cs = append(cs, Claim{ID: id, TTL: 30 * time.Second, Owner: "o"})
+			fs = append(fs, Finish{ID: id, Kind: Succeeded, Owner: "o"})
+		}
+		if _, err := s.ClaimMany(b.Context(), cs); err != nil {
+			b.Fatal(err)
+		}
+		res, err := s.FinishMany(b.Context(), fs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res[0].State != task.StateSucceeded {
+			b.Fatalf("finish: %+v", res[0])
 		}
 	}
 }

@@ -258,34 +258,8 @@ func BenchmarkRedisFloor(b *testing.B) {
 		// script call each (packCalls) instead of one per shard
 		s2, ids2 := fresh(past)
 		fire(s2, time.Hour)
-		var mixed []string // round robin over the shards
-		for k := 0; len(mixed) < n; k++ {
-			for sh := range shards {
-				if k < len(ids2[sh]) {
-					mixed = append(mixed, ids2[sh][k])
-				}
-			}
-		}
-		small := measure("claim+finish/batches-of-16", func() {
-			for i := 0; i < n; i += 16 {
-				var cs []Claim
-				var fs []Finish
-				for _, id := range mixed[i:min(i+16, n)] {
-					cs = append(cs, Claim{ID: id, TTL: 30 * time.Second, Owner: "o"})
-					fs = append(fs, Finish{ID: id, Kind: Succeeded, Owner: "o"})
-				}
-				if _, err := s2.ClaimMany(b.Context(), cs); err != nil {
-					b.Fatal(err)
-				}
-				res, err := s2.FinishMany(b.Context(), fs)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if res[0].State != task.StateSucceeded {
-					b.Fatalf("finish: %+v", res[0])
-				}
-			}
-		})
+		mixed := roundRobin(ids2, n)
+		small := measure("claim+finish/batches-of-16", func() { claimFinishBatches(b, s2, mixed, 16) })
 		for _, x := range []string{"x/args-only", "x/hget-count", "x/hget-reply", "x/hget-parse", "x/hmget-hset", "x/hget-hset"} {
 			measure(x, func() { probe(s, ids, x) })
 		}
