@@ -130,30 +130,28 @@ type limitLease struct {
 // ends the renewals and waits for one in flight (it may be called more
 // than once, and on a nil lease).
 func (e *Engine) renewLimit(ctx context.Context, it *item) {
-	it.lease = nil
 	r, ok := e.cfg.Limiter.(LimitRenewer)
 	every := it.dec.RenewEvery
 	if !ok || every <= 0 || !it.dec.Run {
 		return
 	}
+	now := time.Now()
 	l := &limitLease{e: e, it: it, r: r, every: every, ctx: ctx}
-	if hold := it.dec.HoldFor; hold > 0 {
-		l.hold, l.margin = hold, leaseMargin(hold)
-		until := it.dec.HeldUntil
-		if until.IsZero() {
-			until = time.Now().Add(hold)
-		}
-		l.until = until.Add(-l.margin)
-	}
-	it.lease = l
 	// The renewals start once the first is due: most tasks end sooner, and
 	// a goroutine and a ticker per admitted task cost a no-op handler's
 	// worker a tenth of its CPU (BenchmarkKeyLimits' profile).
 	first := every
-	if l.hold > 0 {
-		first = min(first, time.Until(l.until))
+	if hold := it.dec.HoldFor; hold > 0 {
+		l.hold, l.margin = hold, leaseMargin(hold)
+		until := it.dec.HeldUntil
+		if until.IsZero() {
+			until = now.Add(hold)
+		}
+		l.until = until.Add(-l.margin)
+		first = min(first, l.until.Sub(now))
 	}
-	l.first = time.Now().Add(first)
+	it.lease = l
+	l.first = now.Add(first)
 	if first >= 2*leaseGrain {
 		e.leases.add(l, first)
 		return

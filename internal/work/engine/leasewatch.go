@@ -67,10 +67,7 @@ func (w *leaseWatch) add(l *limitLease, wait time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.buckets == nil {
-		w.buckets = make(map[grainKey]*leaseBucket)
-		if w.epoch.IsZero() {
-			w.epoch = time.Now()
-		}
+		w.buckets, w.epoch = make(map[grainKey]*leaseBucket), time.Now()
 	}
 	key := grainKey{size, int64(l.first.Sub(w.epoch) / size)}
 	b := w.buckets[key]
