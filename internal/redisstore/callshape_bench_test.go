@@ -144,16 +144,8 @@ func BenchmarkClaimFinishShapes(b *testing.B) {
 			}
 			s.pack = shape.pack
 			ids := scheduleBench(b, s, n, time.Now().Add(-time.Second))
-			for sh := range shards {
-				for {
-					t, err := s.Take(b.Context(), sh, 1, 1000, time.Hour)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if len(t.Tasks) == 0 {
-						break
-					}
-				}
+			if got := drainShards(b, s, 1000, time.Hour); got != n {
+				b.Fatalf("took %d of %d", got, n)
 			}
 			mixed := roundRobin(ids, n)
 			cpu0, cs0 := testenv.RedisCPU(b, rdb), testenv.CommandStats(b, rdb)
@@ -205,4 +197,23 @@ func claimFinishBatches(b *testing.B, s *Store, ids []string, g int) {
 			b.Fatalf("finish: %+v", res[0])
 		}
 	}
+}
+
+// drainShards fires every due task of every shard of s (Store.Take, batch per
+// call, with a lease of lease) and returns how many it took.
+func drainShards(b *testing.B, s *Store, batch int, lease time.Duration) int {
+	taken := 0
+	for sh := range s.Shards() {
+		for {
+			t, err := s.Take(b.Context(), sh, 1, batch, lease)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(t.Tasks) == 0 {
+				break
+			}
+			taken += len(t.Tasks)
+		}
+	}
+	return taken
 }

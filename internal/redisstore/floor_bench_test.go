@@ -179,13 +179,9 @@ func BenchmarkRedisFloor(b *testing.B) {
 		}
 		// fire takes every task of s with a lease of lease (Store.Take)
 		fire := func(s *Store, lease time.Duration) {
-			drain(func(sh int) int {
-				t, err := s.Take(b.Context(), sh, 1, batch, lease)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return len(t.Tasks)
-			})
+			if taken := drainShards(b, s, batch, lease); taken != n {
+				b.Fatalf("took %d of %d", taken, n)
+			}
 		}
 		past, future := time.Now().Add(-time.Second), time.Now().Add(time.Hour)
 
