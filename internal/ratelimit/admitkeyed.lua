@@ -53,9 +53,15 @@
 -- ARGV[15] slot id prefix (limit above 1: the slot of the i-th task of
 --   the call is prefix .. i .. ':' .. its value; limit 1: its value, held
 --   until now + slot ttl)
--- ARGV[16] m, the number of values; then per value: the value, its task
---   count c, then c tasks of (id, due ms) when ordered, then (low: 1 when
---   below the bucket's min priority) when there is a bucket
+-- ARGV[16] m, the number of values; ARGV[17] '1' when each value has one
+--   task in this call; ARGV[18] the tasks: per value, its task count c,
+--   then per task its due ms and id when ordered and its low flag (1 when
+--   below the bucket's min priority) when there is a bucket, each field
+--   followed by a space and an id written as "<length>:<id>";
+--   ARGV[19 .. 18 + m] the values, in the same order. A task is no
+--   argument of its own: each argument costs redis-server ~0.2 µs before
+--   the script starts (BenchmarkAdmitKeyedSteady), and the common batch
+--   (one task per value, below) never reads ARGV[18].
 -- Returns {now ms, codes, waits}: codes has one byte per task in the order
 -- sent, '0' admitted, '1' window quota, '2' token bucket, '3' concurrency,
 -- '4' order; waits holds the wait ms of each deferred task, in order.
@@ -67,20 +73,8 @@ local climit, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
 local ordered, grace = ARGV[9] == '1', tonumber(ARGV[10])
 local retry, seed = tonumber(ARGV[11]), tonumber(ARGV[12])
 local horizon, maxwait = tonumber(ARGV[13]), tonumber(ARGV[14])
-local prefix, m = ARGV[15], tonumber(ARGV[16])
-
-local stride = 0
-if ordered then stride = 2 end
-local lowpos = stride + 1
-if rate > 0 then stride = stride + 1 end
-
--- where each value's tasks begin
-local vals, counts, starts = {}, {}, {}
-local pos = 17
-for j = 1, m do
-  vals[j], counts[j], starts[j] = ARGV[pos], tonumber(ARGV[pos + 1]), pos + 2
-  pos = pos + 2 + counts[j] * stride
-end
+local prefix, m, allone = ARGV[15], tonumber(ARGV[16]), ARGV[17] == '1'
+local vals = {unpack(ARGV, 19, 18 + m)}
 
 local KW, KB, KS, K1 = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local one = climit == 1
@@ -126,6 +120,60 @@ if ordered and redis.call('EXISTS', KEYS[2]) == 1 then
   queued = redis.call('ZMSCORE', KEYS[2], unpack(vals))
 end
 
+-- The common batch of a limit of 1 with no quota or bucket: each value
+-- has one task, holds no slot and has no queue (nor any value slots above
+-- a limit of 1). Every task is admitted, as the loop below would decide,
+-- without its bookkeeping per task, which was most of the interpreter's
+-- time in this script (BenchmarkAdmitKeyedSteady).
+if one and allone and not indexed and #cv == 0 then
+  local z, all = {}, true
+  local expiry = int(now + ttl)
+  for j = 1, m do
+    if hv[j] or queued[j] then
+      all = false
+      break
+    end
+    z[2 * j - 1], z[2 * j] = expiry, vals[j]
+  end
+  if all and m > 0 then
+    if not k1there then -- created here: as a skip list (k1_pad, common.lua)
+      z[2 * m + 1], z[2 * m + 2] = 0, k1_pad
+    end
+    redis.call('ZADD', K1, unpack(z))
+    redis.call('PEXPIRE', K1, int(ttl))
+    return {now, string.rep('0', m), {}}
+  end
+end
+
+-- the tasks (ARGV[18]): each value's count, each task's due, id and low
+-- flag by its position in the call
+local tasks = ARGV[18]
+local counts, dues, ids, lows = {}, {}, {}, {}
+local function field(p) -- the field at p and where the next one starts
+  local e = string.find(tasks, ' ', p, true)
+  return string.sub(tasks, p, e - 1), e + 1
+end
+do
+  local p, slot = 1, 0
+  for j = 1, m do
+    local c
+    c, p = field(p)
+    c = tonumber(c)
+    counts[j] = c
+    for _ = 1, c do
+      slot = slot + 1
+      if ordered then
+        dues[slot], p = field(p)
+        local colon = string.find(tasks, ':', p, true)
+        local n = tonumber(string.sub(tasks, p, colon - 1))
+        ids[slot] = string.sub(tasks, colon + 1, colon + n)
+        p = colon + n + 2
+      end
+      if rate > 0 then lows[slot], p = field(p) end
+    end
+  end
+end
+
 local function clamp(w)
   if not (w >= 1) then return 1 end -- also nan
   if w > maxwait then return maxwait end
@@ -139,7 +187,7 @@ local zargs = {} -- ZADD arguments of :ks: the slots taken and the counts of the
 local z1 = {} -- ZADD arguments of :k1: the values that took their slot
 local nowstr, expiry = int(now), int(now + ttl)
 for j = 1, m do
-  local v, c, at = vals[j], counts[j], starts[j]
+  local v, c = vals[j], counts[j]
   local vk = nil -- value_key(base, v), made when its queue is used
   local wstart, wcount, tokens, ts, running, ksn = 0, 0, 0, now, 0, 0
   if wlimit > 0 then wstart, wcount = window_field(wv[j], win, now) end
@@ -164,11 +212,10 @@ for j = 1, m do
   if head ~= nil and c > 1 then
     order = {}
     for k = 1, c do order[k] = k end
-    local ids, key = {}, {}
-    for k = 1, c do ids[k] = ARGV[at + (k - 1) * stride] end
-    local places = redis.call('ZMSCORE', vk .. 'q', unpack(ids))
+    local places = redis.call('ZMSCORE', vk .. 'q', unpack(ids, first + 1, first + c))
+    local key = {}
     for k = 1, c do
-      key[k] = tonumber(places[k]) or tonumber(ARGV[at + (k - 1) * stride + 1])
+      key[k] = tonumber(places[k]) or tonumber(dues[first + k])
     end
     table.sort(order, function(a, b)
       if key[a] ~= key[b] then return key[a] < key[b] end
@@ -179,11 +226,8 @@ for j = 1, m do
   for o = 1, c do
     local k = o
     if order then k = order[o] end
-    local p = at + (k - 1) * stride
     local slot = first + k
-    local id, low = nil, false
-    if ordered then id = ARGV[p] end
-    if rate > 0 then low = ARGV[p + lowpos - 1] == '1' end
+    local id, low = ids[slot], lows[slot] == '1'
     local code, wait = 0, 0
     if head ~= nil and head ~= id then
       code = 4
@@ -225,7 +269,7 @@ for j = 1, m do
       waits[slot] = wait
       if ordered then
         if vk == nil then vk = value_key(base, v) end
-        redis.call('ZADD', vk .. 'q', 'NX', ARGV[p + 1], id)
+        redis.call('ZADD', vk .. 'q', 'NX', dues[slot], id)
         redis.call('HSET', vk .. 'qt', id, int(now + wait))
         if qexp == nil or now + wait + grace > qexp then qexp = now + wait + grace end
         if head == nil then head, headqt = id, now + wait end

@@ -148,7 +148,7 @@ func (l *Limiter) admitKeyedCall(g *group, items []Item, from, to int) *call {
 	base := keyedBase(l.ns, g.typ)
 	c := &call{script: admitKeyedScript, keys: keyedKeys(base), first: from, n: to - from}
 	ordered := g.rule.ordered()
-	args := make([]any, 0, 16+3*c.n)
+	args := make([]any, 0, 18+c.n)
 	args = append(args, base)
 	args, c.prefix = l.limitArgs(args, g.rule)
 	b := g.rule.TokenBucket
@@ -157,8 +157,16 @@ func (l *Limiter) admitKeyedCall(g *group, items []Item, from, to int) *call {
 		flag = "1"
 	}
 	args = append(args, flag, l.grace.Milliseconds(), l.retry.Milliseconds(),
-		strconv.FormatFloat(mrand.Float64(), 'f', 6, 64), l.idleHorizon(g.rule), maxDeferralMs, c.prefix, 0)
-	values := len(args) - 1
+		strconv.FormatFloat(mrand.Float64(), 'f', 6, 64), l.idleHorizon(g.rule), maxDeferralMs, c.prefix, 0, "1", nil)
+	head := len(args) - 3 // m, whether each value has one task, the tasks
+	size := 3             // per task: its value's count and space (mostly one digit)
+	if ordered {
+		size += len(items[g.idx[from]].ID) + 20
+	}
+	if b != nil {
+		size += 2
+	}
+	tasks := make([]byte, 0, c.n*size)
 	m := 0
 	for pos := from; pos < to; {
 		v := g.vals[pos]
@@ -166,24 +174,34 @@ func (l *Limiter) admitKeyedCall(g *group, items []Item, from, to int) *call {
 		for end < to && g.vals[end] == v {
 			end++
 		}
-		args = append(args, v, end-pos)
+		args = append(args, v)
+		if end-pos > 1 {
+			args[head+1] = "0"
+		}
+		tasks = strconv.AppendInt(tasks, int64(end-pos), 10)
+		tasks = append(tasks, ' ')
 		for k := pos; k < end; k++ {
 			it := &items[g.idx[k]]
 			if ordered {
-				args = append(args, it.ID, g.dues[k])
+				tasks = strconv.AppendInt(tasks, g.dues[k], 10)
+				tasks = append(tasks, ' ')
+				tasks = strconv.AppendInt(tasks, int64(len(it.ID)), 10)
+				tasks = append(tasks, ':')
+				tasks = append(tasks, it.ID...)
+				tasks = append(tasks, ' ')
 			}
 			if b != nil {
-				low := "0"
+				low := byte('0')
 				if it.Priority < b.MinPriority {
-					low = "1"
+					low = '1'
 				}
-				args = append(args, low)
+				tasks = append(tasks, low, ' ')
 			}
 		}
 		m++
 		pos = end
 	}
-	args[values] = m
+	args[head], args[head+2] = m, tasks
 	c.args = args
 	return c
 }

@@ -705,3 +705,42 @@ func TestOneReleaseFreshness(t *testing.T) {
 		t.Fatalf("put back: fresh %v, checked %v", fresh, vals)
 	}
 }
+
+// A batch of one task per value under a limit of 1 alone (admitkeyed.lua's
+// short path): a value that holds its slot, or whose queue holds a task
+// deferred before, still holds its task back; a first batch creates the
+// holder set with its pad, a later one adds to it.
+func TestKeyedOnePerValueBatch(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	rules := StaticRules{"o": {Scope: "key", Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(time.Minute)}}}
+	l := newLimiter(t, rdb, testNS(t), rules, Options{ConcurrencyRetry: 50 * time.Millisecond})
+	k1 := keyedBase(l.ns, "o") + "k1"
+	first := []Item{kit("o", "a1", "a", 1), kit("o", "b1", "b", 2)}
+	ds := admitOne(t, l, first...)
+	wantRuns(t, first, ds, "a1 b1")
+	if n, err := rdb.ZCard(ctx, k1).Result(); err != nil || n != 3 {
+		t.Fatalf("holder set has %d members (%v), want a, b and the pad", n, err)
+	}
+	// a holds its slot: its next task waits, in a's queue (an id with the
+	// separators of the script's task list is kept whole)
+	second := []Item{kit("o", "a2 :1 x", "a", 3), kit("o", "c1", "c", 4)}
+	ds2 := admitOne(t, l, second...)
+	wantRuns(t, second, ds2, "-a2 :1 x c1")
+	if ds2[0].Reason != ReasonConcurrency {
+		t.Fatalf("a2 deferred for %q, want concurrency", ds2[0].Reason)
+	}
+	if err := l.Done(ctx, first[0], ds[0]); err != nil {
+		t.Fatal(err)
+	}
+	// a is free now, but a2 heads its queue: a3 alone waits behind it
+	third := []Item{kit("o", "a3", "a", 5), kit("o", "d1", "d", 6)}
+	ds3 := admitOne(t, l, third...)
+	wantRuns(t, third, ds3, "-a3 d1")
+	if ds3[0].Reason != ReasonOrder {
+		t.Fatalf("a3 deferred for %q, want order", ds3[0].Reason)
+	}
+	a2 := second[0]
+	a2.Due = ds2[0].NotBefore
+	wantRuns(t, []Item{a2}, admitOne(t, l, a2), "a2 :1 x")
+}
