@@ -70,6 +70,9 @@ if take > 0 then
       zargs[2 * i - 1] = expiry
       zargs[2 * i] = prefix .. i
     end
+    if redis.call('EXISTS', KEYS[3]) == 0 then -- created here: as a skip list (skiplist_pad, common.lua)
+      zargs[2 * take + 1], zargs[2 * take + 2] = 0, skiplist_pad
+    end
     redis.call('ZADD', KEYS[3], unpack(zargs))
     redis.call('PEXPIRE', KEYS[3], int(ttl))
     running = running + take
@@ -78,7 +81,7 @@ end
 
 local earliest = -1
 if climit > 0 and running >= climit then
-  local e = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  local e = redis.call('ZRANGE', KEYS[3], '(0', '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
   if e[2] then earliest = tonumber(e[2]) end
 end
 return {now, wstart, wcount, string.format('%.17g', tokens), running, earliest, take, rhigh, rlow}

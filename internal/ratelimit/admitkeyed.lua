@@ -136,8 +136,8 @@ if one and allone and not indexed and #cv == 0 then
     z[2 * j - 1], z[2 * j] = expiry, vals[j]
   end
   if all and m > 0 then
-    if not k1there then -- created here: as a skip list (k1_pad, common.lua)
-      z[2 * m + 1], z[2 * m + 2] = 0, k1_pad
+    if not k1there then -- created here: as a skip list (skiplist_pad, common.lua)
+      z[2 * m + 1], z[2 * m + 2] = 0, skiplist_pad
     end
     redis.call('ZADD', K1, unpack(z))
     redis.call('PEXPIRE', K1, int(ttl))
@@ -322,9 +322,9 @@ if #zargs > 0 then
   redis.call('PEXPIRE', KS, int(ttl))
 end
 if #z1 > 0 then
-  if not k1there then -- created here: as a skip list (k1_pad, common.lua)
+  if not k1there then -- created here: as a skip list (skiplist_pad, common.lua)
     z1[#z1 + 1] = 0
-    z1[#z1 + 1] = k1_pad
+    z1[#z1 + 1] = skiplist_pad
   end
   redis.call('ZADD', K1, unpack(z1))
   redis.call('PEXPIRE', K1, int(ttl))

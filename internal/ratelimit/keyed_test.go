@@ -526,7 +526,7 @@ func TestReleaseRidesWithAdmit(t *testing.T) {
 	}
 	_ = l.Done(ctx, Item{ID: "b", Type: "t"}, ds[0])
 	testenv.WaitFor(t, 5*time.Second, "the timer's release", func() bool {
-		n, err := rdb.ZCard(ctx, typeKeys(l.ns, "t")[keyRunning]).Result()
+		n, err := rdb.ZCount(ctx, typeKeys(l.ns, "t")[keyRunning], "(0", "+inf").Result() // slots, not the pad
 		return err == nil && n == 0
 	})
 }
@@ -657,7 +657,7 @@ func TestKeyedLimitOneClaim(t *testing.T) {
 		t.Fatalf("the limit-1 set holds %d values (%v) with no slot held", n, err)
 	}
 	if enc, err := rdb.ObjectEncoding(ctx, k1).Result(); err == nil && enc != "skiplist" {
-		t.Fatalf("the limit-1 set is a %s, want a skiplist (k1_pad)", enc)
+		t.Fatalf("the limit-1 set is a %s, want a skiplist (skiplist_pad)", enc)
 	}
 	if ttl, err := rdb.PTTL(ctx, k1).Result(); err != nil || ttl > time.Second {
 		t.Fatalf("the limit-1 set with no slot held expires in %v (%v), want within the slot TTL (1s)", ttl, err)

@@ -289,6 +289,32 @@ func TestConcurrencySlots(t *testing.T) {
 	}
 }
 
+// A task held back by a full concurrency limit waits until the earliest
+// held slot expires when that is sooner than the retry; the type's slot
+// set is a skip list from its first slot (skiplist_pad, common.lua), and
+// its pad is neither a slot nor an expiry.
+func TestConcurrencyWaitEndsAtEarliestExpiry(t *testing.T) {
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	c := Concurrency{Limit: 1, SlotTTL: dur(2 * time.Second)}
+	l := newLimiter(t, rdb, testNS(t), StaticRules{"conv": {Concurrency: &c}}, Options{ConcurrencyRetry: time.Minute})
+	if ds, err := l.Admit(ctx, items("conv", 1, 0)); err != nil || countRun(ds) != 1 {
+		t.Fatalf("first slot: %+v %v", ds, err)
+	}
+	run := typeKeys(l.ns, "conv")[keyRunning]
+	if enc, err := rdb.ObjectEncoding(ctx, run).Result(); err != nil || enc != "skiplist" {
+		t.Fatalf("the slot set is a %q (%v), want a skiplist", enc, err)
+	}
+	now := redisMillis(t, rdb)
+	ds, err := l.Admit(ctx, items("conv", 1, 0))
+	if err != nil || ds[0].Run || ds[0].Reason != ReasonConcurrency {
+		t.Fatalf("second slot of 1: %+v %v", ds, err)
+	}
+	if w := ds[0].NotBefore.UnixMilli() - now; w < 1000 || w > 2100 {
+		t.Fatalf("waits %d ms, want until the held slot expires (2 s), not the 1 min retry", w)
+	}
+}
+
 // A holder that never releases (a crashed worker) loses its slots after
 // the TTL; until then nobody else gets one.
 func TestCrashedHolderSlotsExpire(t *testing.T) {

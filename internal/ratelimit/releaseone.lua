@@ -14,6 +14,6 @@ end
 if #gone > 0 then
   redis.call('ZREM', KEYS[1], unpack(gone))
   -- no holder left: the set goes (its pad alone, common.lua)
-  if redis.call('ZCARD', KEYS[1]) == 1 and redis.call('ZSCORE', KEYS[1], k1_pad) then redis.call('DEL', KEYS[1]) end
+  if redis.call('ZCARD', KEYS[1]) == 1 and redis.call('ZSCORE', KEYS[1], skiplist_pad) then redis.call('DEL', KEYS[1]) end
 end
 return #gone
