@@ -11,6 +11,7 @@ import (
 	"github.com/delayq/delayq/bench/internal/report"
 	"github.com/delayq/delayq/bench/internal/systems"
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // throughput is workload 1: tasks due in 1 h, scheduled as fast as each
@@ -163,6 +164,8 @@ func (b *bench) addThroughput(system, label, method string, workers, tasks, perC
 	b.r.Throughput = append(b.r.Throughput, t)
 	fmt.Printf("%-8s %-70s %8.0f tasks/s  call p50 %.2fms p99 %.2fms  CPU/task redis %.1fµs process %.1fµs  errors %d  stored %d\n",
 		system, method, t.TasksPerSec, p50, p99, redisUs, procUs, c.errs, stored)
+	fmt.Printf("%-8s   redis-server per task, by command (INFO commandstats; evalsha includes what its scripts call): %s\n",
+		"", testenv.CommandStatsDelta(m0.cmds, m1.cmds, tasks))
 	if c.errs > 0 {
 		b.note("%s %s: %d of %d calls failed, first: %v", system, method, c.errs, len(c.lat), c.firstErr)
 	}
