@@ -59,9 +59,10 @@
 --   below the bucket's min priority) when there is a bucket, each field
 --   followed by a space and an id written as "<length>:<id>";
 --   ARGV[19 .. 18 + m] the values, in the same order. A task is no
---   argument of its own: each argument costs redis-server ~0.2 µs before
---   the script starts (BenchmarkAdmitKeyedSteady), and the common batch
---   (one task per value, below) never reads ARGV[18].
+--   argument of its own: each argument costs redis-server 0.07-0.2 µs
+--   before the script starts (more with many: a Redis object and a Lua
+--   string each, and their garbage), and the common batch (one task per
+--   value, below) never reads ARGV[18].
 -- Returns {now ms, codes, waits}: codes has one byte per task in the order
 -- sent, '0' admitted, '1' window quota, '2' token bucket, '3' concurrency,
 -- '4' order; waits holds the wait ms of each deferred task, in order.
