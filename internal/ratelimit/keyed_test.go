@@ -598,15 +598,23 @@ func TestKeyedExpiredSlotFreesItsValue(t *testing.T) {
 	}
 }
 
+// limitOne starts a redis-server and a Limiter whose type typ has an
+// ordered key-scoped concurrency rule of limit 1 with slots of ttl, and
+// returns them with the type's holder set (:k1).
+func limitOne(t *testing.T, typ string, ttl time.Duration) (*redis.Client, *Limiter, string) {
+	t.Helper()
+	rdb := testenv.StartRedis(t).Client(t)
+	rules := StaticRules{typ: {Scope: "key", Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(ttl)}}}
+	l := newLimiter(t, rdb, testNS(t), rules, Options{ConcurrencyRetry: 50 * time.Millisecond})
+	return rdb, l, keyedBase(l.ns, typ) + "k1"
+}
+
 // With a limit of 1 a slot is its value; the holder's claim (its expiry
 // as it set it last) keeps a holder whose slot expired from freeing or
 // renewing the next holder's.
 func TestKeyedLimitOneClaim(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
+	rdb, l, k1 := limitOne(t, "c", time.Second)
 	ctx := t.Context()
-	rules := StaticRules{"c": {Scope: "key", Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(time.Second)}}}
-	l := newLimiter(t, rdb, testNS(t), rules, Options{ConcurrencyRetry: 50 * time.Millisecond})
-	k1 := keyedBase(l.ns, "c") + "k1"
 	a1, a2 := kit("c", "a1", "a", 1), kit("c", "a2", "a", 2)
 	d1 := admitOne(t, l, a1)[0]
 	if !d1.Run {
@@ -711,11 +719,8 @@ func TestOneReleaseFreshness(t *testing.T) {
 // deferred before, still holds its task back; a first batch creates the
 // holder set with its pad, a later one adds to it.
 func TestKeyedOnePerValueBatch(t *testing.T) {
-	rdb := testenv.StartRedis(t).Client(t)
+	rdb, l, k1 := limitOne(t, "o", time.Minute)
 	ctx := t.Context()
-	rules := StaticRules{"o": {Scope: "key", Concurrency: &Concurrency{Limit: 1, SlotTTL: dur(time.Minute)}}}
-	l := newLimiter(t, rdb, testNS(t), rules, Options{ConcurrencyRetry: 50 * time.Millisecond})
-	k1 := keyedBase(l.ns, "o") + "k1"
 	first := []Item{kit("o", "a1", "a", 1), kit("o", "b1", "b", 2)}
 	ds := admitOne(t, l, first...)
 	wantRuns(t, first, ds, "a1 b1")
