@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/daemon/wire"
+	"github.com/delayq/delayq/internal/testenv"
 )
 
 // Concurrent single schedules that arrive while the store calls in flight
@@ -37,6 +38,15 @@ func pausedCallers(t *testing.T, n int) (app *testApp, wait func()) {
 	t.Helper()
 	r := startRedis(t)
 	app = startApp(t, testConfig(t, r.Addr))
+	// App.Run starts the coalescer in a goroutine of its own; a caller
+	// before it runs is served alone (as at a daemon's start), outside
+	// the groups these tests count (a loaded CI machine saw 16 of 32)
+	testenv.WaitFor(t, 5*time.Second, "the coalescer running", func() bool {
+		c := app.core.coalesce
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.running
+	})
 	if err := r.Client(t).Do(t.Context(), "CLIENT", "PAUSE", 500, "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
