@@ -20,6 +20,7 @@ import (
 func (e *Engine) fetchLoop(ctx, workCtx context.Context, r kafkaread.Reader) error {
 	f := kafkaread.Fetcher{R: r, Log: e.log, Name: "worker"}
 	buf := make([]kafka.Message, 0, MaxBatch)
+	order := newAdmitOrder() // admitorder.go
 	for {
 		for e.bytesFull() {
 			select {
@@ -50,7 +51,8 @@ func (e *Engine) fetchLoop(ctx, workCtx context.Context, r kafkaread.Reader) err
 			e.offs.start(batch[i].Topic, batch[i].Partition, batch[i].Offset)
 		}
 		e.met.running.Add(float64(len(batch)))
-		e.running.Go(func() { e.processBatch(workCtx, batch) })
+		turn := e.nextTurn(order, batch)
+		e.running.Go(func() { e.processBatch(workCtx, batch, turn) })
 	}
 }
 

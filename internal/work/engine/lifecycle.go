@@ -144,15 +144,18 @@ func (e *Engine) abandon(ctx context.Context, it *item, release bool) {
 	e.advance(ctx, it)
 }
 
-// processBatch takes one micro-batch through parse, claim and admit.
+// processBatch takes one micro-batch through parse, claim and admit, its
+// Admit call after those of earlier batches holding records of its keys
+// (turn; admitorder.go).
 // ctx is the worker's hard shutdown deadline.
-func (e *Engine) processBatch(ctx context.Context, msgs []kafka.Message) {
+func (e *Engine) processBatch(ctx context.Context, msgs []kafka.Message, turn *admitTurn) {
+	defer turn.end()
 	items := e.parse(ctx, msgs)
 	ready, held := e.claim(ctx, items)
 	for _, it := range held {
 		e.advance(ctx, it)
 	}
-	e.admit(ctx, ready)
+	e.admit(ctx, ready, turn)
 }
 
 // parse reads the dq-* headers of each record: parsed, or skipped (not a
@@ -315,7 +318,7 @@ func (e *Engine) waitClaim(ctx context.Context, it *item) {
 		}
 		ready, held := e.claim(ctx, []*item{it})
 		if len(held) == 0 {
-			e.admit(ctx, ready)
+			e.admit(ctx, ready, nil) // out of its batch's order by now
 			return
 		}
 	}
@@ -324,8 +327,9 @@ func (e *Engine) waitClaim(ctx context.Context, it *item) {
 // admit decides what becomes of claimed items: parked when the
 // PauseView says their type is paused (park.go), else admitted or
 // deferred by the Limiter (limit.go), when one is set. Admitted items go
-// to the runners, deferred ones back to Redis (deferItems).
-func (e *Engine) admit(ctx context.Context, ready []*item) {
+// to the runners, deferred ones back to Redis (deferItems). turn (nil:
+// none) orders the Limiter's call after earlier batches of its keys.
+func (e *Engine) admit(ctx context.Context, ready []*item, turn *admitTurn) {
 	ready, paused := e.splitPaused(ready)
 	if len(paused) > 0 {
 		e.park(ctx, paused)
@@ -333,7 +337,7 @@ func (e *Engine) admit(ctx context.Context, ready []*item) {
 	if len(ready) == 0 {
 		return
 	}
-	run, deferred := e.limit(ctx, ready)
+	run, deferred := e.limit(ctx, ready, turn)
 	for _, it := range run {
 		e.advance(ctx, it)
 	}

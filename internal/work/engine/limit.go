@@ -22,8 +22,9 @@ func (it *item) limitItem() LimitItem {
 // sets each admitted or deferred, with its decision. A failing Limiter
 // defers every item it was asked about a little (fail closed), without
 // using an attempt; the items of types a LimitScoper does not limit are
-// not asked about, and run.
-func (e *Engine) limit(ctx context.Context, ready []*item) (run, deferred []*item) {
+// not asked about, and run. The Limiter is asked after the earlier
+// batches holding records of the same keys asked it (turn, admitorder.go).
+func (e *Engine) limit(ctx context.Context, ready []*item, turn *admitTurn) (run, deferred []*item) {
 	l := e.cfg.Limiter
 	if l == nil {
 		for _, it := range ready {
@@ -56,7 +57,9 @@ func (e *Engine) limit(ctx context.Context, ready []*item) (run, deferred []*ite
 			lis[i] = it.limitItem()
 		}
 		var err error
+		turn.wait(ctx)
 		decs, err = l.Admit(ctx, lis)
+		turn.end()
 		if err == nil && len(decs) != len(limited) {
 			err = errors.New("limiter returned a wrong number of decisions")
 		}
