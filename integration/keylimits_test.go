@@ -70,7 +70,13 @@ func (l *runLog) wait(t *testing.T, ids []string, timeout time.Duration) map[str
 // real binaries, two work processes sharing them through Redis (issue 45).
 func TestKeyLimits(t *testing.T) {
 	hook := newRunLog(150 * time.Millisecond)
-	c := localProvisioner{}.Start(t, Spec{Daemons: 1, Events: 1, Workers: 2, Webhook: hook})
+	// handler slots for every task this test has in flight at once: a
+	// start is then its admission plus the call, never a wait for a free
+	// slot behind other 150 ms calls (with the default 16 per worker, a
+	// loaded CI machine started two of a tenant's tasks 130 ms apart,
+	// admitted by its 4/s bucket at least 250 ms apart)
+	c := localProvisioner{}.Start(t, Spec{Daemons: 1, Events: 1, Workers: 2, Webhook: hook,
+		Env: map[string]string{"DQ_WORK_CONCURRENCY": "256"}})
 	api := newAPI(c, 0)
 	putLimit(t, c.DaemonURL(0), "it.keyed", `{"scope":"key","concurrency":{"limit":1,"slot_ttl":"30s"}}`)
 	putLimit(t, c.DaemonURL(0), "it.tenant", `{"scope":"header:tenant","token_bucket":{"rate":4,"burst":1}}`)
