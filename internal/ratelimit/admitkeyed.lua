@@ -121,6 +121,18 @@ if ordered and redis.call('EXISTS', KEYS[2]) == 1 then
   queued = redis.call('ZMSCORE', KEYS[2], unpack(vals))
 end
 
+-- add_holders writes the values that took their slot to :k1 (z: expiry,
+-- value pairs); a set created here is a skip list (skiplist_pad,
+-- common.lua)
+local function add_holders(z)
+  if not k1there then
+    z[#z + 1] = 0
+    z[#z + 1] = skiplist_pad
+  end
+  redis.call('ZADD', K1, unpack(z))
+  redis.call('PEXPIRE', K1, int(ttl))
+end
+
 -- The common batch of a limit of 1 with no quota or bucket: each value
 -- has one task, holds no slot and has no queue (nor any value slots above
 -- a limit of 1). Every task is admitted, as the loop below would decide,
@@ -137,11 +149,7 @@ if one and allone and not indexed and #cv == 0 then
     z[2 * j - 1], z[2 * j] = expiry, vals[j]
   end
   if all and m > 0 then
-    if not k1there then -- created here: as a skip list (skiplist_pad, common.lua)
-      z[2 * m + 1], z[2 * m + 2] = 0, skiplist_pad
-    end
-    redis.call('ZADD', K1, unpack(z))
-    redis.call('PEXPIRE', K1, int(ttl))
+    add_holders(z)
     return {now, string.rep('0', m), {}}
   end
 end
@@ -322,14 +330,7 @@ if #zargs > 0 then
   redis.call('ZADD', KS, unpack(zargs))
   redis.call('PEXPIRE', KS, int(ttl))
 end
-if #z1 > 0 then
-  if not k1there then -- created here: as a skip list (skiplist_pad, common.lua)
-    z1[#z1 + 1] = 0
-    z1[#z1 + 1] = skiplist_pad
-  end
-  redis.call('ZADD', K1, unpack(z1))
-  redis.call('PEXPIRE', K1, int(ttl))
-end
+if #z1 > 0 then add_holders(z1) end
 
 local inorder = {}
 for pos = 1, first do
