@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -40,9 +41,34 @@ var commonLua string
 // uses (prelude), then src. A dqplant build may rewrite src first
 // (plantBugs, plant_on.go); a normal build never does.
 func script(src string) *redis.Script {
+	name := scriptName(src)
 	src = plantBugs(src)
-	return redis.NewScript(prelude(commonDefs, src) + "\n" + src)
+	sc := redis.NewScript(prelude(commonDefs, src) + "\n" + src)
+	scriptNames[sc.Hash()] = name
+	return sc
 }
+
+// scriptNames maps the SHA1 of each script made by script to its name,
+// written while the package's variables are initialised and only read
+// after (ScriptNames).
+var scriptNames = map[string]string{}
+
+// scriptName is a transition's name: the first word of its .lua file,
+// whose first line reads "-- <name>: what it does".
+func scriptName(src string) string {
+	line, _, _ := strings.Cut(src, "\n")
+	f := strings.Fields(strings.TrimPrefix(line, "--"))
+	if len(f) == 0 {
+		return "?"
+	}
+	return strings.TrimSuffix(f[0], ":")
+}
+
+// ScriptNames maps the SHA1 that EVALSHA names each of the store's
+// scripts by (as Redis' SLOWLOG and MONITOR show it) to the script's
+// name: "claim", "take", ... (bench/cmd/scale -redis-scripts reads the
+// SLOWLOG by it).
+func ScriptNames() map[string]string { return maps.Clone(scriptNames) }
 
 // A script is common.lua's helpers followed by the script's own source.
 // Redis runs a script's body from the top on every call, so each helper

@@ -74,3 +74,21 @@ func TestPreludeOfThePackagesScripts(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptNames: every script made by script() is named by its .lua
+// file's first word, under the SHA1 EVALSHA sends.
+func TestScriptNames(t *testing.T) {
+	names := ScriptNames()
+	for want, sc := range map[string]interface{ Hash() string }{
+		"claim": claimScript, "finish": finishScript, "take": takeScript, "settle": settleScript, "schedule": scheduleScript,
+	} {
+		if got := names[sc.Hash()]; got != want {
+			t.Errorf("ScriptNames()[%s] = %q, want %q", sc.Hash(), got, want)
+		}
+	}
+	for sha, name := range names {
+		if name == "?" || strings.ContainsAny(name, " :-") {
+			t.Errorf("script %s is named %q: its .lua file's first line is not \"-- <name>: ...\"", sha, name)
+		}
+	}
+}

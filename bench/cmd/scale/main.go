@@ -55,6 +55,7 @@ type config struct {
 	short              bool
 	outFile            string
 	cpuProfile         string
+	redisScripts       bool // -redis-scripts: each phase's Redis time by script (scripts.go)
 	remoteProfile      time.Duration
 	shardsDesc, sizing string
 }
@@ -402,6 +403,7 @@ func parseFlags() *config {
 	flag.BoolVar(&cfg.short, "short", false, "small sizes: the whole run in under 2 minutes")
 	flag.StringVar(&cfg.outFile, "out", "", "write the results as JSON to this file")
 	flag.DurationVar(&cfg.remoteProfile, "remote-profile", 3*time.Second, "with -cpuprofile, how long the CPU profile of process 0 of each kind (served on DQ_PPROF_ADDR) lasts from each window's start")
+	flag.BoolVar(&cfg.redisScripts, "redis-scripts", false, "print each phase's Redis time per task by script, from every master's SLOWLOG with every command logged (the logging costs the servers about a tenth more CPU per task)")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write CPU profiles of this process (etcd, the webhook, the consumer, the clients; the broker is a child process) over the windows of the schedule, burst and handled phases to PREFIX-k<masters>-<phase>.prof")
 	flag.Parse()
 	for f := range strings.SplitSeq(*masters, ",") {

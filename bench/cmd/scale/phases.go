@@ -114,15 +114,28 @@ func (b *run) commandsPerTask(what string, before, after redisStats, n int) {
 		b.e.k, what, float64(after.reads-before.reads)/float64(n), float64(after.writes-before.writes)/float64(n))
 }
 
+// scriptsFrom starts a phase's -redis-scripts window (a no-op without
+// the flag); the func it returns ends it and prints the scripts per task
+// of n tasks.
+func (b *run) scriptsFrom() func(what string, n int) {
+	if !b.cfg.redisScripts {
+		return func(string, int) {}
+	}
+	was := b.e.slowlogOn()
+	return func(what string, n int) { b.scriptsPerTask(what, b.e.slowlogOff(was), n) }
+}
+
 // phaseSchedule: N tasks due in 1h through the batch API.
 func (b *run) phaseSchedule() {
 	n := b.cfg.schedule
 	due := time.Now().Add(time.Hour)
 	stop := b.startCPUProfile("schedule")
+	scripts := b.scriptsFrom()
 	s0 := b.e.cpuSnap()
 	took, failed := b.schedule(fmt.Sprintf("k%d-s-", b.e.k), n, tasksTopic, func(int) time.Time { return due })
 	s1 := b.e.cpuSnap()
 	stop()
+	defer scripts("schedule", n)
 	c0, c1 := s0.masters, s1.masters
 	r := &b.res.Schedule
 	r.Method = fmt.Sprintf("POST /v1/tasks/batch (Go client ScheduleBatch), %d client goroutines over %d daemon(s), batches of %d, tasks due in 1h, %d-byte payload; rate = tasks / wall time",
@@ -185,6 +198,7 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	w := newWatch(fmt.Sprintf("k%d-%s-", b.e.k, p.tag), p.n)
 	p.tap.cur.Store(w)
 	defer p.tap.cur.Store(nil)
+	scripts := b.scriptsFrom()
 	c0, cs0 := b.e.redisCPU(), b.e.commandStats()
 	pre := b.e.cpuSnap() // the CPU per task covers the scheduling too
 	// the cores busy from T on (the scheduling before T is not the phase's)
@@ -214,6 +228,7 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	time.Sleep(p.settle)
 	c1, cs1 := b.e.redisCPU(), b.e.commandStats()
 	post := b.e.cpuSnap()
+	defer scripts(p.phase, p.n)
 	r.Seen, r.Dups = n, dups
 	if n == 0 {
 		b.note("k=%d %s: no %s within %v of the due time", b.e.k, p.phase, p.one, b.cfg.timeout)
