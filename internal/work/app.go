@@ -72,6 +72,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := cfg.Logger("work")
 	log.Info("starting", b.LogAttrs()...)
+	log.Info("garbage collector", tuneGC(getenv, log)...)
 	app, err := New(ctx, cfg, log)
 	if err != nil {
 		return err
