@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -72,7 +73,10 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := cfg.Logger("work")
 	log.Info("starting", b.LogAttrs()...)
-	log.Info("garbage collector", tuneGC(getenv, log)...)
+	// the process' own environment, which the Go runtime read its GOGC
+	// and GOMEMLIMIT from (getenv may be another: dq dev's, whose
+	// applications share one process)
+	log.Info("garbage collector", tuneGC(os.Getenv, log)...)
 	app, err := New(ctx, cfg, log)
 	if err != nil {
 		return err
