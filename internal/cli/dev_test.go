@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -149,5 +150,47 @@ func TestDevInfraCommands(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("dq %v: %v", tc.args, err)
 		}
+	}
+}
+
+// An address dq dev reserves cannot be taken by anything else it starts
+// (a listener on port 0 never gets it, a listener on it fails) until the
+// reservation is closed, right before the applications bind it.
+func TestDevReservesAddrs(t *testing.T) {
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lns, err := reserveAddrs(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		closeAll(lns)
+		t.Fatalf("%s listened on while reserved", addr)
+	}
+	if _, err := reserveAddrs(addr); err == nil || !strings.Contains(err.Error(), "--api-addr "+addr) {
+		t.Errorf("reserving a reserved address: %v, want an error naming --api-addr %s", err, addr)
+	}
+	ports, more, err := devPorts(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lns = append(lns, more...)
+	for _, app := range []string{"event", "work"} {
+		if ln, err := net.Listen("tcp", ports[app]); err == nil {
+			ln.Close()
+			t.Errorf("%s's address %s listened on while reserved", app, ports[app])
+		}
+	}
+	closeAll(lns)
+	for _, a := range []string{addr, ports["event"], ports["work"]} {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Errorf("%s after the reservation was closed: %v", a, err)
+			continue
+		}
+		ln.Close()
 	}
 }

@@ -237,10 +237,17 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 		return errors.New(redisInstallHint) //nolint:staticcheck // ST1005: a multi-line install hint printed as is, never wrapped
 	}
 	// A taken API address is said before anything starts (once started,
-	// the other applications would log their cancellation first).
-	if err := checkListen(o.apiAddr); err != nil {
+	// the other applications would log their cancellation first). The
+	// applications' addresses stay reserved (listened on) until just
+	// before the applications bind them: Redis, etcd, Kafka and the sink
+	// listen on ports the kernel picks, and one of them took a free API
+	// address given as --api-addr (seen: the daemon's "address already in
+	// use" at the embedded broker's port).
+	reserved, err := reserveAddrs(o.apiAddr)
+	if err != nil {
 		return err
 	}
+	defer func() { closeAll(reserved) }() // those still reserved on an early return
 	out := &lockedWriter{w: env.Stdout}
 	say := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
 
@@ -255,7 +262,8 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	if err := s.startSink(ctx, o.webhook, out); err != nil {
 		return err
 	}
-	ports, err := devPorts(o.apiAddr)
+	ports, more, err := devPorts(o.apiAddr)
+	reserved = append(reserved, more...)
 	if err != nil {
 		return err
 	}
@@ -271,6 +279,8 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	}
 	defer endTracing()
 	g, gctx := errgroup.WithContext(appsCtx)
+	closeAll(reserved)
+	reserved = nil
 	runDevApps(gctx, g, env, s.appEnv(o), ports)
 	// Wait for the three applications, then say where everything is.
 	if upErr := waitHealthy(gctx, scheme, hc, ports); upErr != nil {
@@ -415,27 +425,44 @@ func (s *devSystem) startSink(ctx context.Context, webhook string, out io.Writer
 	return nil
 }
 
-// checkListen fails when addr cannot be listened on (taken, or not an
-// address of this machine).
-func checkListen(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("dev: --api-addr %s: %w", addr, err)
+// reserveAddrs listens on each address, so that nothing else in this
+// process takes it meanwhile (the caller closes them: closeAll); it fails
+// when one cannot be listened on (taken, or not an address), naming it.
+func reserveAddrs(addrs ...string) ([]net.Listener, error) {
+	var lns []net.Listener
+	for _, addr := range addrs {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			closeAll(lns)
+			return nil, fmt.Errorf("dev: --api-addr %s: %w", addr, err)
+		}
+		lns = append(lns, ln)
 	}
-	return ln.Close()
+	return lns, nil
 }
 
-// devPorts are the HTTP addresses of the daemon (apiAddr), event and work.
-func devPorts(apiAddr string) (map[string]string, error) {
-	ports := map[string]string{"daemon": apiAddr}
-	for _, app := range []string{"event", "work"} {
-		p, err := freeLoopbackAddr()
-		if err != nil {
-			return nil, err
-		}
-		ports[app] = p
+// closeAll closes reserved addresses.
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		_ = ln.Close()
 	}
-	return ports, nil
+}
+
+// devPorts are the HTTP addresses of the daemon (apiAddr), event and
+// work; the event's and work's are free ports kept listened on until the
+// caller closes them (the listeners returned).
+func devPorts(apiAddr string) (map[string]string, []net.Listener, error) {
+	ports := map[string]string{"daemon": apiAddr}
+	var lns []net.Listener
+	for _, app := range []string{"event", "work"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, lns, err
+		}
+		lns = append(lns, ln)
+		ports[app] = ln.Addr().String()
+	}
+	return ports, lns, nil
 }
 
 // appEnv is the environment the three applications share.
