@@ -88,6 +88,16 @@ func TestPublisherWrites(t *testing.T) {
 	if len(want) != 0 {
 		t.Errorf("%d records missing", len(want))
 	}
+	// the counter moves when the producer's write returns, which can be
+	// after a consumer read the records (seen: 101 of 200 counted when
+	// the 200 had been read)
+	testenv.WaitFor(t, 10*time.Second, "200 outcome records counted published", func() bool {
+		n := 0.0
+		for _, kind := range kinds {
+			n += published(reg, kind)
+		}
+		return n >= 200
+	})
 	for _, kind := range kinds {
 		if got := published(reg, kind); got != 50 {
 			t.Errorf("published{%s} = %v, want 50", kind, got)
