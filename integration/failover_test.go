@@ -663,13 +663,12 @@ func logFollow(log string, since time.Time) (at time.Time, to string, readOnly t
 		if !follow && !ro {
 			continue
 		}
-		var when time.Time
-		for f := range strings.FieldsSeq(line) {
-			if v, ok := strings.CutPrefix(f, "time="); ok {
-				when, _ = time.Parse(time.RFC3339Nano, v)
-			}
-			if v, ok := strings.CutPrefix(f, "new="); ok && follow {
-				to = v
+		when, _ := logTime(line)
+		if follow {
+			for f := range strings.FieldsSeq(line) {
+				if v, ok := strings.CutPrefix(f, "new="); ok {
+					to = v
+				}
 			}
 		}
 		// slog's text times have millisecond precision

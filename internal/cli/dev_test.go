@@ -161,16 +161,17 @@ func TestDevReservesAddrs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lns, err := reserveAddrs(addr)
+	apiLn, err := reserveAPIAddr(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lns := []net.Listener{apiLn}
 	if ln, err := net.Listen("tcp", addr); err == nil {
 		ln.Close()
 		closeAll(lns)
 		t.Fatalf("%s listened on while reserved", addr)
 	}
-	if _, err := reserveAddrs(addr); err == nil || !strings.Contains(err.Error(), "--api-addr "+addr) {
+	if _, err := reserveAPIAddr(addr); err == nil || !strings.Contains(err.Error(), "--api-addr "+addr) {
 		t.Errorf("reserving a reserved address: %v, want an error naming --api-addr %s", err, addr)
 	}
 	ports, more, err := devPorts(addr)

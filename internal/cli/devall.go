@@ -243,10 +243,11 @@ func devAll(ctx context.Context, env Env, o devOptions, ready func(apiURL string
 	// listen on ports the kernel picks, and one of them took a free API
 	// address given as --api-addr (seen: the daemon's "address already in
 	// use" at the embedded broker's port).
-	reserved, err := reserveAddrs(o.apiAddr)
+	apiLn, err := reserveAPIAddr(o.apiAddr)
 	if err != nil {
 		return err
 	}
+	reserved := []net.Listener{apiLn}
 	defer func() { closeAll(reserved) }() // those still reserved on an early return
 	out := &lockedWriter{w: env.Stdout}
 	say := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
@@ -425,20 +426,16 @@ func (s *devSystem) startSink(ctx context.Context, webhook string, out io.Writer
 	return nil
 }
 
-// reserveAddrs listens on each address, so that nothing else in this
-// process takes it meanwhile (the caller closes them: closeAll); it fails
-// when one cannot be listened on (taken, or not an address), naming it.
-func reserveAddrs(addrs ...string) ([]net.Listener, error) {
-	var lns []net.Listener
-	for _, addr := range addrs {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			closeAll(lns)
-			return nil, fmt.Errorf("dev: --api-addr %s: %w", addr, err)
-		}
-		lns = append(lns, ln)
+// reserveAPIAddr listens on the API address, so that nothing else in
+// this process takes it meanwhile (the caller closes it: closeAll); it
+// fails when the address cannot be listened on (taken, or not an address
+// of this machine), naming --api-addr.
+func reserveAPIAddr(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dev: --api-addr %s: %w", addr, err)
 	}
-	return lns, nil
+	return ln, nil
 }
 
 // closeAll closes reserved addresses.

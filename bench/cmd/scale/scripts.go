@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -90,7 +91,7 @@ func (e *env) slowlogOff(was []string) []scriptStat {
 	for _, s := range by {
 		out = append(out, *s)
 	}
-	slices.SortFunc(out, func(a, b scriptStat) int { return int(b.wall - a.wall) })
+	slices.SortFunc(out, func(a, b scriptStat) int { return cmp.Compare(b.wall, a.wall) })
 	return out
 }
 
