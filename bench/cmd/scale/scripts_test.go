@@ -43,7 +43,10 @@ func TestSlowlogScripts(t *testing.T) {
 	got := map[string]int{}
 	for _, s := range ss {
 		got[s.name] = s.calls
-		if s.wall <= 0 {
+		// SLOWLOG's durations are whole microseconds: "return 1" can take
+		// 0 on a fast server (CI's did), the schedule script's commands
+		// cannot.
+		if s.wall < 0 || s.name == "schedule" && s.wall <= 0 {
 			t.Errorf("%s: wall %v", s.name, s.wall)
 		}
 	}
