@@ -299,6 +299,21 @@ func (in *localInstance) kill() {
 	<-in.done
 }
 
+// Environ is the environment instance i of role r runs with now, as the
+// kernel holds it (/proc/PID/environ): what an exec of its own gave it.
+func (c *localCluster) Environ(t *testing.T, r Role, i int) []string {
+	t.Helper()
+	in := c.get(t, r, i)
+	in.mu.Lock()
+	pid := in.cmd.Process.Pid
+	in.mu.Unlock()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatalf("%s %d: %v", r, i, err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
 func (c *localCluster) DaemonURL(i int) string { return c.scheme + "://" + c.inst[Daemon][i].addr }
 
 func (c *localCluster) AdminURL(r Role, i int) string { return c.scheme + "://" + c.inst[r][i].addr }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/client"
+	"github.com/delayq/delayq/internal/config"
 )
 
 // The operator artifacts whose metric names are checked against what the
@@ -198,6 +200,17 @@ func TestMetricsExported(t *testing.T) {
 		}
 		if got, ok := metric(hc, c.AdminURL(r, 0), "go_gc_gogc_percent"); !ok || got != want {
 			t.Errorf("%s: go_gc_gogc_percent %g (exported %v), want %g", r, got, ok, want)
+		}
+	}
+	// every binary runs with the runtime's monitor kept out of its deep
+	// sleep (config.KeepSysmonAwake): it executed itself again with the
+	// setting, which the test's environment for it does not hold
+	if lc, ok := c.(*localCluster); ok && runtime.GOOS == "linux" {
+		for _, r := range Roles {
+			env := lc.Environ(t, r, 0)
+			if !slices.Contains(env, "GODEBUG="+config.SysmonGodebug) {
+				t.Errorf("%s runs with environment %q, want GODEBUG=%s", r, env, config.SysmonGodebug)
+			}
 		}
 	}
 	names := map[string]bool{}

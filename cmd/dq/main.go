@@ -17,6 +17,9 @@ import (
 )
 
 func main() {
+	if cli.RunsApp(os.Args) {
+		config.KeepSysmonAwake(os.Stderr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := cli.Main(ctx, os.Args, cli.OSEnv())
 	code := config.ExitCode(ctx, filepath.Base(os.Args[0]), err, os.Stderr)

@@ -139,3 +139,30 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// RunsApp: dq re-executes itself with the runtime's monitor kept awake
+// only where it runs an application, not for its version or a
+// subcommand.
+func TestRunsApp(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"/work"}, true},
+		{[]string{"daemon", "-h"}, true},
+		{[]string{"/usr/bin/event", "--shards", "4"}, true},
+		{[]string{"dq", "app", "work"}, true},
+		{[]string{"work", "version"}, false},
+		{[]string{"dq", "app", "event", "--version"}, false},
+		{[]string{"dq"}, false},
+		{[]string{"dq", "dev"}, false},
+		{[]string{"dq", "app"}, false},
+		{[]string{"dq", "app", "nope"}, false},
+		{[]string{"dq", "schedule", "t"}, false},
+		{nil, false},
+	} {
+		if got := RunsApp(c.args); got != c.want {
+			t.Errorf("RunsApp(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}

@@ -20,15 +20,17 @@ import (
 type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error
 
 // Main is the body of every delayq binary's main: "version" or
-// "--version" prints the build's version; otherwise set up tracing from
-// the OTEL_* variables (tracing.Setup: off by default), run until SIGINT
-// or SIGTERM (a graceful shutdown), flush the spans and exit with
-// ExitCode.
+// "--version" prints the build's version; otherwise start again with the
+// runtime's monitor kept out of its deep sleep (KeepSysmonAwake), set up
+// tracing from the OTEL_* variables (tracing.Setup: off by default), run
+// until SIGINT or SIGTERM (a graceful shutdown), flush the spans and exit
+// with ExitCode.
 func Main(name string, run RunFunc) {
 	if IsVersionArgs(os.Args[1:]) {
 		fmt.Fprintln(os.Stdout, Version(name))
 		return
 	}
+	KeepSysmonAwake(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := WithProcess(name, run)(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	code := ExitCode(ctx, name, err, os.Stderr)
