@@ -120,6 +120,9 @@ func startEnv(scope *tbenv.TB, bin string, k, shards, partitions int, pc procCou
 		for k, v := range roleEnv[kind] {
 			m[k] = v
 		}
+		for k, v := range roleEnv[kind+strconv.Itoa(i)] {
+			m[k] = v
+		}
 		return addr, m
 	}
 	t1 := time.Now()
@@ -444,6 +447,30 @@ func (e *env) cpuSnap() cpuSnap {
 	}
 	s.daemons, s.events, s.workers = sum(e.daemons), sum(e.events), sum(e.workers)
 	return s
+}
+
+// workEach is each work process' CPU used so far and the tasks it has
+// handled (delayq_work_handled_total on its /metrics, every outcome), at
+// one instant: processes of one run given different settings (-env
+// work1:NAME=VALUE) compared under the same load, on the same machine at
+// the same time.
+type workEach struct {
+	cpu     []time.Duration
+	handled []float64
+}
+
+func (e *env) workEach() workEach {
+	var w workEach
+	for _, p := range e.workers {
+		n, err := p.metric(e.hc, "delayq_work_handled_total")
+		if errors.Is(err, errNotExported) {
+			n = 0 // nothing handled yet
+		} else if err != nil {
+			n = -1 // unknown: not printed
+		}
+		w.cpu, w.handled = append(w.cpu, procCPU(p.cmd.Process.Pid)), append(w.handled, n)
+	}
+	return w
 }
 
 // Cores is how many cores each kind of process kept busy during a window

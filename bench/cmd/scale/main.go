@@ -19,11 +19,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -209,8 +211,10 @@ func main() {
 			cfg.daemons, cfg.events, cfg.workers, cfg.scaleProcs, concDesc(cfg.workConc), cfg.partitions),
 		"redis-server: testenv's settings (no persistence, noeviction, listpack hashes) plus cluster-enabled yes; every delayq setting at its default except DQ_SHARDS, DQ_LOG_LEVEL=warn",
 	}
-	for _, kind := range []string{"daemon", "event", "work"} {
-		if len(cfg.roleEnv[kind]) > 0 {
+	for _, kind := range slices.Sorted(maps.Keys(cfg.roleEnv)) {
+		if base := strings.TrimRight(kind, "0123456789"); base != kind {
+			res.Settings = append(res.Settings, fmt.Sprintf("environment of %s process %s: %v", base, kind[len(base):], cfg.roleEnv[kind]))
+		} else {
 			res.Settings = append(res.Settings, fmt.Sprintf("environment of the %s processes: %v", kind, cfg.roleEnv[kind]))
 		}
 	}
@@ -379,11 +383,12 @@ func parseFlags() *config {
 	flag.BoolVar(&cfg.scaleProcs, "scale-procs", false, "multiply -daemons, -events and -workers by the master count")
 	flag.IntVar(&cfg.workConc, "work-concurrency", 0, "DQ_WORK_CONCURRENCY of the work processes (0: the binary's default)")
 	cfg.roleEnv = map[string]map[string]string{}
-	flag.Func("env", "KIND:NAME=VALUE: an environment variable of every process of KIND (daemon, event, work), e.g. work:GOMAXPROCS=1; repeatable", func(v string) error {
+	flag.Func("env", "KIND:NAME=VALUE: an environment variable of every process of KIND (daemon, event, work), e.g. work:GOMAXPROCS=1, or of one of them (KIND and its index: work1:GOMAXPROCS=1); repeatable", func(v string) error {
 		kind, kv, ok := strings.Cut(v, ":")
 		name, val, ok2 := strings.Cut(kv, "=")
-		if !ok || !ok2 || name == "" || (kind != "daemon" && kind != "event" && kind != "work") {
-			return fmt.Errorf("want KIND:NAME=VALUE with KIND daemon, event or work, got %q", v)
+		base := strings.TrimRight(kind, "0123456789")
+		if !ok || !ok2 || name == "" || (base != "daemon" && base != "event" && base != "work") {
+			return fmt.Errorf("want KIND:NAME=VALUE with KIND daemon, event or work, or one of them with a process' index (work1), got %q", v)
 		}
 		if cfg.roleEnv[kind] == nil {
 			cfg.roleEnv[kind] = map[string]string{}

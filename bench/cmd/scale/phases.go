@@ -201,6 +201,7 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	scripts := b.scriptsFrom()
 	c0, cs0 := b.e.redisCPU(), b.e.commandStats()
 	pre := b.e.cpuSnap() // the CPU per task covers the scheduling too
+	we0 := b.e.workEach()
 	// the cores busy from T on (the scheduling before T is not the phase's)
 	type started struct {
 		snap cpuSnap
@@ -228,6 +229,7 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	time.Sleep(p.settle)
 	c1, cs1 := b.e.redisCPU(), b.e.commandStats()
 	post := b.e.cpuSnap()
+	we1 := b.e.workEach()
 	defer scripts(p.phase, p.n)
 	r.Seen, r.Dups = n, dups
 	if n == 0 {
@@ -247,6 +249,32 @@ func (b *run) dueAtOnce(r *Rate, p atOnce) {
 	r.Cores = b.cores(p.phase, s0, endSnap)
 	r.PerTask = perTask(pre, post, n)
 	say("k=%d %-9s CPU per task, scheduling to the last %s: %s", b.e.k, p.phase, p.one, r.PerTask)
+	b.workEachPerTask(p.phase, we0, we1)
+}
+
+// workEachPerTask prints each work process' CPU per task it handled
+// between a and z (with two or more): the paired figure of processes
+// given different settings in one run (-env work1:...).
+func (b *run) workEachPerTask(what string, a, z workEach) {
+	if len(a.cpu) < 2 {
+		return
+	}
+	var parts []string
+	for i := range a.cpu {
+		n := z.handled[i] - a.handled[i]
+		if a.handled[i] < 0 || z.handled[i] < 0 || n <= 0 {
+			continue // none, or a /metrics that did not answer
+		}
+		part := fmt.Sprintf("work %d %.1f µs (%.0f tasks)", i, float64((z.cpu[i]-a.cpu[i]).Microseconds())/n, n)
+		if env := b.cfg.roleEnv["work"+strconv.Itoa(i)]; len(env) > 0 {
+			part += fmt.Sprintf(" %v", env)
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		return // no task handled in this phase (the burst's topic has no workers)
+	}
+	say("k=%d %-9s each work process' CPU per task it handled (/proc/<pid>/stat over delayq_work_handled_total): %s", b.e.k, what, strings.Join(parts, ", "))
 }
 
 // cores prints and returns the cores each kind of process kept busy

@@ -135,10 +135,14 @@ func (p *proc) metric(hc *http.Client, name string) (float64, error) {
 		return 0, err
 	}
 	if !found {
-		return 0, errors.New(name + " not exported yet")
+		return 0, fmt.Errorf("%s: %w", name, errNotExported)
 	}
 	return sum, nil
 }
+
+// errNotExported: the metric has no sample yet (a labelled counter that
+// nothing has counted).
+var errNotExported = errors.New("not exported yet")
 
 // tail keeps the last max bytes written to it.
 type tail struct {
