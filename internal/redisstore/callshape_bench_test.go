@@ -17,8 +17,10 @@ import (
 
 // BenchmarkScheduleShapes measures redis-server CPU per task (INFO cpu) of
 // the schedule script by the shape of its calls: g tasks per call, all in
-// one shard or spread over 16 (so about min(g, 16) sections), 30,000 new
-// tasks per shape from one connection, each shape on a fresh namespace.
+// one shard or spread over 16 (so about min(g, 16) sections), with a due
+// time or (the rows marked relative) a delay from Redis' clock, 30,000
+// new tasks per shape from one connection, each shape on a fresh
+// namespace.
 // Comparing the rows splits a task's cost into the call's (dispatch,
 // event loop, script set-up), the section's and the task's own: what a
 // group of concurrent single schedules pays for being small and spread
@@ -35,7 +37,8 @@ func BenchmarkScheduleShapes(b *testing.B) {
 		for k, shape := range []struct {
 			g        int
 			oneShard bool
-		}{{1, false}, {5, true}, {5, false}, {16, true}, {16, false}, {64, false}, {1000, false}} {
+			relative bool // a delay from Redis' clock (Submit.Relative), not a due time
+		}{{1, false, false}, {5, true, false}, {5, false, false}, {5, false, true}, {16, true, false}, {16, false, false}, {64, false, false}, {1000, false, false}, {1000, false, true}} {
 			s, err := New(b.Context(), rdb, Options{Namespace: "shape" + strconv.Itoa(k), Shards: 16})
 			if err != nil {
 				b.Fatal(err)
@@ -54,7 +57,11 @@ func BenchmarkScheduleShapes(b *testing.B) {
 				shards := map[int]bool{}
 				for _, id := range ids[i:min(i+shape.g, n)] {
 					shards[s.Shard(id)] = true
-					subs = append(subs, Submit{Task: &task.Task{ID: id, Type: "bench", Payload: payload, DueAt: due}})
+					if shape.relative {
+						subs = append(subs, Submit{Task: &task.Task{ID: id, Type: "bench", Payload: payload}, Delay: time.Hour, Relative: true})
+					} else {
+						subs = append(subs, Submit{Task: &task.Task{ID: id, Type: "bench", Payload: payload, DueAt: due}})
+					}
 				}
 				sections += len(shards)
 				if _, err := s.Schedule(b.Context(), subs); err != nil {
@@ -65,6 +72,9 @@ func BenchmarkScheduleShapes(b *testing.B) {
 			spread, name := "16 shards", fmt.Sprintf("g%d-spread", shape.g)
 			if shape.oneShard {
 				spread, name = "one shard", fmt.Sprintf("g%d-one", shape.g)
+			}
+			if shape.relative {
+				spread, name = spread+", relative", name+"-rel"
 			}
 			fmt.Printf("  %4d tasks/call, %-9s  %.2f sections/task  %6.2f us of redis-server CPU per task  (%s)\n",
 				shape.g, spread, float64(sections)/n, us, testenv.CommandStatsDelta(cs0, testenv.CommandStats(b, rdb), n))

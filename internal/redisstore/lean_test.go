@@ -357,7 +357,8 @@ func TestClaimManyMixedTTLs(t *testing.T) {
 }
 
 // schedule.lua takes an absolute due time as its due-set score, formatted
-// in Go (dueScoreArg); it must be the very string due_score formats in
+// in Go (dueScoreArg), and a relative one with its score's fraction
+// (relScoreArg); each must make the very string due_score formats in
 // Lua, ties of the fourth decimal (bucket 32: .03125) included.
 func TestDueScoreArgMatchesTheScripts(t *testing.T) {
 	r := testenv.StartRedis(t)
@@ -372,6 +373,11 @@ func TestDueScoreArgMatchesTheScripts(t *testing.T) {
 			}
 			if got := dueScoreArg(due, b); got != want {
 				t.Fatalf("due %d bucket %d: Go %q, Lua %q", due, b, got, want)
+			}
+			// a relative due time's score: the script adds the delay
+			// to its clock and appends the fraction relScoreArg carries
+			if got := strconv.FormatInt(due, 10) + relScoreArg(0, b)[2:]; got != want {
+				t.Fatalf("due %d bucket %d: relative score %q, due_score %q", due, b, got, want)
 			}
 		}
 	}

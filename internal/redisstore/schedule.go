@@ -198,7 +198,7 @@ func (s *Store) scheduleCalls(m shardmap.Map, subs []Submit, pending []int, forc
 			b := bucketOf(t.ID)
 			c.keys = append(c.keys, s.k.bucketKey(sh, b))
 			if subs[i].Relative {
-				c.args = append(c.args, t.ID, dueArg(t.DueAt, subs[i].Delay, true), task.EncodeBody(t))
+				c.args = append(c.args, t.ID, relScoreArg(subs[i].Delay, b), task.EncodeBody(t))
 			} else {
 				ms := task.Millis(t.DueAt)
 				c.args = append(c.args, t.ID, dueScoreArg(ms, b), newRecord(ms, t))

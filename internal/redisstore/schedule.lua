@@ -21,11 +21,14 @@
 --   replay marks (prefix .. 'jr', token -> ms) with the write
 -- KEYS, per section: due zset, stamp, done zset, claims hash, and the
 --   bucket hash of each of its n tasks
--- A triple's due is "+<ms>" relative to Redis TIME, and data the task's
--- body; or absolute: the due-set score (due_score), and data the whole
--- record of a new task (record('s', 0, 1, due, body)): the caller formats
--- both, so that this script neither formats a score nor builds a record
--- per task (the body is cut from it only for an id that exists).
+-- A triple's due is relative to Redis TIME, "+<ms><fraction>" (the
+-- fraction: the four decimals of the task's bucket in its due-set score,
+-- ".0010", see due_score), and data the task's body; or absolute: the
+-- due-set score (due_score), and data the whole record of a new task
+-- (record('s', 0, 1, due, body)). The caller formats both, so that this
+-- script formats no float per task (a relative score is the due time's
+-- digits and the fraction) and builds a record only for a relative one
+-- (the body is cut from an absolute one only for an id that exists).
 -- Returns per task, in order, {code, state, due}: code 1 created,
 -- 2 unchanged, 3 updated (upsert of a waiting task, with the next
 -- generation), 4 conflict (task exists in another state with different
@@ -74,7 +77,8 @@ local function schedule_shard(k, a, n)
     local due, score, body, rec
     if relative then
       now = now or now_ms()
-      due = now + tonumber(string.sub(spec, 2))
+      due = now + tonumber(string.sub(spec, 2, -6))
+      score = string.format('%d', due) .. string.sub(spec, -5)
       body = data
     else
       score = spec
@@ -123,7 +127,7 @@ local function schedule_shard(k, a, n)
     end
     if code == 1 or code == 3 then
       queued[id] = true
-      zadd[#zadd + 1] = score or due_score(due, bkey)
+      zadd[#zadd + 1] = score
       zadd[#zadd + 1] = id
       if min_new == nil or due < min_new then min_new = due end
     end

@@ -251,6 +251,23 @@ func dueArg(at time.Time, delay time.Duration, relative bool) string {
 	return strconv.FormatInt(task.Millis(at), 10)
 }
 
+// relScoreArg is a relative due time as schedule.lua takes it: "+<delay
+// ms><fraction>", the fraction being the four decimals of bucket b's part
+// of the due-set score (".0010" for bucket 1: b/1024, rounded as
+// dueScoreArg and due_score round it), so that the script formats only
+// the integer due time it adds the delay to, not a float per task.
+func relScoreArg(delay time.Duration, b int) string {
+	return "+" + strconv.FormatInt(max(delay.Milliseconds(), 0), 10) + bucketFraction[b]
+}
+
+// bucketFraction[b] is b/1024 with four decimals, without its "0": ".0010".
+var bucketFraction = func() (f [BucketsPerShard]string) {
+	for b := range f {
+		f[b] = strconv.FormatFloat(float64(b)/BucketsPerShard, 'f', 4, 64)[1:]
+	}
+	return f
+}()
+
 // dueScoreArg is an absolute due time (ms) of a task of bucket b as
 // schedule.lua takes it: its due-set score, due + b/1024 with four
 // decimals, the same number as due_score in common.lua formats (the sum
