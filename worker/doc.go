@@ -192,4 +192,13 @@
 // The type label of the worker's metrics is kept for at most
 // Config.MetricsMaxTypes task types (default 100); the tasks of the other
 // types are counted under type="_other".
+//
+// # The Go runtime
+//
+// The work binary starts itself with GODEBUG=schedtrace=2147483647, which
+// keeps Go's monitor thread out of a deep sleep that each system call then
+// woke it from (8-12% of a busy work process' CPU per task; delayq's
+// docs/design.md, "The Go runtime's monitor thread"), and with GOGC=400.
+// A program that embeds the worker runs with its own settings: it can
+// set the same in its environment.
 package worker
