@@ -33,10 +33,12 @@ const SysmonGodebug = "schedtrace=2147483647"
 // keeps Go's default) or this process after KeepSysmonAwake's exec.
 func SysmonEnv(environ []string) ([]string, bool) {
 	out := make([]string, 0, len(environ)+1)
-	godebug := ""
+	godebug, seen := "", false
 	for _, kv := range environ {
 		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
-			godebug = v
+			if !seen { // the first, as Go's own lookup reads it
+				godebug, seen = v, true
+			}
 			continue
 		}
 		out = append(out, kv)

@@ -23,6 +23,8 @@ func TestSysmonEnv(t *testing.T) {
 		{[]string{"GODEBUG=schedtrace=0", "A=1"}, nil},
 		{[]string{"A=1", "GODEBUG=gctrace=1, schedtrace=1000"}, nil},
 		{[]string{"GODEBUG=" + config.SysmonGodebug}, nil},
+		// a variable twice: Go reads the first
+		{[]string{"GODEBUG=gctrace=1", "A=1", "GODEBUG=schedtrace=0"}, []string{"A=1", "GODEBUG=gctrace=1," + config.SysmonGodebug}},
 	} {
 		got, add := config.SysmonEnv(slices.Clone(c.in))
 		if c.want == nil {
