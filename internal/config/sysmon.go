@@ -17,11 +17,11 @@ import (
 // requests, makes system calls, waits again, so its monitor ran tens of
 // thousands of rounds a second. Under make bench-scale's handled phase
 // that was 7-8% of a work process' CPU in nanosleep and about half of its
-// context switches (perf, below). With GODEBUG=schedtrace set, sysmon
-// never takes that deep sleep, so no system call wakes it, and its sleep
-// grows to 10 ms whenever it has nothing to retake: nanosleep fell to
-// 0.5% of the work processes' CPU, their task switches from 13.7% to
-// 6.5%. The interval is the longest schedtrace takes (2^31-1 ms, 24.8
+// context switches (perf: docs/benchmarks.md, session 38). With
+// GODEBUG=schedtrace set, sysmon never takes that deep sleep, so no
+// system call wakes it, and its sleep grows to 10 ms whenever it has
+// nothing to retake: nanosleep fell to 0.5% of the work processes' CPU,
+// their task switches from 13.7% to 6.5%. The interval is the longest schedtrace takes (2^31-1 ms, 24.8
 // days): the runtime prints one "SCHED" line to stderr per interval of
 // the machine's monotonic clock, at start too on a machine up longer than
 // that, and its scheduler state when the process crashes.
