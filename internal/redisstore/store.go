@@ -257,7 +257,7 @@ func dueArg(at time.Time, delay time.Duration, relative bool) string {
 // dueScoreArg and due_score round it), so that the script formats only
 // the integer due time it adds the delay to, not a float per task.
 func relScoreArg(delay time.Duration, b int) string {
-	return "+" + strconv.FormatInt(max(delay.Milliseconds(), 0), 10) + bucketFraction[b]
+	return dueArg(time.Time{}, delay, true) + bucketFraction[b]
 }
 
 // bucketFraction[b] is b/1024 with four decimals, without its "0": ".0010".

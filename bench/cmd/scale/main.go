@@ -212,8 +212,8 @@ func main() {
 		"redis-server: testenv's settings (no persistence, noeviction, listpack hashes) plus cluster-enabled yes; every delayq setting at its default except DQ_SHARDS, DQ_LOG_LEVEL=warn",
 	}
 	for _, kind := range slices.Sorted(maps.Keys(cfg.roleEnv)) {
-		if base := strings.TrimRight(kind, "0123456789"); base != kind {
-			res.Settings = append(res.Settings, fmt.Sprintf("environment of %s process %s: %v", base, kind[len(base):], cfg.roleEnv[kind]))
+		if base, i := envKind(kind); i != "" {
+			res.Settings = append(res.Settings, fmt.Sprintf("environment of %s process %s: %v", base, i, cfg.roleEnv[kind]))
 		} else {
 			res.Settings = append(res.Settings, fmt.Sprintf("environment of the %s processes: %v", kind, cfg.roleEnv[kind]))
 		}
@@ -373,6 +373,13 @@ func summary(r *Results) {
 	}
 }
 
+// envKind splits -env's KIND into the kind of process and the index of
+// one of them ("" for every process of the kind): work1 -> work, 1.
+func envKind(kind string) (base, index string) {
+	base = strings.TrimRight(kind, "0123456789")
+	return base, kind[len(base):]
+}
+
 func parseFlags() *config {
 	cfg := &config{}
 	masters := flag.String("masters", "1,2,4", "comma-separated master counts to measure")
@@ -386,7 +393,7 @@ func parseFlags() *config {
 	flag.Func("env", "KIND:NAME=VALUE: an environment variable of every process of KIND (daemon, event, work), e.g. work:GOMAXPROCS=1, or of one of them (KIND and its index: work1:GOMAXPROCS=1); repeatable", func(v string) error {
 		kind, kv, ok := strings.Cut(v, ":")
 		name, val, ok2 := strings.Cut(kv, "=")
-		base := strings.TrimRight(kind, "0123456789")
+		base, _ := envKind(kind)
 		if !ok || !ok2 || name == "" || (base != "daemon" && base != "event" && base != "work") {
 			return fmt.Errorf("want KIND:NAME=VALUE with KIND daemon, event or work, or one of them with a process' index (work1), got %q", v)
 		}
