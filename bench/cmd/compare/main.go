@@ -29,7 +29,12 @@ func main() {
 	md := flag.String("md", "", "Markdown file whose compare section is replaced (default <repo>/docs/benchmarks.md)")
 	format := flag.String("format", "svg", "chart format: svg or png")
 	only := flag.String("only", "", "comma-separated workloads to run (throughput,memory,steady,spike,churn,handling; default all) — for development")
+	rounds := flag.Int("rounds", 1, "times the single-task rows of the throughput workload run, alternating which system goes first; the verdict gives each ratio's median and range")
 	flag.Parse()
+	if *rounds < 1 {
+		fmt.Fprintln(os.Stderr, "compare: -rounds must be at least 1")
+		os.Exit(2)
+	}
 	if *format != "svg" && *format != "png" {
 		fmt.Fprintln(os.Stderr, "compare: -format must be svg or png")
 		os.Exit(2)
@@ -59,7 +64,7 @@ func main() {
 		r.Command, r.Machine.CPUs, r.Machine.CPUModel, r.Machine.OS, r.Machine.GoVersion, r.Machine.RedisVersion, r.Machine.AsynqVersion, r.Machine.LoadStart)
 	r.Settings = settings(p)
 
-	b := &bench{tb: tb, in: in, p: p, r: r}
+	b := &bench{tb: tb, in: in, p: p, r: r, rounds: *rounds}
 	for _, w := range []struct {
 		name string
 		run  func()

@@ -90,6 +90,10 @@ type bench struct {
 	p     plan
 	r     *report.Results
 	notes []string
+	// rounds is how many times the single-task rows run (-rounds);
+	// rows, while set, is the later round whose rows addThroughput fills
+	rounds int
+	rows   *[]report.Throughput
 }
 
 func (b *bench) note(format string, args ...any) {

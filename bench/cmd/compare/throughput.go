@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,20 +35,7 @@ func (b *bench) throughput() {
 			}
 			return func(i int) error { return post(d.HTTP, d.Base+"/v1/tasks/batch", bodies[i], http.StatusOK) }
 		})
-	b.dqThroughput(report.LabelDQClientSingle, fmt.Sprintf("Go client Schedule, %d goroutines", singleWorkers), singleWorkers, p.SingleTasks, 1,
-		func(d *systems.DelayQ, n int) func(int) error {
-			tasks := make([]client.Task, n)
-			for i := range tasks {
-				tasks[i] = dqTask(time.Hour)
-			}
-			return func(i int) error {
-				r, err := d.Client.Schedule(b.ctx(), tasks[i])
-				if err == nil && r.Journaled() {
-					err = fmt.Errorf("task %s journaled", r.ID)
-				}
-				return err
-			}
-		})
+	b.dqClientSingle()
 	// the same calls, each its own request: what the client's coalescing
 	// of concurrent calls (client/coalesce.go) gains, in the same run
 	b.dqThroughput(report.LabelDQClientSingleAlone, fmt.Sprintf("Go client Schedule, %d goroutines, one request per call", singleWorkers), singleWorkers, p.SingleTasks, 1,
@@ -65,11 +53,8 @@ func (b *bench) throughput() {
 				return err
 			}
 		})
-	b.dqEmbeddedThroughput(report.LabelDQEmbeddedSingle, singleWorkers, p.SingleTasks)
-	// as many callers as asynq's x64 row: a closed loop of callers that
-	// each wait for their answer makes the coalescer's groups as large as
-	// the callers are many
-	b.dqEmbeddedThroughput(report.LabelDQEmbeddedWide, asynqWideConc, p.BatchTasks)
+	b.dqEmbeddedSingle()
+	b.dqEmbeddedWide()
 	b.dqThroughput(report.LabelDQClientBatch, fmt.Sprintf("Go client ScheduleBatch, %d tasks/call, %d goroutines", batchSize, batchWorkers), batchWorkers, p.BatchTasks, batchSize,
 		func(d *systems.DelayQ, n int) func(int) error {
 			batches := make([][]client.Task, n)
@@ -81,8 +66,71 @@ func (b *bench) throughput() {
 			}
 			return func(i int) error { return scheduleBatch(b, d.Client, batches[i]) }
 		})
-	b.aqThroughput(report.LabelAQEnqueue16, fmt.Sprintf("Enqueue + ProcessIn(1h), %d goroutines", singleWorkers), singleWorkers, p.SingleTasks)
-	b.aqThroughput(report.LabelAQEnqueue64, fmt.Sprintf("Enqueue + ProcessIn(1h), %d goroutines (no batch API in asynq %s)", asynqWideConc, b.r.Machine.AsynqVersion), asynqWideConc, p.BatchTasks)
+	b.aqSingle()
+	b.aqWide()
+	b.singleRounds()
+}
+
+// singleRounds measures the single-task rows (the ratios issue 46 sets
+// bars for, report.SingleRatios) b.rounds-1 more times, asynq's rows
+// first in even rounds and delayq's first in odd ones (round 1 above runs
+// delayq's first): on a small VM the rate drifts by a quarter within
+// minutes, so one pass of each says little about their ratio.
+func (b *bench) singleRounds() {
+	dq := []func(){b.dqEmbeddedSingle, b.dqEmbeddedWide, b.dqClientSingle}
+	aq := []func(){b.aqSingle, b.aqWide}
+	for k := 2; k <= b.rounds; k++ {
+		fmt.Printf("# single-task rows, round %d of %d\n", k, b.rounds)
+		rd := report.Round{Round: k}
+		b.rows = &rd.Rows
+		order := append(slices.Clone(dq), aq...)
+		if k%2 == 0 {
+			order = append(slices.Clone(aq), dq...)
+		}
+		for _, row := range order {
+			row()
+		}
+		b.rows = nil
+		b.r.Rounds = append(b.r.Rounds, rd)
+	}
+}
+
+// dqClientSingle is the Go client's Schedule from 16 goroutines (its
+// concurrent calls coalesced into batch requests, client/coalesce.go).
+func (b *bench) dqClientSingle() {
+	b.dqThroughput(report.LabelDQClientSingle, fmt.Sprintf("Go client Schedule, %d goroutines", singleWorkers), singleWorkers, b.p.SingleTasks, 1,
+		func(d *systems.DelayQ, n int) func(int) error {
+			tasks := make([]client.Task, n)
+			for i := range tasks {
+				tasks[i] = dqTask(time.Hour)
+			}
+			return func(i int) error {
+				r, err := d.Client.Schedule(b.ctx(), tasks[i])
+				if err == nil && r.Journaled() {
+					err = fmt.Errorf("task %s journaled", r.ID)
+				}
+				return err
+			}
+		})
+}
+
+func (b *bench) dqEmbeddedSingle() {
+	b.dqEmbeddedThroughput(report.LabelDQEmbeddedSingle, singleWorkers, b.p.SingleTasks)
+}
+
+// dqEmbeddedWide: as many callers as asynq's x64 row; a closed loop of
+// callers that each wait for their answer makes the coalescer's groups as
+// large as the callers are many.
+func (b *bench) dqEmbeddedWide() {
+	b.dqEmbeddedThroughput(report.LabelDQEmbeddedWide, asynqWideConc, b.p.BatchTasks)
+}
+
+func (b *bench) aqSingle() {
+	b.aqThroughput(report.LabelAQEnqueue16, fmt.Sprintf("Enqueue + ProcessIn(1h), %d goroutines", singleWorkers), singleWorkers, b.p.SingleTasks)
+}
+
+func (b *bench) aqWide() {
+	b.aqThroughput(report.LabelAQEnqueue64, fmt.Sprintf("Enqueue + ProcessIn(1h), %d goroutines (no batch API in asynq %s)", asynqWideConc, b.r.Machine.AsynqVersion), asynqWideConc, b.p.BatchTasks)
 }
 
 // dqThroughput measures one delayq method: prepare builds the calls
@@ -161,7 +209,11 @@ func (b *bench) addThroughput(system, label, method string, workers, tasks, perC
 		CallP50ms:   p50, CallP99ms: p99, Errors: c.errs, Stored: stored,
 		RedisCPUus: redisUs, ProcCPUus: procUs,
 	}
-	b.r.Throughput = append(b.r.Throughput, t)
+	if b.rows != nil { // a later round of the single-task rows
+		*b.rows = append(*b.rows, t)
+	} else {
+		b.r.Throughput = append(b.r.Throughput, t)
+	}
 	fmt.Printf("%-8s %-70s %8.0f tasks/s  call p50 %.2fms p99 %.2fms  CPU/task redis %.1fµs process %.1fµs  errors %d  stored %d\n",
 		system, method, t.TasksPerSec, p50, p99, redisUs, procUs, c.errs, stored)
 	fmt.Printf("%-8s   redis-server per task, by command (INFO commandstats; evalsha includes what its scripts call): %s\n",

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -80,5 +81,49 @@ func TestMarkdownHandling(t *testing.T) {
 	}
 	if err := WriteCharts(t.TempDir(), "svg", r); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The single-task bars take each ratio within a round, and the section
+// shows every round's ratio, the median and how many rounds reach the bar.
+func TestSingleRatiosOverRounds(t *testing.T) {
+	row := func(label string, rate float64) Throughput { return Throughput{Label: label, TasksPerSec: rate} }
+	r := &Results{
+		Throughput: []Throughput{row(LabelDQEmbeddedSingle, 900), row(LabelAQEnqueue16, 1000), row(LabelDQClientSingle, 500),
+			row(LabelDQEmbeddedWide, 1600), row(LabelAQEnqueue64, 1000)},
+		Rounds: []Round{
+			{Round: 2, Rows: []Throughput{row(LabelAQEnqueue16, 500), row(LabelDQEmbeddedSingle, 550), row(LabelDQClientSingle, 350)}},
+			{Round: 3, Rows: []Throughput{row(LabelDQEmbeddedSingle, 1200), row(LabelAQEnqueue16, 1000), row(LabelDQClientSingle, 700)}},
+		},
+	}
+	ts := r.SingleRatios()
+	emb := ts[0]
+	if emb.DQ != LabelDQEmbeddedSingle || !slices.Equal(emb.Measured, []float64{0.9, 1.1, 1.2}) {
+		t.Fatalf("embedded ratios %+v", emb)
+	}
+	if emb.Median() != 1.1 || emb.Met() != 2 {
+		t.Errorf("median %v, met %d", emb.Median(), emb.Met())
+	}
+	if cl := ts[1]; !slices.Equal(cl.Measured, []float64{0.5, 0.7, 0.7}) || cl.Met() != 2 {
+		t.Errorf("client %+v", cl)
+	}
+	// the x64 rows ran in round 1 only
+	if wide := ts[2]; len(wide.Measured) != 1 || wide.Median() != 1.6 || wide.Met() != 1 {
+		t.Errorf("x64 %+v", wide)
+	}
+	if got := ts[1].Summary(); !strings.Contains(got, "median 0.70x, 0.50-0.70x over 3 round(s) (0.50, 0.70, 0.70)") || !strings.Contains(got, "reached in 2 of 3") {
+		t.Errorf("summary %q", got)
+	}
+	md := r.Markdown("bench", "svg")
+	for _, want := range []string{"### Single-task scheduling over 3 rounds",
+		"| embedded.Producer ×16 / asynq ×16 | ≥ 1.0× | 0.90, 1.10, 1.20 | 1.10× | 0.90–1.20× | 2 of 3 |",
+		"| embedded.Producer ×64 / asynq ×64 | ≥ 1.5× | 1.60 | 1.60× | 1.60–1.60× | 1 of 1 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	// one round: no rounds section
+	if md := (&Results{Throughput: r.Throughput}).Markdown("bench", "svg"); strings.Contains(md, "over 1 rounds") || strings.Contains(md, "Single-task scheduling over") {
+		t.Errorf("a run of one round has a rounds section")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -257,6 +258,23 @@ func (r *Results) Markdown(chartDir, ext string) string {
 	if one, two := r.spike(DelayQ, ConfigEvent1), r.spike(DelayQ, ConfigEvent2); one != nil && two != nil {
 		w("| scale-out: spike drain rate, 2 vs 1 event processes (tasks/s) | %s vs %s | — | %s |\n",
 			num(two.DrainRate), num(one.DrainRate), ratio(two.DrainRate, one.DrainRate))
+	}
+
+	if len(r.Rounds) > 0 {
+		w("\n### Single-task scheduling over %d rounds\n\n", len(r.Rounds)+1)
+		w("The single-task rows of both systems measured %d times, the order of the systems alternating from round to round; a ratio is taken within a round (section 1's table is round 1).\n\n", len(r.Rounds)+1)
+		w("| delayq / asynq (tasks/s) | bar | each round | median | range | rounds at the bar |\n|---|---|---|---|---|---|\n")
+		for _, t := range r.SingleRatios() {
+			if len(t.Measured) == 0 {
+				continue
+			}
+			each := make([]string, len(t.Measured))
+			for i, x := range t.Measured {
+				each[i] = fmt.Sprintf("%.2f", x)
+			}
+			w("| %s | ≥ %.1f× | %s | %.2f× | %.2f–%.2f× | %d of %d |\n", t.Name, t.AtLeast, strings.Join(each, ", "),
+				t.Median(), slices.Min(t.Measured), slices.Max(t.Measured), t.Met(), len(t.Measured))
+		}
 	}
 
 	w("\n### 1. Schedule throughput (tasks due in 1 h, 64-byte payload, 36-char UUID ids)\n\n")

@@ -22,12 +22,15 @@ type Results struct {
 	ElapsedS   float64      `json:"elapsed_s"`
 	Settings   []string     `json:"settings"`
 	Throughput []Throughput `json:"throughput"`
-	Memory     []Memory     `json:"memory"`
-	Steady     []Lag        `json:"steady"`
-	Spike      []Spike      `json:"spike"`
-	Churn      []Churn      `json:"churn"`
-	Handling   []Handling   `json:"handling"`
-	Notes      []string     `json:"notes"`
+	// Rounds are the single-task rows measured again (compare -rounds
+	// N), round 2 on; round 1 is Throughput itself. See SingleRatios.
+	Rounds   []Round    `json:"single_task_rounds,omitempty"`
+	Memory   []Memory   `json:"memory"`
+	Steady   []Lag      `json:"steady"`
+	Spike    []Spike    `json:"spike"`
+	Churn    []Churn    `json:"churn"`
+	Handling []Handling `json:"handling"`
+	Notes    []string   `json:"notes"`
 }
 
 // Machine describes where the figures were taken.
@@ -61,6 +64,14 @@ type Throughput struct {
 	// daemon for embedded, asynq's client).
 	RedisCPUus float64 `json:"redis_cpu_us_per_task"`
 	ProcCPUus  float64 `json:"process_cpu_us_per_task"`
+}
+
+// Round is one more measurement of the single-task rows of Throughput
+// (compare -rounds N): the same rows, in an order that alternates which
+// system goes first from round to round.
+type Round struct {
+	Round int          `json:"round"`
+	Rows  []Throughput `json:"rows"`
 }
 
 // Memory is Redis bytes per pending task (workload 2).
