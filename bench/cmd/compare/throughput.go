@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -83,11 +82,11 @@ func (b *bench) singleRounds() {
 		fmt.Printf("# single-task rows, round %d of %d\n", k, b.rounds)
 		rd := report.Round{Round: k}
 		b.rows = &rd.Rows
-		order := append(slices.Clone(dq), aq...)
+		first, second := dq, aq
 		if k%2 == 0 {
-			order = append(slices.Clone(aq), dq...)
+			first, second = aq, dq
 		}
-		for _, row := range order {
+		for _, row := range append(first, second...) {
 			row()
 		}
 		b.rows = nil

@@ -108,14 +108,7 @@ func early(l *Lag) string {
 	return fmt.Sprintf("%s (up to %s ms early)", pct(l.Lag.EarlyShare), num(l.Lag.EarlyMaxMs))
 }
 
-func (r *Results) throughput(label string) *Throughput {
-	for i := range r.Throughput {
-		if r.Throughput[i].Label == label {
-			return &r.Throughput[i]
-		}
-	}
-	return nil
-}
+func (r *Results) throughput(label string) *Throughput { return rowOf(r.Throughput, label) }
 
 func (r *Results) memory(system string) *Memory {
 	for i := range r.Memory {
@@ -268,11 +261,7 @@ func (r *Results) Markdown(chartDir, ext string) string {
 			if len(t.Measured) == 0 {
 				continue
 			}
-			each := make([]string, len(t.Measured))
-			for i, x := range t.Measured {
-				each[i] = fmt.Sprintf("%.2f", x)
-			}
-			w("| %s | ≥ %.1f× | %s | %.2f× | %.2f–%.2f× | %d of %d |\n", t.Name, t.AtLeast, strings.Join(each, ", "),
+			w("| %s | ≥ %.1f× | %s | %.2f× | %.2f–%.2f× | %d of %d |\n", t.Name, t.AtLeast, t.Each(),
 				t.Median(), slices.Min(t.Measured), slices.Max(t.Measured), t.Met(), len(t.Measured))
 		}
 	}

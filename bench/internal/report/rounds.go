@@ -48,6 +48,7 @@ func (r *Results) SingleRatios() []SingleTarget {
 	return ts
 }
 
+// rowOf is the row of rows with label, nil if none.
 func rowOf(rows []Throughput, label string) *Throughput {
 	for i := range rows {
 		if rows[i].Label == label {
@@ -87,10 +88,15 @@ func (t SingleTarget) Summary() string {
 	if len(t.Measured) == 0 {
 		return t.Name + ": not measured"
 	}
+	return fmt.Sprintf("%s: median %.2fx, %.2f-%.2fx over %d round(s) (%s); the bar is %.1fx: reached in %d of %d",
+		t.Name, t.Median(), slices.Min(t.Measured), slices.Max(t.Measured), len(t.Measured), t.Each(), t.AtLeast, t.Met(), len(t.Measured))
+}
+
+// Each is every round's ratio, in order, two decimals each.
+func (t SingleTarget) Each() string {
 	each := make([]string, len(t.Measured))
 	for i, x := range t.Measured {
 		each[i] = fmt.Sprintf("%.2f", x)
 	}
-	return fmt.Sprintf("%s: median %.2fx, %.2f-%.2fx over %d round(s) (%s); the bar is %.1fx: reached in %d of %d",
-		t.Name, t.Median(), slices.Min(t.Measured), slices.Max(t.Measured), len(t.Measured), strings.Join(each, ", "), t.AtLeast, t.Met(), len(t.Measured))
+	return strings.Join(each, ", ")
 }
