@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sync"
 )
 
@@ -24,6 +25,14 @@ import (
 // cores: 1 → 16.9k, 2 → 23.8k, 4 → 19-21k, 8 → 17.3k tasks/s; 14-16k
 // without coalescing): fewer leave the daemon idle between groups, more
 // make the groups small again.
+//
+// A sender that answered a group of more than one yields its processor
+// once (runtime.Gosched) before it takes the next: the callers it woke
+// then queue again first. Without it, the two senders' answers came close
+// together, the one caller back first went alone, and every other request
+// carried one task (16 goroutines: 5.1 tasks per request, 58% of the
+// requests single; with it 6.9 and 18%, 15–25% more tasks/s;
+// docs/benchmarks.md, Session 40).
 const (
 	coalesceInflight = 2
 	coalesceMax      = 200
@@ -95,7 +104,11 @@ func (c *Client) scheduleTask(ctx context.Context, body []byte) (Result, error) 
 // sendQueued sends groups until the queue is empty.
 func (c *Client) sendQueued() {
 	co := &c.co
+	last := 0 // the size of the group just sent
 	for {
+		if last > 1 {
+			runtime.Gosched() // the callers just answered queue again first
+		}
 		co.mu.Lock()
 		if len(co.queue) == 0 {
 			co.inflight--
@@ -112,6 +125,7 @@ func (c *Client) sendQueued() {
 		co.queue = co.queue[n:]
 		co.mu.Unlock()
 		c.sendGroup(group)
+		last = len(group)
 	}
 }
 
