@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -81,11 +82,13 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 	c := &cluster{
 		t: t, cfg: cfg, ns: fmt.Sprintf("chaos%d", cfg.Seed%1_000_000),
 		etcd:   testenv.StartEtcdCluster(t, cfg.EtcdMembers),
-		kafka:  testenv.StartKafka(t, tasksTopic, deadTopic, "dq.outcomes"),
 		sink:   newSink(),
 		byRole: map[role][]*proc{},
 		links:  map[*proc]*links{},
 	}
+	c.kf = &kafkaFaults{}
+	c.kafka = testenv.StartKafkaWith(t, testenv.KafkaOptions{Topics: []string{tasksTopic, deadTopic, "dq.outcomes"}, Listen: c.kf.listen})
+	c.kf.install(c.kafka.Cluster)
 	if cfg.Redis == redisClusterMode {
 		c.ha = startHARedis(t)
 	} else {
@@ -93,7 +96,6 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 	}
 	c.etcdc = c.etcd.Client(t)
 	c.limitTopicMessageBytes(t, tasksTopic, tasksTopicMaxMsg)
-	c.kf = installKafkaFaults(c.kafka.Cluster)
 	hook := httptest.NewServer(c.sink)
 	t.Cleanup(hook.Close)
 
@@ -357,35 +359,49 @@ func (c *cluster) topLeader(ok func(*proc) bool) (*proc, clientv3.LeaseID, int) 
 }
 
 // kafkaFaults injects broker faults into kfake: errors on produce
-// requests, and delayed produce and fetch answers. Every process shares the
-// one broker, so these faults hit all of them at once.
+// requests, and delayed produce and fetch requests (kafkaslow_test.go).
+// Every process shares the one broker, so these faults hit all of them at
+// once.
 type kafkaFaults struct {
 	c *kfake.Cluster
 
 	mu          sync.Mutex
-	slow        time.Duration // delay of produce and fetch answers
+	slow        time.Duration // delay of produce and fetch requests
 	dropProduce bool          // after the delay, drop produce requests unanswered (connection closed)
 	errs        *kfake.FaultHandle
 }
 
-func installKafkaFaults(c *kfake.Cluster) *kafkaFaults {
-	kf := &kafkaFaults{c: c}
-	for _, key := range []kmsg.Key{kmsg.Produce, kmsg.Fetch} {
-		c.ControlKey(int16(key), func(kmsg.Request) (kmsg.Response, error, bool) {
-			kf.mu.Lock()
-			d, drop := kf.slow, kf.dropProduce && key == kmsg.Produce
-			kf.mu.Unlock()
-			if d > 0 {
-				c.SleepControl(func() { time.Sleep(d) })
-			}
-			if drop {
-				c.KeepControl()
-				return nil, errors.New("chaos: produce request dropped"), true
-			}
-			return nil, nil, false
-		})
+// listen is the broker's listener (testenv.KafkaOptions.Listen): its
+// connections hold produce and fetch requests while the broker is slow.
+func (kf *kafkaFaults) listen(network, address string) (net.Listener, error) {
+	l, err := net.Listen(network, address)
+	if err != nil {
+		return nil, err
 	}
-	return kf
+	return &slowListener{Listener: l, delay: func(key int16) time.Duration {
+		if !slowed(key) {
+			return 0
+		}
+		kf.mu.Lock()
+		defer kf.mu.Unlock()
+		return kf.slow
+	}}, nil
+}
+
+// install drops produce requests, once they were held, while the fault
+// says so: kfake never applies them (the connection is closed).
+func (kf *kafkaFaults) install(c *kfake.Cluster) {
+	kf.c = c
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kf.mu.Lock()
+		drop := kf.dropProduce
+		kf.mu.Unlock()
+		if drop {
+			c.KeepControl()
+			return nil, errors.New("chaos: produce request dropped"), true
+		}
+		return nil, nil, false
+	})
 }
 
 func (kf *kafkaFaults) setSlow(d time.Duration, drop bool) {

@@ -111,6 +111,9 @@ func StartKafkaWith(tb testing.TB, o KafkaOptions) *Kafka {
 	if len(o.Topics) > 0 {
 		opts = append(opts, kfake.SeedTopics(partitions, o.Topics...))
 	}
+	if o.Listen != nil {
+		opts = append(opts, kfake.ListenFn(o.Listen))
+	}
 	k := &Kafka{}
 	opts = append(opts, k.secure(tb, o)...)
 	c, err := kfake.NewCluster(opts...)

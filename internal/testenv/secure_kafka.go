@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"crypto/tls"
+	"net"
 	"strings"
 	"testing"
 
@@ -37,6 +38,10 @@ type KafkaOptions struct {
 	// entries with a CreateACLs request as the superuser). Without a
 	// matching ACL a user may do nothing.
 	ACLs []kfake.ACL
+	// Listen, when set, makes the broker's listener instead of
+	// net.Listen (kfake.ListenFn): a test's faults on the broker's
+	// connections (integration/chaos). kfake puts TLS on top of it.
+	Listen func(network, address string) (net.Listener, error)
 }
 
 // KafkaUser is a SASL user; Mechanism is "PLAIN", "SCRAM-SHA-256" or
