@@ -104,11 +104,7 @@ func (c *Client) scheduleTask(ctx context.Context, body []byte) (Result, error) 
 // sendQueued sends groups until the queue is empty.
 func (c *Client) sendQueued() {
 	co := &c.co
-	last := 0 // the size of the group just sent
 	for {
-		if last > 1 {
-			runtime.Gosched() // the callers just answered queue again first
-		}
 		co.mu.Lock()
 		if len(co.queue) == 0 {
 			co.inflight--
@@ -125,7 +121,9 @@ func (c *Client) sendQueued() {
 		co.queue = co.queue[n:]
 		co.mu.Unlock()
 		c.sendGroup(group)
-		last = len(group)
+		if len(group) > 1 {
+			runtime.Gosched() // the callers just answered queue again first
+		}
 	}
 }
 

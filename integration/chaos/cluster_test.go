@@ -86,9 +86,7 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 		byRole: map[role][]*proc{},
 		links:  map[*proc]*links{},
 	}
-	c.kf = &kafkaFaults{}
-	c.kafka = testenv.StartKafkaWith(t, testenv.KafkaOptions{Topics: []string{tasksTopic, deadTopic, "dq.outcomes"}, Listen: c.kf.listen})
-	c.kf.install(c.kafka.Cluster)
+	c.kafka, c.kf = startFaultyKafka(t, testenv.KafkaOptions{Topics: []string{tasksTopic, deadTopic, "dq.outcomes"}})
 	if cfg.Redis == redisClusterMode {
 		c.ha = startHARedis(t)
 	} else {
@@ -371,37 +369,44 @@ type kafkaFaults struct {
 	errs        *kfake.FaultHandle
 }
 
-// listen is the broker's listener (testenv.KafkaOptions.Listen): its
-// connections hold produce and fetch requests while the broker is slow.
-func (kf *kafkaFaults) listen(network, address string) (net.Listener, error) {
-	l, err := net.Listen(network, address)
-	if err != nil {
-		return nil, err
-	}
-	return &slowListener{Listener: l, delay: func(key int16) time.Duration {
-		if !slowed(key) {
-			return 0
+// startFaultyKafka starts the broker o says (its Listen is kf's) with
+// kf's faults installed: held produce and fetch requests in its
+// connections (kafkaslow_test.go), dropped produces in a control function.
+func startFaultyKafka(t testing.TB, o testenv.KafkaOptions) (*testenv.Kafka, *kafkaFaults) {
+	kf := &kafkaFaults{}
+	o.Listen = func(network, address string) (net.Listener, error) {
+		l, err := net.Listen(network, address)
+		if err != nil {
+			return nil, err
 		}
-		kf.mu.Lock()
-		defer kf.mu.Unlock()
-		return kf.slow
-	}}, nil
-}
-
-// install drops produce requests, once they were held, while the fault
-// says so: kfake never applies them (the connection is closed).
-func (kf *kafkaFaults) install(c *kfake.Cluster) {
-	kf.c = c
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		return &slowListener{Listener: l, delay: kf.delay}, nil
+	}
+	k := testenv.StartKafkaWith(t, o)
+	kf.c = k.Cluster
+	// a produce is dropped, once it was held, while the fault says so:
+	// kfake never applies it (the connection is closed)
+	k.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		kf.mu.Lock()
 		drop := kf.dropProduce
 		kf.mu.Unlock()
 		if drop {
-			c.KeepControl()
+			k.Cluster.KeepControl()
 			return nil, errors.New("chaos: produce request dropped"), true
 		}
 		return nil, nil, false
 	})
+	return k, kf
+}
+
+// delay is how long the broker's connections hold a request with this API
+// key now: produce and fetch while the broker is slow.
+func (kf *kafkaFaults) delay(key int16) time.Duration {
+	if key != int16(kmsg.Produce) && key != int16(kmsg.Fetch) {
+		return 0
+	}
+	kf.mu.Lock()
+	defer kf.mu.Unlock()
+	return kf.slow
 }
 
 func (kf *kafkaFaults) setSlow(d time.Duration, drop bool) {

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/delayq/delayq/internal/testenv"
 )
 
-// The broker's slowness (kafkaFaults.setSlow) sits in kfake's listener, not
-// in a kfake control function: a connection of the broker reads each
+// The broker's slowness (kafkaFaults.setSlow, startFaultyKafka) sits in
+// kfake's listener, not in a kfake control function: a connection of the
+// broker reads each
 // request whole and, when it is a produce or a fetch and the fault is on,
 // hands it to kfake only after the delay. kfake serves one request per
 // connection at a time (the next one is read once the answer is written),
@@ -91,19 +91,11 @@ func (c *slowConn) Close() error {
 	return c.Conn.Close()
 }
 
-// slowed reports whether a request with this API key is one the fault
-// delays: produce and fetch.
-func slowed(key int16) bool {
-	return key == int16(kmsg.Produce) || key == int16(kmsg.Fetch)
-}
-
 // TestSlowBroker: while the broker is slow a produce is answered no sooner
 // than the delay and is stored; while it also drops produces, a produce
 // fails and nothing of it is stored; healed, produces go through again.
 func TestSlowBroker(t *testing.T) {
-	kf := &kafkaFaults{}
-	k := testenv.StartKafkaWith(t, testenv.KafkaOptions{Partitions: 1, Topics: []string{"slow"}, Listen: kf.listen})
-	kf.install(k.Cluster)
+	k, kf := startFaultyKafka(t, testenv.KafkaOptions{Partitions: 1, Topics: []string{"slow"}})
 	cl := k.Client(t, kgo.DefaultProduceTopic("slow"), kgo.DisableIdempotentWrite(),
 		kgo.RecordDeliveryTimeout(2*time.Second))
 	stored := func() int64 {
