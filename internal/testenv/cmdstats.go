@@ -17,6 +17,9 @@ import (
 type CommandStat struct {
 	Calls int64
 	Usec  int64
+	// Rejected counts the calls refused before they ran (an ACL user
+	// without the command's permission, a wrong arity): not in Calls
+	Rejected int64
 }
 
 // CommandStats reads INFO commandstats, keyed by command name (evalsha,
@@ -56,6 +59,8 @@ func ParseCommandStats(info string) map[string]CommandStat {
 				s.Calls = n
 			case "usec":
 				s.Usec = n
+			case "rejected_calls":
+				s.Rejected = n
 			}
 		}
 		out[name] = s

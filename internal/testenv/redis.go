@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,6 +101,10 @@ type RedisOptions struct {
 	// setup) as an extra user of its own, "testenv-admin" with a random
 	// password and every permission.
 	Users []RedisUser
+	// Wrap runs the server under a command (its path and arguments come
+	// after Wrap's), e.g. valgrind for BenchmarkRedisInstructions. A
+	// wrapper must keep the server's process id (exec it): Kill signals it.
+	Wrap []string
 }
 
 // redisBaseArgs are the settings every redis-server started by testenv runs
@@ -209,7 +214,11 @@ func (r *Redis) launch(path string) error {
 		return fmt.Errorf("already running")
 	}
 	r.out = new(tailBuffer)
-	p, err := startProcess(path, r.args, r.out)
+	name, args := path, r.args
+	if w := r.opts.Wrap; len(w) > 0 {
+		name, args = w[0], append(append(slices.Clone(w[1:]), path), r.args...)
+	}
+	p, err := startProcess(name, args, r.out)
 	if err != nil {
 		return err
 	}
