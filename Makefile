@@ -4,7 +4,7 @@ PKGS    ?= ./...
 BIN     ?= bin
 LDFLAGS ?= -s -w
 
-.PHONY: all build install dev image test test-short test-integration lint fmt vet bench bench-short bench-scale bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-memory bench-bridge bench-keys chaos fuzz clean
+.PHONY: all build install dev image test test-short test-integration lint fmt vet bench bench-short bench-scale bench-internal bench-tls bench-write bench-fire bench-lag bench-work bench-floor bench-instr bench-memory bench-bridge bench-keys chaos fuzz clean
 
 all: build
 
@@ -131,6 +131,11 @@ bench-bridge:
 bench-keys:
 	$(GO) test ./worker -run '^$$' -bench 'BenchmarkKeyLimits' -benchtime 1x -count 1 -timeout 20m
 	$(GO) test ./internal/ratelimit -run '^$$' -bench 'BenchmarkAdmitKeyed' -benchtime 1x -count 1
+
+# redis-server instructions per task of each transition of a handled task
+# (valgrind's callgrind): the figure that a noisy VM's drift does not move
+bench-instr:
+	$(GO) test ./internal/redisstore -run '^$$' -bench BenchmarkRedisInstructions -benchtime 1x -count 1 -timeout 20m
 
 # The least Redis work of the take, claim and finish, next to the real ones.
 bench-floor:
