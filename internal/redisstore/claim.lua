@@ -3,7 +3,8 @@
 -- shards only where one redis-server holds every shard; a Redis Cluster
 -- call is always one shard: its keys share a slot).
 -- ARGV[1] the claims' TTL ms (one per call: the caller groups its claims
--- by TTL), then one section per shard: n, and n quadruples id, gen, owner
+-- by TTL), ARGV[2] 1 when this call sweeps (see below), else 0, then one
+-- section per shard: n, and n quadruples id, gen, owner
 -- (the value that names this claimer; a retry with the same owner finds
 -- its own claim and succeeds again), the copy's due time in ms (-1: not
 -- checked; a record with another due time is stale, code 5)
@@ -75,15 +76,16 @@ local function claim_shard(k, a, n)
 end
 
 local sections = {}
-local k, a = 1, 2
+local k, a = 1, 3
 while a <= #ARGV do
   local n = tonumber(ARGV[a])
   claim_shard(k, a, n)
   sections[#sections + 1] = k
   k, a = k + 2 + n, a + 1 + 4 * n
 end
--- one section's claims hash is swept per call, picked by the microsecond
--- of Redis' clock: a call of many small sections (a worker's micro-batch
--- spread over the shards) pays one sweep, not one per shard
-if #sections > 0 then sweep_claims(KEYS[sections[now_us % #sections + 1]], now) end
+-- a sweeping call (one in claimSweepEvery at random, claim.go) sweeps
+-- one of its sections' claims hashes, picked by the microsecond of Redis'
+-- clock: a call of many small sections (a worker's micro-batch spread over
+-- the shards) pays one sweep, not one per shard, and most calls none
+if ARGV[2] == '1' and #sections > 0 then sweep_claims(KEYS[sections[now_us % #sections + 1]], now) end
 return out
