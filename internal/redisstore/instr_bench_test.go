@@ -17,7 +17,8 @@ import (
 // per task (valgrind's callgrind: every instruction of the process,
 // network and event loop included) for each transition of a handled task,
 // in the shapes of bench-scale's handled phase: schedules of 1,000 over 16
-// shards, takes of 500, and a worker's claims and finishes in batches of
+// shards, takes of 500 and their settles (a fire receipt per task, as the
+// event process writes), and a worker's claims and finishes in batches of
 // 224 and 16 spread over the 16 shards, a call per shard (a Redis Cluster
 // node, as bench-scale's) and packed (a standalone redis-server). 16,000
 // tasks per case, each case on a fresh server.
@@ -72,9 +73,15 @@ func BenchmarkRedisInstructions(b *testing.B) {
 		past := time.Now().Add(-time.Second)
 
 		sv := fresh(past, true, true)
+		var takes []settleArgs
 		sv.cg.measure(b, "take, batches of 500", n, func() {
-			if got := drainShards(b, sv.s, 500, time.Hour); got != n {
-				b.Fatalf("took %d of %d", got, n)
+			takes = takeSettleArgs(b, sv.s, 500)
+		})
+		sv.cg.measure(b, "settle, a fire receipt per task", n, func() {
+			for _, t := range takes {
+				if _, err := sv.s.SettleAcks(b.Context(), t.shard, 1, t.lease, nil, t.acks); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 		for _, shape := range []struct {
@@ -94,6 +101,39 @@ func BenchmarkRedisInstructions(b *testing.B) {
 			})
 		}
 	}
+}
+
+// settleArgs is what settles one take: its shard and lease, and a fire
+// receipt for each of its tasks (as the event process writes them).
+type settleArgs struct {
+	shard int
+	lease string
+	acks  []Ack
+}
+
+// takeSettleArgs takes every due task of s (batch per take, token 1) and returns
+// what settles each take.
+func takeSettleArgs(b *testing.B, s *Store, batch int) []settleArgs {
+	var out []settleArgs
+	now := time.Now()
+	for sh := range s.Shards() {
+		for {
+			t, err := s.Take(b.Context(), sh, 1, batch, time.Hour)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(t.Tasks) == 0 {
+				break
+			}
+			a := settleArgs{shard: sh, lease: t.Lease}
+			for i, tk := range t.Tasks {
+				a.acks = append(a.acks, Ack{ID: tk.ID, Gen: tk.Gen, Attempt: max(tk.Attempt, 1), DueAt: tk.DueAt,
+					FiredAt: now, Partition: int32(sh), Offset: int64(i), Token: 1})
+			}
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // callgrind is one redis-server under valgrind's callgrind: its counters
