@@ -213,6 +213,13 @@ func claimFinishBatches(b *testing.B, s *Store, ids []string, g int) {
 // call, with a lease of lease) and returns how many it took.
 func drainShards(b *testing.B, s *Store, batch int, lease time.Duration) int {
 	taken := 0
+	eachTake(b, s, batch, lease, func(_ int, t Taken) { taken += len(t.Tasks) })
+	return taken
+}
+
+// eachTake takes every due task of every shard of s (token 1, batch per
+// take, with a lease of lease) and hands each take that took some to f.
+func eachTake(b *testing.B, s *Store, batch int, lease time.Duration, f func(shard int, t Taken)) {
 	for sh := range s.Shards() {
 		for {
 			t, err := s.Take(b.Context(), sh, 1, batch, lease)
@@ -222,8 +229,7 @@ func drainShards(b *testing.B, s *Store, batch int, lease time.Duration) int {
 			if len(t.Tasks) == 0 {
 				break
 			}
-			taken += len(t.Tasks)
+			f(sh, t)
 		}
 	}
-	return taken
 }

@@ -111,34 +111,25 @@ type settleArgs struct {
 	acks  []Ack
 }
 
-// takeSettleArgs takes every due task of s (batch per take, token 1) and returns
+// takeSettleArgs takes every due task of s (batch per take) and returns
 // what settles each take.
 func takeSettleArgs(b *testing.B, s *Store, batch int) []settleArgs {
 	var out []settleArgs
 	now := time.Now()
-	for sh := range s.Shards() {
-		for {
-			t, err := s.Take(b.Context(), sh, 1, batch, time.Hour)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(t.Tasks) == 0 {
-				break
-			}
-			a := settleArgs{shard: sh, lease: t.Lease}
-			for i, tk := range t.Tasks {
-				a.acks = append(a.acks, Ack{ID: tk.ID, Gen: tk.Gen, Attempt: max(tk.Attempt, 1), DueAt: tk.DueAt,
-					FiredAt: now, Partition: int32(sh), Offset: int64(i), Token: 1})
-			}
-			out = append(out, a)
+	eachTake(b, s, batch, time.Hour, func(sh int, t Taken) {
+		a := settleArgs{shard: sh, lease: t.Lease}
+		for i, tk := range t.Tasks {
+			a.acks = append(a.acks, Ack{ID: tk.ID, Gen: tk.Gen, Attempt: max(tk.Attempt, 1), DueAt: tk.DueAt,
+				FiredAt: now, Partition: int32(sh), Offset: int64(i), Token: 1})
 		}
-	}
+		out = append(out, a)
+	})
 	return out
 }
 
 // callgrind is one redis-server under valgrind's callgrind: its counters
 // are zeroed before a measured part and dumped after (callgrind_control),
-// each dump a file of its own in dir.
+// each dump a file of its own in dir, read and removed by measure.
 type callgrind struct {
 	dir string
 	pid int
@@ -157,17 +148,15 @@ func (c *callgrind) measure(b *testing.B, name string, n int, f func()) {
 	c.control(b, "-z")
 	f()
 	c.control(b, "-d")
+	// each dump is read and removed: the one here is this part's
 	dumps, err := filepath.Glob(filepath.Join(c.dir, "cg."+strconv.Itoa(c.pid)+".*"))
-	if err != nil || len(dumps) == 0 {
-		b.Fatalf("no callgrind dump in %s (%v)", c.dir, err)
+	if err != nil || len(dumps) != 1 {
+		b.Fatalf("want one callgrind dump in %s, found %v (%v)", c.dir, dumps, err)
 	}
-	last := dumps[0]
-	for _, d := range dumps {
-		if dumpSeq(d) > dumpSeq(last) {
-			last = d
-		}
+	ir := dumpInstructions(b, dumps[0])
+	if err := os.Remove(dumps[0]); err != nil {
+		b.Fatal(err)
 	}
-	ir := dumpInstructions(b, last)
 	per := float64(ir) / float64(n)
 	fmt.Printf("  %-44s %9.0f instructions per task\n", name, per)
 	b.ReportMetric(per, strings.NewReplacer(" ", "-", ",", "").Replace(name)+"-Ir/task")
@@ -177,12 +166,6 @@ func (c *callgrind) control(b *testing.B, arg string) {
 	if out, err := exec.Command("callgrind_control", arg, strconv.Itoa(c.pid)).CombinedOutput(); err != nil {
 		b.Fatalf("callgrind_control %s: %v\n%s", arg, err, out)
 	}
-}
-
-// dumpSeq is the number callgrind_control -d gave a dump (cg.<pid>.<seq>).
-func dumpSeq(path string) int {
-	n, _ := strconv.Atoi(path[strings.LastIndexByte(path, '.')+1:])
-	return n
 }
 
 // dumpInstructions is a callgrind dump's total instruction count.
